@@ -1,0 +1,53 @@
+"""Parse and format link bandwidths in tc-style units (kbit, mbit, gbit)."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from cadence.errors import UserError
+
+_UNITS = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+_PATTERN = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)\s*(kbit|mbit|gbit)$", re.IGNORECASE)
+_UNCAPPED = {"none"}
+
+
+def parse_bandwidth(text: str) -> float:
+    """Return the bandwidth in ``text`` as bits per second; ``"none"`` means uncapped (inf).
+
+    Only tc-style units are accepted (``400mbit``, ``2.5gbit``, ``200kbit``): "mbps" is
+    ambiguous between bits and bytes, so it is refused rather than guessed.
+    """
+    cleaned = text.strip() if isinstance(text, str) else ""
+    if cleaned.lower() in _UNCAPPED:
+        return math.inf
+    match = _PATTERN.match(cleaned)
+    if match is not None:
+        value = float(match.group(1)) * _UNITS[match.group(2).lower()]
+        if value >= 1 and math.isfinite(value):
+            return value
+    raise UserError(
+        f"bad bandwidth {text!r}: use a positive number with kbit, mbit or gbit "
+        "(e.g. 400mbit, 2.5gbit), or 'none' for no cap"
+    )
+
+
+def format_bandwidth(bps: float) -> str:
+    """Format bits per second the way :func:`parse_bandwidth` reads it (``400mbit``)."""
+    if math.isinf(bps):
+        return "none"
+    for unit, scale in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
+        if bps >= scale:
+            return f"{bps / scale:.3f}".rstrip("0").rstrip(".") + unit
+    return f"{bps / 1e3:.6f}".rstrip("0").rstrip(".") + "kbit"
+
+
+def tbf_burst_bytes(bps: float) -> int:
+    """Token-bucket size for a cap of ``bps``.
+
+    veth hands the qdisc GSO super-packets of up to 64 KiB; a bucket smaller than one of
+    those (plus a frame) makes tbf split or stall them, and one smaller than a few ms of
+    traffic makes the rate undershoot because of timer granularity. 5 ms keeps the initial
+    burst negligible over a transfer of a second or more.
+    """
+    return max(int(bps / 8 * 0.005), 64 * 1024 + 2 * 1514)

@@ -1,0 +1,224 @@
+"""An emulated cluster: one network namespace per host, joined by a bandwidth-capped switch."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import secrets
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import FrameType, TracebackType
+
+from cadence.errors import UserError
+from cadence.netem import _iproute, _state, registry
+from cadence.netem._bandwidth import tbf_burst_bytes
+from cadence.netem._state import ClusterInfo
+
+MAX_HOSTS = 200
+HOST_IFACE = "cad0"
+_BRIDGE = "br0"
+# Each cluster is its own L2 domain, so every cluster can reuse the same private /24.
+_SUBNET = "10.213.0"
+_ID_PATTERN = re.compile(r"^[a-z0-9]{1,12}$")
+
+
+@dataclass(frozen=True)
+class Host:
+    """One emulated machine."""
+
+    index: int
+    """Position of the host in the cluster, from 0."""
+    namespace: str
+    """Network namespace the host's processes run in."""
+    ip: str
+    """IPv4 address of the host on the cluster network."""
+    iface: str
+    """Name of the host's capped interface inside its namespace."""
+
+
+class TerminatedBySignal(BaseException):
+    """SIGTERM/SIGHUP arrived; a BaseException so ``except Exception`` cannot swallow it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"terminated by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def cleanup_on_signals() -> Iterator[None]:
+    """Turn SIGTERM and SIGHUP into :class:`TerminatedBySignal` so ``finally`` blocks run.
+
+    Only the main thread may install handlers; elsewhere this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _raise(signum: int, frame: FrameType | None) -> None:
+        raise TerminatedBySignal(signum)
+
+    previous = {sig: signal.signal(sig, _raise) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Ignore SIGINT/SIGTERM/SIGHUP while tearing down, so a second Ctrl-C cannot leave
+    half a cluster behind; teardown takes well under a second per host."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in sigs}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class EmulatedCluster:
+    """``hosts`` network namespaces joined by a bridge; every link capped at ``bandwidth_bps``.
+
+    Use as a context manager (torn down on exit, whatever happens), or call :meth:`up` and
+    :meth:`down` directly; ``persistent=True`` marks a cluster left running on purpose.
+    """
+
+    def __init__(
+        self,
+        hosts: int,
+        bandwidth_bps: float,
+        name: str | None = None,
+        persistent: bool = False,
+    ) -> None:
+        if not 1 <= hosts <= MAX_HOSTS:
+            raise UserError(f"bad host count {hosts}: use 1 to {MAX_HOSTS}")
+        if not bandwidth_bps > 0:
+            raise UserError(f"bad bandwidth {bandwidth_bps}: must be positive")
+        cluster_id = name if name is not None else secrets.token_hex(3)
+        if not _ID_PATTERN.match(cluster_id):
+            raise UserError(f"bad cluster name {cluster_id!r}: use 1-12 of a-z, 0-9")
+        self.cluster_id = cluster_id
+        self.bandwidth_bps = float(bandwidth_bps)
+        self.persistent = persistent
+        self.switch_namespace = f"{registry.NAMESPACE_PREFIX}{cluster_id}-sw"
+        self.hosts = [
+            Host(
+                index=i,
+                namespace=f"{registry.NAMESPACE_PREFIX}{cluster_id}-h{i}",
+                ip=f"{_SUBNET}.{i + 1}",
+                iface=HOST_IFACE,
+            )
+            for i in range(hosts)
+        ]
+        self._owner = True
+        self._created: float = _state.now()
+
+    @classmethod
+    def attach(cls, info: ClusterInfo) -> EmulatedCluster:
+        """A handle on an existing cluster (e.g. a persistent one) that does not own it."""
+        cluster = cls(len(info.host_namespaces), info.bandwidth_bps, name=info.cluster_id)
+        cluster.persistent = info.persistent
+        cluster._owner = False
+        cluster._created = info.created
+        return cluster
+
+    def exec_prefix(self, i: int) -> list[str]:
+        """Command prefix that runs a program inside host ``i``'s namespace."""
+        return ["ip", "netns", "exec", self.hosts[i].namespace]
+
+    def info(self) -> ClusterInfo:
+        """The description written to the state file."""
+        pid = os.getpid()
+        return ClusterInfo(
+            cluster_id=self.cluster_id,
+            host_namespaces=tuple(h.namespace for h in self.hosts),
+            switch_namespace=self.switch_namespace,
+            ips=tuple(h.ip for h in self.hosts),
+            bandwidth_bps=self.bandwidth_bps,
+            owner_pid=pid,
+            owner_start=_state.process_start_ticks(pid),
+            created=self._created,
+            persistent=self.persistent,
+        )
+
+    def up(self) -> None:
+        """Create the cluster; on failure part-way, remove what was made and re-raise."""
+        _iproute.check_netem_available()
+        # Leftovers of runs that were SIGKILLed: nobody else will ever remove them.
+        registry.remove_stale_clusters()
+        existing = _iproute.list_namespaces()
+        if (
+            registry.cluster_namespaces(self.cluster_id, existing)
+            or _state.state_path(self.cluster_id).exists()
+        ):
+            raise UserError(f"an emulated cluster named {self.cluster_id!r} already exists")
+        # State first: if we die mid-way, the next run knows whose namespaces these are.
+        _state.write_state(self.info())
+        try:
+            self._build()
+        except BaseException:
+            self.down()
+            raise
+
+    def _build(self) -> None:
+        sw = self.switch_namespace
+        run = _iproute.run
+        _iproute.add_namespace(sw)
+        run(["ip", "-n", sw, "link", "add", "name", _BRIDGE, "type", "bridge"])
+        run(["ip", "-n", sw, "link", "set", _BRIDGE, "up"])
+        for host in self.hosts:
+            port = f"h{host.index}"
+            _iproute.add_namespace(host.namespace)
+            # Both ends are created directly in their namespaces: no name clash in ours.
+            run(["ip", "link", "add", "name", host.iface, "netns", host.namespace,
+                 "type", "veth", "peer", "name", port, "netns", sw])  # fmt: skip
+            run(["ip", "-n", host.namespace, "addr", "add", f"{host.ip}/24", "dev", host.iface])
+            run(["ip", "-n", host.namespace, "link", "set", host.iface, "up"])
+            run(["ip", "-n", sw, "link", "set", port, "master", _BRIDGE])
+            run(["ip", "-n", sw, "link", "set", port, "up"])
+            # Cap both directions: host egress shapes uploads, switch-port egress downloads.
+            self._shape(host.namespace, host.iface)
+            self._shape(sw, port)
+
+    def _shape(self, namespace: str, dev: str) -> None:
+        if math.isinf(self.bandwidth_bps):
+            return
+        rate = f"{int(self.bandwidth_bps)}bit"
+        burst = str(tbf_burst_bytes(self.bandwidth_bps))
+        _iproute.run(["tc", "-n", namespace, "qdisc", "replace", "dev", dev, "root",
+                      "tbf", "rate", rate, "burst", burst, "latency", "50ms"])  # fmt: skip
+
+    def down(self) -> None:
+        """Remove everything the cluster made; safe to call more than once."""
+        with _signals_deferred():
+            registry.teardown(self.cluster_id)
+
+    def __enter__(self) -> EmulatedCluster:
+        self.up()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if not self._owner:
+            return
+        try:
+            self.down()
+        except Exception as teardown_exc:
+            if exc is None:
+                raise
+            # Do not hide the error that ended the body; report the cleanup one beside it.
+            print(f"cadence: emulated cluster teardown failed: {teardown_exc}", file=sys.stderr)

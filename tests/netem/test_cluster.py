@@ -1,0 +1,178 @@
+"""Emulated cluster end to end: namespaces, shaping, probes, teardown. Needs root + iproute2."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from cadence.netem import (
+    EmulatedCluster,
+    list_clusters,
+    netem_down,
+    netem_up,
+    parse_bandwidth,
+    probe_bandwidth,
+    start_background_load,
+)
+from cadence.netem._state import state_path
+from cadence.netem.registry import teardown
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="the emulated cluster needs root"),
+    pytest.mark.skipif(
+        shutil.which("ip") is None or shutil.which("tc") is None,
+        reason="the emulated cluster needs iproute2 (ip, tc)",
+    ),
+]
+
+SRC_DIR = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def namespaces_of(cluster_id: str) -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [ln.split()[0] for ln in out.splitlines() if ln.startswith(f"cadence-{cluster_id}-")]
+
+
+def assert_gone(cluster_id: str) -> None:
+    assert namespaces_of(cluster_id) == []
+    assert not state_path(cluster_id).exists()
+
+
+def tbf_rate(namespace: str, dev: str) -> float:
+    out = subprocess.run(
+        ["tc", "-n", namespace, "qdisc", "show", "dev", dev],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    match = re.search(r"qdisc tbf \S+ root .*?rate (\d+(?:\.\d+)?[KMG]bit)", out)
+    assert match is not None, out
+    return parse_bandwidth(match.group(1))
+
+
+def test_up_creates_namespaces_state_and_tears_down() -> None:
+    with EmulatedCluster(3, 200e6) as cluster:
+        cid = cluster.cluster_id
+        assert sorted(namespaces_of(cid)) == sorted(
+            [f"cadence-{cid}-h0", f"cadence-{cid}-h1", f"cadence-{cid}-h2", f"cadence-{cid}-sw"]
+        )
+        state = json.loads(state_path(cid).read_text())
+        assert state["ips"] == [h.ip for h in cluster.hosts]
+        assert state["owner_pid"] == os.getpid() and state["persistent"] is False
+        info = next(i for i in list_clusters() if i.cluster_id == cid)
+        assert not info.stale and len(info.present_namespaces) == 4
+        assert cluster.exec_prefix(1) == ["ip", "netns", "exec", f"cadence-{cid}-h1"]
+        assert all(len(h.iface) <= 15 for h in cluster.hosts)
+    assert_gone(cid)
+
+
+def test_tbf_on_both_ends_of_every_link() -> None:
+    with EmulatedCluster(2, 400e6) as cluster:
+        for host in cluster.hosts:
+            assert tbf_rate(host.namespace, host.iface) == pytest.approx(400e6)
+            assert tbf_rate(cluster.switch_namespace, f"h{host.index}") == pytest.approx(400e6)
+
+
+def test_hosts_reach_each_other() -> None:
+    with EmulatedCluster(3, 1e9) as cluster:
+        for src, dst in [(0, 1), (1, 2), (2, 0)]:
+            assert probe_bandwidth(cluster, src, dst, seconds=0.3).bytes > 0
+
+
+def test_teardown_when_body_raises() -> None:
+    with pytest.raises(RuntimeError, match="boom"), EmulatedCluster(2, 100e6) as cluster:
+        cid = cluster.cluster_id
+        raise RuntimeError("boom")
+    assert_gone(cid)
+
+
+def test_two_clusters_at_once() -> None:
+    with EmulatedCluster(2, 300e6) as a, EmulatedCluster(2, 300e6) as b:
+        assert a.cluster_id != b.cluster_id
+        assert not set(namespaces_of(a.cluster_id)) & set(namespaces_of(b.cluster_id))
+        for cluster in (a, b):
+            assert probe_bandwidth(cluster, 0, 1, seconds=0.5).ratio > 0.8
+    assert_gone(a.cluster_id)
+    assert_gone(b.cluster_id)
+
+
+def test_probe_200mbit_within_10_percent() -> None:
+    with EmulatedCluster(2, parse_bandwidth("200mbit")) as cluster:
+        result = probe_bandwidth(cluster, 0, 1, seconds=2.0)
+    assert 0.9 <= result.ratio <= 1.1, result
+    assert result.to_json()["cap_bps"] == 200e6
+
+
+def test_background_load_shares_the_receivers_link() -> None:
+    with EmulatedCluster(3, 200e6) as cluster:
+        load = start_background_load(cluster, 2, 1)
+        try:
+            time.sleep(0.3)
+            result = probe_bandwidth(cluster, 0, 1, seconds=1.0)
+        finally:
+            load.stop()
+    # Two flows into h1's capped download: the probe gets roughly half.
+    assert 0.3 <= result.ratio <= 0.7, result
+
+
+def _child() -> subprocess.Popen[str]:
+    """A process that owns a 2-host cluster and prints its id."""
+    code = textwrap.dedent(
+        """
+        import time
+        from cadence.netem import EmulatedCluster, cleanup_on_signals
+        with cleanup_on_signals(), EmulatedCluster(2, 100e6) as c:
+            print(c.cluster_id, flush=True)
+            time.sleep(30)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": SRC_DIR}
+    return subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env
+    )
+
+
+def test_sigterm_tears_down() -> None:
+    proc = _child()
+    assert proc.stdout is not None
+    cid = proc.stdout.readline().strip()
+    assert namespaces_of(cid)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=20)
+    assert_gone(cid)
+
+
+def test_sigkilled_owner_is_cleaned_up_by_next_cluster() -> None:
+    proc = _child()
+    assert proc.stdout is not None
+    cid = proc.stdout.readline().strip()
+    proc.kill()
+    proc.wait(timeout=10)
+    try:
+        info = next(i for i in list_clusters() if i.cluster_id == cid)
+        assert info.stale and len(info.present_namespaces) == 3
+        with EmulatedCluster(2, 100e6):
+            assert_gone(cid)
+    finally:
+        teardown(cid)  # no-op when the test passed
+
+
+def test_persistent_cluster_survives_until_down() -> None:
+    info = netem_up(2, 100e6, echo=False)
+    try:
+        data = json.loads(state_path(info.cluster_id).read_text())
+        data["owner_pid"] = 0  # as if `cadence netem up` exited long ago
+        state_path(info.cluster_id).write_text(json.dumps(data))
+        with EmulatedCluster(2, 100e6):
+            assert len(namespaces_of(info.cluster_id)) == 3
+    finally:
+        assert netem_down(info.cluster_id, echo=False) == [info.cluster_id]
+    assert_gone(info.cluster_id)
