@@ -1,0 +1,30 @@
+"""cadence: faster distributed PyTorch training by scheduling computation and communication.
+
+Kept import-light (no torch at import) so `cadence --help` answers at once; the public names
+below load their modules on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "TrainConfig": ("cadence.config", "TrainConfig"),
+    "UserError": ("cadence.errors", "UserError"),
+    "train": ("cadence.train.run", "train"),
+    "run_ranks": ("cadence.testing", "run_ranks"),
+    "EmulatedCluster": ("cadence.netem", "EmulatedCluster"),
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'cadence' has no attribute '{name}'")
+    import importlib
+
+    module_name, attr = _LAZY[name]
+    return getattr(importlib.import_module(module_name), attr)

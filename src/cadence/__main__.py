@@ -1,0 +1,5 @@
+import sys
+
+from cadence.cli import main
+
+sys.exit(main())

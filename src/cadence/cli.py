@@ -1,0 +1,196 @@
+"""The `cadence` command. Bad input ends with one line on stderr and exit status 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from cadence.errors import UserError, WorkerFailed
+
+
+def _write_json(path: str | None, data: Any) -> None:
+    if path is None:
+        return
+    try:
+        Path(path).write_text(json.dumps(data, indent=2) + "\n")
+    except OSError as exc:
+        raise UserError(f"cannot write --json file '{path}': {exc.strerror or exc}") from None
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from cadence.config import TrainConfig
+    from cadence.train.run import summary_lines, train
+
+    config = TrainConfig(
+        model=args.model,
+        dataset=args.dataset,
+        workers=args.workers,
+        batch_size=args.batch_size,
+        epochs=args.epochs,
+        steps=args.steps,
+        lr=args.lr,
+        optimizer=args.optimizer,
+        momentum=args.momentum,
+        strategy=args.strategy,
+        seed=args.seed,
+        out=args.out,
+        name=args.name,
+        threads=args.threads,
+        emulate_bandwidth=args.emulate_bandwidth,
+        master_port=args.master_port,
+    )
+    metrics, run_dir = train(config)
+    if run_dir is not None:
+        for line in summary_lines(metrics, run_dir):
+            print(line)
+        _write_json(args.json, metrics)
+    return 0
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    from cadence.models import get_model_spec, model_names
+
+    rows = []
+    for name in model_names():
+        spec = get_model_spec(name)
+        params = sum(p.numel() for p in spec.build().parameters())
+        rows.append(
+            {
+                "name": name,
+                "parameters": params,
+                "datasets": list(spec.datasets),
+                "description": spec.description,
+            }
+        )
+        print(
+            f"{name:<10} {params / 1e6:7.2f}M  datasets: {', '.join(spec.datasets):<28} "
+            f"{spec.description}"
+        )
+    _write_json(args.json, rows)
+    return 0
+
+
+def _cmd_netem(args: argparse.Namespace) -> int:
+    from cadence import netem
+
+    data: Any
+    if args.netem_cmd == "up":
+        data = netem.netem_up(args.hosts, netem.parse_bandwidth(args.bandwidth)).to_json()
+    elif args.netem_cmd == "down":
+        netem.netem_down(args.cluster, all=args.all)
+        return 0
+    elif args.netem_cmd == "status":
+        data = [info.to_json() for info in netem.netem_status()]
+    else:
+        bandwidth = netem.parse_bandwidth(args.bandwidth) if args.bandwidth else None
+        if bandwidth is None and args.cluster is None:
+            bandwidth = netem.parse_bandwidth("1gbit")
+        data = netem.netem_probe(
+            args.cluster, bandwidth, args.src, args.dst, args.seconds
+        ).to_json()
+    _write_json(args.json, data)
+    return 0
+
+
+def _add_train(sub: Any) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train a model on local workers, under torchrun, or in an emulated cluster",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--model", default="cnn", help="model zoo name (see `cadence models`)")
+    p.add_argument(
+        "--dataset", default=None, help="digits, stdlib-text or synthetic; default: the model's own"
+    )
+    p.add_argument("--workers", type=int, default=2, help="local worker processes")
+    p.add_argument("--batch-size", type=int, default=64, help="global batch per step")
+    p.add_argument("--epochs", type=int, default=12)
+    p.add_argument("--steps", type=int, default=None, help="run exactly this many steps instead")
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--optimizer", default="adam", help="adam, adamw or sgd")
+    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
+    p.add_argument("--strategy", default="ddp", help="distribution strategy")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="runs", help="runs directory")
+    p.add_argument("--name", default=None, help="run name (default: model-strategy-time)")
+    p.add_argument(
+        "--threads", type=int, default=None, help="threads per worker (default: cores / workers)"
+    )
+    p.add_argument(
+        "--emulate-bandwidth",
+        default=None,
+        metavar="RATE",
+        help="run workers as hosts of an emulated cluster capped at RATE, e.g. 400mbit",
+    )
+    p.add_argument("--master-port", type=int, default=None, help="rendezvous port (default: free)")
+    p.add_argument("--json", default=None, metavar="FILE", help="also write the metrics here")
+    p.set_defaults(func=_cmd_train)
+
+
+def _add_netem(sub: Any) -> None:
+    p = sub.add_parser("netem", help="emulated cluster: network namespaces with capped links")
+    nsub = p.add_subparsers(dest="netem_cmd", required=True)
+    up = nsub.add_parser("up", help="create a persistent emulated cluster")
+    up.add_argument("--hosts", type=int, default=2)
+    up.add_argument("--bandwidth", default="1gbit", help="link cap, e.g. 400mbit")
+    up.add_argument("--json", default=None, metavar="FILE")
+    down = nsub.add_parser("down", help="remove an emulated cluster")
+    down.add_argument("cluster", nargs="?", default=None, help="cluster id (see status)")
+    down.add_argument("--all", action="store_true", help="remove every cadence cluster")
+    status = nsub.add_parser("status", help="list emulated clusters")
+    status.add_argument("--json", default=None, metavar="FILE")
+    probe = nsub.add_parser("probe", help="measure bandwidth between two hosts")
+    probe.add_argument(
+        "cluster",
+        nargs="?",
+        default=None,
+        help="cluster id; default: a temporary 2-host cluster at --bandwidth",
+    )
+    probe.add_argument(
+        "--bandwidth", default=None, help="cap of the temporary cluster (default 1gbit)"
+    )
+    probe.add_argument("--src", type=int, default=0)
+    probe.add_argument("--dst", type=int, default=1)
+    probe.add_argument("--seconds", type=float, default=2.0)
+    probe.add_argument("--json", default=None, metavar="FILE")
+    p.set_defaults(func=_cmd_netem)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cadence",
+        description="Faster distributed PyTorch training by scheduling computation and "
+        "communication.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_train(sub)
+    _add_netem(sub)
+    models = sub.add_parser("models", help="list the model zoo")
+    models.add_argument("--json", default=None, metavar="FILE")
+    models.set_defaults(func=_cmd_models)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if not args_list:
+        args_list = ["train"]  # the embedded default job
+    parser = build_parser()
+    args = parser.parse_args(args_list)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except (UserError, WorkerFailed) as exc:
+        print(f"cadence: error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, UserError) else 1
+    except KeyboardInterrupt:
+        print("cadence: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

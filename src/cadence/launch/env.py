@@ -1,0 +1,10 @@
+"""Environment variables the launcher passes to workers (besides torch's RANK, WORLD_SIZE, ...)."""
+
+ERROR_FILE_ENV = "CADENCE_ERROR_FILE"
+"""Path where a dying worker records why (read back by the launcher)."""
+BANDWIDTH_ENV = "CADENCE_BANDWIDTH_BPS"
+"""Link cap of the emulated cluster, in bit/s, so workers can report the wire bound."""
+THREADS_ENV = "CADENCE_THREADS"
+"""Intra-op threads for the worker."""
+LOG_FILE_ENV = "CADENCE_LOG_FILE"
+"""Where a dying worker appends its traceback (the terminal gets one line from the launcher)."""

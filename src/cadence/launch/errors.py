@@ -1,0 +1,59 @@
+"""Per-rank error files: a dying worker writes why, so the launcher can name the rank and cause."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from cadence.launch.env import ERROR_FILE_ENV
+
+
+@dataclass(frozen=True)
+class RankError:
+    """What one rank recorded before it died."""
+
+    rank: int
+    """The rank that failed."""
+    kind: str
+    """Exception class name."""
+    message: str
+    """Exception message (first line)."""
+    traceback: str
+    """Full formatted traceback."""
+    time: float
+    """Wall-clock time of the failure; the earliest one is the root cause."""
+    user_error: bool
+    """True when the cause was bad input rather than a bug or a crash."""
+
+    def summary(self) -> str:
+        first_line = self.message.strip().splitlines()[0] if self.message.strip() else ""
+        return f"{self.kind}: {first_line}" if first_line else self.kind
+
+
+def record_error(rank: int, exc: BaseException, user_error: bool) -> None:
+    """Write `exc` to the file named by CADENCE_ERROR_FILE, if the launcher asked for one."""
+    path = os.environ.get(ERROR_FILE_ENV)
+    if not path:
+        return
+    data = {
+        "rank": rank,
+        "kind": type(exc).__name__,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(exc)),
+        "time": time.time(),
+        "user_error": user_error,
+    }
+    tmp = Path(path).with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def read_error(path: Path) -> RankError | None:
+    try:
+        return RankError(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None

@@ -1,0 +1,181 @@
+"""Spawn one subprocess per rank on this machine and supervise them.
+
+Workers are subprocesses (not multiprocessing) so each one can be started inside an emulated
+host's network namespace with `ip netns exec`. The supervisor stops every worker as soon as one
+fails and reports the rank whose failure came first, with its cause.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from cadence.config import TrainConfig
+from cadence.errors import UserError, WorkerFailed
+from cadence.launch.env import BANDWIDTH_ENV, ERROR_FILE_ENV, LOG_FILE_ENV, THREADS_ENV
+from cadence.launch.errors import RankError, read_error
+
+POLL_S = 0.2
+GRACE_S = 5.0
+
+
+class HostLike(Protocol):
+    @property
+    def ip(self) -> str: ...
+    @property
+    def iface(self) -> str: ...
+
+
+class ClusterLike(Protocol):
+    """What the launcher needs from an emulated cluster."""
+
+    bandwidth_bps: float
+
+    @property
+    def hosts(self) -> Sequence[HostLike]: ...
+
+    def exec_prefix(self, index: int) -> list[str]: ...
+
+
+def torchrun_env_present() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def check_port_free(port: int) -> None:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            raise UserError(
+                f"port {port} is busy: pick another --master-port, "
+                "or leave it out to use a free one"
+            ) from None
+
+
+def _worker_env(
+    rank: int, config: TrainConfig, port: int, logs: Path, cluster: ClusterLike | None
+) -> dict[str, str]:
+    env = dict(os.environ)
+    threads = config.threads or max(1, (os.cpu_count() or 1) // config.workers)
+    env.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(config.workers),
+        MASTER_PORT=str(port),
+        OMP_NUM_THREADS=str(threads),
+        PYTHONUNBUFFERED="1",
+    )
+    env[ERROR_FILE_ENV] = str(_error_file(logs, rank))
+    env[LOG_FILE_ENV] = str(_log_file(logs, rank))
+    env[THREADS_ENV] = str(threads)
+    # c10d warns about every reverse-DNS miss inside namespaces; keep real errors only.
+    env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    if cluster is None:
+        env.update(MASTER_ADDR="127.0.0.1", GLOO_SOCKET_IFNAME="lo")
+    else:
+        env.update(MASTER_ADDR=cluster.hosts[0].ip, GLOO_SOCKET_IFNAME=cluster.hosts[rank].iface)
+        env[BANDWIDTH_ENV] = repr(cluster.bandwidth_bps)
+    return env
+
+
+def _error_file(logs: Path, rank: int) -> Path:
+    return logs / f"rank{rank}.error.json"
+
+
+def _log_file(logs: Path, rank: int) -> Path:
+    return logs / f"rank{rank}.log"
+
+
+def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_S
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _failure(procs: list[subprocess.Popen[bytes]], logs: Path) -> Exception:
+    """The earliest recorded failure is the cause; peers usually fail after it on closed sockets."""
+    recorded = (read_error(_error_file(logs, rank)) for rank in range(len(procs)))
+    errors = [e for e in recorded if e is not None]
+    errors = [e for e in errors if e.kind != "KeyboardInterrupt"] or errors
+    if errors:
+        first: RankError = min(errors, key=lambda e: e.time)
+        if first.user_error:
+            return UserError(first.message)
+        log = _log_file(logs, first.rank)
+        return WorkerFailed(f"rank {first.rank} failed: {first.summary()} (traceback in {log})")
+    for rank, proc in enumerate(procs):
+        code = proc.returncode
+        if code is not None and code != 0:
+            cause = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+            return WorkerFailed(f"rank {rank} died with {cause} before recording an error")
+    return WorkerFailed("a worker failed without a recorded cause")
+
+
+def launch_local(
+    config: TrainConfig, run_dir: Path, cluster: ClusterLike | None = None
+) -> dict[str, Any]:
+    """Run `config.workers` ranks here and return rank 0's metrics once all succeed."""
+    logs = run_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    config_path = run_dir / "config.json"
+    config_path.write_text(json.dumps(config.to_json(), indent=2) + "\n")
+    if cluster is None:
+        port = config.master_port or free_port()
+        if config.master_port:
+            check_port_free(port)
+    else:
+        port = config.master_port or 29500  # inside a fresh namespace every port is free
+    for rank in range(config.workers):
+        _error_file(logs, rank).unlink(missing_ok=True)
+
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for rank in range(config.workers):
+            cmd = [sys.executable, "-m", "cadence.launch.worker", str(config_path), str(run_dir)]
+            if cluster is not None:
+                cmd = cluster.exec_prefix(rank) + cmd
+            # Rank 0 owns the terminal (progress bar); the others write to their log files.
+            stream = open(_log_file(logs, rank), "ab") if rank else None  # noqa: SIM115
+            procs.append(
+                subprocess.Popen(
+                    cmd,
+                    env=_worker_env(rank, config, port, logs, cluster),
+                    stdout=subprocess.DEVNULL if stream else None,
+                    stderr=stream,
+                )
+            )
+            if stream:
+                stream.close()  # the child holds its own descriptor
+        while True:
+            codes = [p.poll() for p in procs]
+            if any(c not in (None, 0) for c in codes):
+                time.sleep(POLL_S)  # let the root cause finish writing its error file
+                _stop_all(procs)
+                raise _failure(procs, logs)
+            if all(c == 0 for c in codes):
+                break
+            time.sleep(POLL_S)
+    finally:
+        _stop_all(procs)
+    return json.loads((run_dir / "metrics.json").read_text())

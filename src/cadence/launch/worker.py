@@ -1,0 +1,58 @@
+"""Entry point of one worker process: `python -m cadence.launch.worker CONFIG.json RUN_DIR`.
+
+Also the body cadence runs in-process when torchrun launched it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cadence.comm import destroy, init_from_env
+from cadence.config import TrainConfig
+from cadence.errors import UserError
+from cadence.launch.env import BANDWIDTH_ENV, LOG_FILE_ENV, THREADS_ENV
+from cadence.launch.errors import record_error
+
+
+def run_worker(config: TrainConfig, run_dir: Path | None) -> dict[str, Any]:
+    """Join the process group from the environment and train; always leave the group."""
+    from cadence.train.loop import run_training  # heavy imports only in workers
+
+    threads = int(os.environ.get(THREADS_ENV, "0")) or config.threads
+    if threads:
+        torch.set_num_threads(threads)
+    bandwidth = os.environ.get(BANDWIDTH_ENV)
+    ctx = init_from_env()
+    try:
+        return run_training(config, ctx, run_dir, float(bandwidth) if bandwidth else None)
+    finally:
+        destroy()
+
+
+def main(argv: list[str]) -> int:
+    config = TrainConfig.from_json(json.loads(Path(argv[0]).read_text()))
+    run_dir = Path(argv[1])
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        run_worker(config, run_dir if rank == 0 else None)
+    except BaseException as exc:  # record every cause, Ctrl-C included, then die
+        record_error(rank, exc, isinstance(exc, UserError))
+        log = os.environ.get(LOG_FILE_ENV)
+        if log:
+            with open(log, "a") as stream:
+                traceback.print_exc(file=stream)
+        else:
+            traceback.print_exc()
+        return 130 if isinstance(exc, KeyboardInterrupt) else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

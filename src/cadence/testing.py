@@ -1,0 +1,100 @@
+"""Run a function on W gloo ranks and collect results: the one helper every distributed test uses.
+
+Each rank is a fresh `spawn`ed process with its own process group. A rank that raises sends its
+traceback back; the helper then stops every rank and raises `RankFailed` showing that traceback.
+A run that exceeds `timeout` is stopped and reported with the ranks that never finished.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+class RankFailed(AssertionError):
+    """A rank raised or the run timed out; the message carries the failing rank's traceback."""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _rank_main(
+    rank: int,
+    world_size: int,
+    port: int,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    results: Any,
+) -> None:
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        GLOO_SOCKET_IFNAME="lo",
+    )
+    torch.set_num_threads(1)
+    try:
+        dist.init_process_group(
+            "gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=60)
+        )
+        value = fn(rank, world_size, *args)
+        results.put((rank, "ok", value))
+    except BaseException:
+        results.put((rank, "error", traceback.format_exc()))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def run_ranks(
+    fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 120.0
+) -> list[Any]:
+    """Call `fn(rank, world_size, *args)` on every rank; return the values ordered by rank.
+
+    `fn` and `args` must be picklable (a module-level function).
+    """
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = _free_port()
+    procs = [
+        ctx.Process(target=_rank_main, args=(r, world_size, port, fn, args, results), daemon=True)
+        for r in range(world_size)
+    ]
+    for proc in procs:
+        proc.start()
+    values: dict[int, Any] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(values) < world_size:
+            try:
+                rank, status, value = results.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                missing = sorted(set(range(world_size)) - set(values))
+                raise RankFailed(
+                    f"timed out after {timeout:.0f} s; ranks {missing} did not finish"
+                ) from None
+            if status == "error":
+                raise RankFailed(f"rank {rank} of {world_size} failed:\n{value}")
+            values[rank] = value
+    finally:
+        for proc in procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+    return [values[r] for r in range(world_size)]

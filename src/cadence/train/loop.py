@@ -1,0 +1,211 @@
+"""The training loop every worker runs, whatever the strategy.
+
+The loop is strategy-agnostic: the strategy wraps model and optimizer, the loop runs the ordinary
+`zero_grad / forward / backward / step` sequence, evaluates the plain module and records figures.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from cadence.comm import DistContext, all_reduce_sum
+from cadence.comm.cost import ring_allreduce_wire_s
+from cadence.config import TrainConfig
+from cadence.errors import UserError
+from cadence.models import Dataset, get_model_spec, load_dataset, loss_fn
+from cadence.train.optim import build_optimizer
+from cadence.train.outputs import plot_training, save_checkpoint, write_json
+from cadence.train.sharding import epoch_batches, rank_slice, steps_per_epoch
+from cadence.train.strategies import get_strategy
+
+EVAL_BATCH = 256
+INJECT_ENV = "CADENCE_INJECT_FAILURE"
+"""`RANK:STEP` makes that rank raise at that step: lets tests check crash handling for real."""
+
+
+def _injected_failure_step(rank: int) -> int | None:
+    spec = os.environ.get(INJECT_ENV)
+    if not spec:
+        return None
+    fail_rank, fail_step = (int(part) for part in spec.split(":"))
+    return fail_step if fail_rank == rank else None
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, data: Dataset, ctx: DistContext) -> tuple[float, float]:
+    """Mean loss and accuracy on the test split; each rank scores its share, then one sum."""
+    was_training = model.training
+    model.eval()
+    share = rank_slice(len(data.test_x), ctx.rank, ctx.world_size)
+    xs, ys = data.test_x[share], data.test_y[share]
+    totals = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, count
+    for start in range(0, len(xs), EVAL_BATCH):
+        x = xs[start : start + EVAL_BATCH].to(ctx.device)
+        y = ys[start : start + EVAL_BATCH].to(ctx.device)
+        out = model(x)
+        totals[0] += loss_fn(out, y).item() * y.numel()
+        totals[1] += (out.argmax(dim=-1) == y).sum().item()
+        totals[2] += y.numel()
+    all_reduce_sum(totals)
+    model.train(was_training)
+    count = max(totals[2].item(), 1.0)
+    return totals[0].item() / count, totals[1].item() / count
+
+
+def run_training(
+    config: TrainConfig,
+    ctx: DistContext,
+    run_dir: Path | None,
+    bandwidth_bps: float | None = None,
+) -> dict[str, Any]:
+    """Train as configured; rank 0 writes outputs into `run_dir`. Returns the metrics summary."""
+    torch.manual_seed(config.seed)
+    spec = get_model_spec(config.model)
+    data = load_dataset(config.dataset or spec.datasets[0], spec, seed=config.seed)
+    model: torch.nn.Module = spec.build().to(ctx.device)
+    optimizer = build_optimizer(model.parameters(), config)
+    strategy = get_strategy(config.strategy)
+    model, optimizer = strategy.wrap(model, optimizer, ctx)
+    plain = strategy.unwrap(model)
+    num_params = sum(p.numel() for p in plain.parameters())
+    grad_bytes = sum(p.numel() * p.element_size() for p in plain.parameters() if p.requires_grad)
+
+    per_epoch = steps_per_epoch(len(data.train_x), config.batch_size)
+    if per_epoch == 0:
+        raise UserError(
+            f"--batch-size {config.batch_size} exceeds the {len(data.train_x)} training samples "
+            f"of {data.name}"
+        )
+    total_steps = config.steps if config.steps is not None else per_epoch * config.epochs
+    epochs_needed = math.ceil(total_steps / per_epoch) if per_epoch else 0
+    fail_at = _injected_failure_step(ctx.rank)
+
+    metrics: dict[str, Any] = {
+        "config": config.to_json(),
+        "dataset": data.name,
+        "world_size": ctx.world_size,
+        "backend": ctx.backend,
+        "device": str(ctx.device),
+        "num_parameters": num_params,
+        "gradient_bytes": grad_bytes,
+        "train_samples": len(data.train_x),
+        "test_samples": len(data.test_x),
+        "epochs": [],
+        "step_loss": [],
+        "iteration_times_s": [],
+    }
+    if bandwidth_bps is not None:
+        metrics["bandwidth_bps"] = bandwidth_bps
+        metrics["wire_bound_s"] = ring_allreduce_wire_s(grad_bytes, ctx.world_size, bandwidth_bps)
+
+    model.train()
+    step = 0
+    # A bar only where a person watches; logs get the per-epoch lines.
+    show_bar = ctx.is_main and sys.stderr.isatty()
+    bar = tqdm(total=total_steps, disable=not show_bar, unit="step", dynamic_ncols=True)
+    t_start = time.perf_counter()
+    for epoch in range(1, epochs_needed + 1):
+        epoch_losses = []
+        t_epoch = time.perf_counter()
+        t_prev = t_epoch
+        for idx in epoch_batches(
+            len(data.train_x), config.batch_size, ctx.rank, ctx.world_size, config.seed, epoch
+        ):
+            if step == total_steps:
+                break
+            if fail_at is not None and step == fail_at:
+                raise RuntimeError(f"injected failure at step {step} ({INJECT_ENV})")
+            x, y = data.train_x[idx].to(ctx.device), data.train_y[idx].to(ctx.device)
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            epoch_losses.append(loss.detach())
+            now = time.perf_counter()
+            metrics["iteration_times_s"].append(now - t_prev)
+            t_prev = now
+            step += 1
+            bar.update(1)
+            if ctx.is_main and step % 5 == 0:
+                bar.set_postfix(epoch=epoch, loss=f"{loss.item():.4f}")
+        train_seconds = time.perf_counter() - t_epoch
+        # One collective per epoch turns every rank's step losses into the global mean.
+        losses = all_reduce_sum(torch.stack(epoch_losses).float().cpu()) / ctx.world_size
+        metrics["step_loss"].extend(losses.tolist())
+        last_epoch = epoch == epochs_needed
+        if config.eval_every_epoch or last_epoch:
+            test_loss, test_acc = evaluate(plain, data, ctx)
+        else:
+            test_loss, test_acc = math.nan, math.nan
+        record = {
+            "epoch": epoch,
+            "step": step,
+            "train_loss": losses.mean().item(),
+            "test_loss": test_loss,
+            "test_accuracy": test_acc,
+            "samples_per_s": len(epoch_losses) * config.batch_size / train_seconds,
+            "seconds": train_seconds,
+        }
+        metrics["epochs"].append(record)
+        if ctx.is_main:
+            tqdm.write(
+                f"epoch {epoch}/{epochs_needed}  loss {record['train_loss']:.4f}  "
+                f"test loss {test_loss:.4f}  test acc {100 * test_acc:.2f}%  "
+                f"samples/s {record['samples_per_s']:.0f}"
+            )
+            if run_dir is not None:
+                _save_outputs(
+                    run_dir, metrics, plain, optimizer, epoch, step, time.perf_counter() - t_start
+                )
+    bar.close()
+    _summarise(metrics, time.perf_counter() - t_start)
+    if ctx.is_main and run_dir is not None:
+        write_json(run_dir / "metrics.json", metrics)
+    return metrics
+
+
+def _summarise(metrics: dict[str, Any], seconds: float) -> None:
+    times = metrics["iteration_times_s"]
+    timed = times[1:] if len(times) > 1 else times  # the first step pays one-off set-up costs
+    last = metrics["epochs"][-1] if metrics["epochs"] else {}
+    metrics["total_seconds"] = seconds
+    metrics["steps"] = len(times)
+    metrics["median_iteration_s"] = statistics.median(timed) if timed else math.nan
+    metrics["final_test_accuracy"] = last.get("test_accuracy", math.nan)
+    metrics["final_test_loss"] = last.get("test_loss", math.nan)
+    bound = metrics.get("wire_bound_s")
+    if bound:
+        metrics["iteration_over_wire_bound"] = metrics["median_iteration_s"] / bound
+
+
+def _save_outputs(
+    run_dir: Path,
+    metrics: dict[str, Any],
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    epoch: int,
+    step: int,
+    seconds: float,
+) -> None:
+    _summarise(metrics, seconds)
+    write_json(run_dir / "metrics.json", metrics)
+    plot_training(run_dir / "training.png", metrics)
+    save_checkpoint(
+        run_dir / "checkpoint.pt",
+        {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "config": metrics["config"],
+            "epoch": epoch,
+            "step": step,
+        },
+    )
