@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import socket
 import time
@@ -53,7 +54,9 @@ def _rank_main(
             "gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=60)
         )
         value = fn(rank, world_size, *args)
-        results.put((rank, "ok", value))
+        # Plain pickle: torch's queue reductions pass tensors as shared-memory handles that
+        # vanish when this process exits, before the parent reads them.
+        results.put((rank, "ok", pickle.dumps(value)))
     except BaseException:
         results.put((rank, "error", traceback.format_exc()))
     finally:
@@ -90,7 +93,7 @@ def run_ranks(
                 ) from None
             if status == "error":
                 raise RankFailed(f"rank {rank} of {world_size} failed:\n{value}")
-            values[rank] = value
+            values[rank] = pickle.loads(value)
     finally:
         for proc in procs:
             proc.join(timeout=5)

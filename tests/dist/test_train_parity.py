@@ -1,5 +1,5 @@
-"""The training loop under DDP at world sizes 2 and 4 equals single-process training:
-same seed and data, global batch split across ranks, compared parameter by parameter."""
+"""The training loop under DDP and cadence-dp at world sizes 2 and 4 equals single-process
+training: same seed and data, global batch split across ranks, compared parameter by parameter."""
 
 from pathlib import Path
 
@@ -15,9 +15,10 @@ from cadence.train.loop import run_training
 STEPS = 6
 
 
-def _config(optimizer: str, world_size: int) -> TrainConfig:
+def _config(optimizer: str, world_size: int, strategy: str = "ddp") -> TrainConfig:
     return TrainConfig(
         model="cnn",
+        strategy=strategy,
         workers=world_size,
         batch_size=32,
         steps=STEPS,
@@ -27,16 +28,25 @@ def _config(optimizer: str, world_size: int) -> TrainConfig:
     )
 
 
-def _train_rank(rank: int, world_size: int, optimizer: str, out: str) -> list[float]:
+def _train_rank(rank: int, world_size: int, optimizer: str, out: str, strategy: str) -> list[float]:
     ctx = init_from_env()
     run_dir = Path(out) if rank == 0 else None
-    metrics = run_training(_config(optimizer, world_size), ctx, run_dir)
+    metrics = run_training(_config(optimizer, world_size, strategy), ctx, run_dir)
     return metrics["step_loss"]
 
 
-@pytest.mark.parametrize("world_size", [2, 4])
-@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
-def test_ddp_training_equals_single_process(tmp_path, world_size, optimizer):
+@pytest.mark.parametrize(
+    ("strategy", "world_size", "optimizer"),
+    [
+        ("ddp", 2, "sgd"),
+        ("ddp", 2, "adam"),
+        ("ddp", 4, "sgd"),
+        ("ddp", 4, "adam"),
+        ("cadence-dp", 2, "adam"),
+        ("cadence-dp", 4, "sgd"),
+    ],
+)
+def test_distributed_training_equals_single_process(tmp_path, strategy, world_size, optimizer):
     single_dir = tmp_path / "single"
     single_dir.mkdir()
     reference = run_training(
@@ -44,7 +54,7 @@ def test_ddp_training_equals_single_process(tmp_path, world_size, optimizer):
     )
     dist_dir = tmp_path / "dist"
     dist_dir.mkdir()
-    losses = run_ranks(_train_rank, world_size, optimizer, str(dist_dir), timeout=180)
+    losses = run_ranks(_train_rank, world_size, optimizer, str(dist_dir), strategy, timeout=180)
 
     for rank_losses in losses:  # every rank reports the same global mean loss per step
         torch.testing.assert_close(rank_losses, reference["step_loss"], rtol=1e-5, atol=1e-6)

@@ -1,0 +1,53 @@
+"""Scheduled data parallel: `cadence.data_parallel(model, optimizer, config)`.
+
+See `plan.py` for what is decided (chunks, priorities, issue order) and `runtime.py` for how it
+is carried out (hooks, communication thread, per-layer updates and ready flags).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from cadence.dp.config import DPConfig
+from cadence.dp.layers import model_layout
+from cadence.dp.optimizer import ScheduledOptimizer
+from cadence.dp.plan import Chunk, DPPlan, ParamInfo, Segment, build_plan
+from cadence.dp.runtime import SyncEngine
+
+__all__ = [
+    "Chunk",
+    "DPConfig",
+    "DPPlan",
+    "ParamInfo",
+    "ScheduledOptimizer",
+    "Segment",
+    "build_plan",
+    "data_parallel",
+]
+
+
+def data_parallel(
+    model: nn.Module, optimizer: torch.optim.Optimizer, config: DPConfig | None = None
+) -> tuple[nn.Module, ScheduledOptimizer]:
+    """Make `model` and `optimizer` train data-parallel with scheduled gradient sync.
+
+    The process group must already be initialised (like DDP); without one this is a world of
+    one. Returns the same model (now hooked) and an optimizer whose `step()` returns at once:
+    each layer is updated as soon as its gradients are reduced. Call `optimizer.flush()` to wait
+    for all of them; `model.state_dict()` and `optimizer.state_dict()` flush by themselves.
+    """
+    config = config or DPConfig()
+    world_size = dist.get_world_size() if dist.is_initialized() else 1
+    group = None
+    if world_size > 1:
+        with torch.no_grad():  # start from rank 0's weights and buffers, as DDP does
+            for tensor in [*model.parameters(), *model.buffers()]:
+                dist.broadcast(tensor, src=0)
+        # A group of its own: the communication thread never interleaves with the main thread.
+        group = dist.new_group(backend=dist.get_backend())
+    engine = SyncEngine(model_layout(model), optimizer, config, group, world_size)
+    model.register_state_dict_pre_hook(lambda *_args, **_kwargs: engine.flush())
+    model._cadence_dp_engine = engine  # type: ignore[assignment]  # keeps it alive with the model
+    return model, ScheduledOptimizer(optimizer, engine.flush, engine.updater)

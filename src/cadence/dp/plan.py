@@ -1,0 +1,215 @@
+"""The scheduled data-parallel plan: pure data, no torch.distributed.
+
+Gradients are cut into chunks: a gradient larger than the threshold is split into
+threshold-sized pieces, smaller ones are fused (in backward order) until the threshold is
+reached. Each chunk takes the priority of its front-most layer (0 = first layer = most urgent).
+
+Every rank must issue collectives in the same order, so the order is not decided at run time
+from local timing: `build_plan` simulates one backward pass from expected ready times and a link
+rate, with at most `credit_bytes` in flight, always sending the most urgent ready chunk next.
+The resulting `issue_order` is what every rank follows.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    """One parameter (shared parameters appear once)."""
+
+    index: int
+    """Position in the runtime's parameter list."""
+    name: str
+    """Qualified name, for humans."""
+    numel: int
+    """Number of elements."""
+    element_size: int
+    """Bytes per element."""
+    layer: int
+    """Front-most layer that uses it: its priority and the layer whose forward waits for it."""
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.element_size
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A contiguous slice of one parameter's flattened gradient."""
+
+    param: int
+    """`ParamInfo.index` of the parameter."""
+    start: int
+    """First element of the slice."""
+    length: int
+    """Number of elements."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """What one all-reduce carries."""
+
+    id: int
+    """Position in backward (creation) order."""
+    priority: int
+    """Front-most layer among its segments; lower is more urgent."""
+    segments: tuple[Segment, ...]
+    """The slices it carries, in order."""
+    nbytes: int
+    """Bytes on the wire per all-reduce input."""
+
+
+@dataclass(frozen=True)
+class DPPlan:
+    """Everything the runtime needs to sync one iteration; identical on every rank."""
+
+    threshold_bytes: int
+    """Split/fuse threshold."""
+    credit_bytes: int
+    """At most this many bytes in flight (at least one chunk is always allowed)."""
+    params: tuple[ParamInfo, ...]
+    """Parameters in runtime order."""
+    chunks: tuple[Chunk, ...]
+    """Chunks in creation (backward) order; `Chunk.id` indexes this tuple."""
+    issue_order: tuple[int, ...]
+    """Chunk ids in the order every rank issues their all-reduce."""
+    layer_chunks: tuple[tuple[int, ...], ...]
+    """For each layer, the chunks that must be applied before its next forward."""
+
+    def describe(self) -> str:
+        """Compact golden-string form, e.g. `c0[p3:0+100]@2 c1[...]@0 | order 1 0`."""
+        parts = []
+        for chunk in self.chunks:
+            segs = ",".join(f"p{s.param}:{s.start}+{s.length}" for s in chunk.segments)
+            parts.append(f"c{chunk.id}[{segs}]@{chunk.priority}")
+        return " ".join(parts) + " | order " + " ".join(map(str, self.issue_order))
+
+
+def backward_order(params: Sequence[ParamInfo]) -> list[ParamInfo]:
+    """Expected order in which gradients become ready: back layers first, and within a layer
+    the last-registered parameter first (autograd visits a layer's ops in reverse)."""
+    return sorted(params, key=lambda p: (-p.layer, -p.index))
+
+
+def make_chunks(params: Sequence[ParamInfo], threshold_bytes: int) -> list[Chunk]:
+    """Split large gradients and fuse small ones, walking the backward order."""
+    if threshold_bytes < 1:
+        raise ValueError(f"threshold must be at least 1 byte, got {threshold_bytes}")
+    chunks: list[Chunk] = []
+    pending: list[ParamInfo] = []
+
+    def emit(segments: list[Segment], members: list[ParamInfo]) -> None:
+        nbytes = sum(s.length * members[0].element_size for s in segments)
+        priority = min(p.layer for p in members)
+        chunks.append(Chunk(len(chunks), priority, tuple(segments), nbytes))
+
+    def flush() -> None:
+        if pending:
+            emit([Segment(p.index, 0, p.numel) for p in pending], list(pending))
+            pending.clear()
+
+    for param in backward_order(params):
+        if param.numel == 0:
+            continue
+        if pending and pending[0].element_size != param.element_size:
+            flush()  # one chunk, one dtype width
+        if param.nbytes > threshold_bytes:
+            flush()
+            step = max(1, threshold_bytes // param.element_size)
+            for start in range(0, param.numel, step):
+                emit([Segment(param.index, start, min(step, param.numel - start))], [param])
+        else:
+            pending.append(param)
+            if sum(p.nbytes for p in pending) >= threshold_bytes:
+                flush()
+    flush()
+    return chunks
+
+
+def priority_order(
+    chunks: Sequence[Chunk],
+    ready_s: Sequence[float],
+    link_bytes_per_s: float,
+    credit_bytes: int,
+) -> list[int]:
+    """Simulate one backward pass and return the order in which chunks get sent.
+
+    `ready_s[c]` is when chunk c's gradients are all computed. The link drains the in-flight
+    chunks one after another at `link_bytes_per_s`; a new chunk may start while fewer than
+    `credit_bytes` are in flight; among ready chunks the lowest priority number wins.
+    """
+    order: list[int] = []
+    by_ready = sorted(range(len(chunks)), key=lambda c: (ready_s[c], c))
+    ready: list[tuple[int, float, int]] = []  # (priority, ready time, id)
+    in_flight: list[tuple[float, int]] = []  # (finish time, bytes), finish-ordered
+    now, link_free, nxt, in_flight_bytes = 0.0, 0.0, 0, 0
+    while len(order) < len(chunks):
+        while nxt < len(by_ready) and ready_s[by_ready[nxt]] <= now:
+            c = by_ready[nxt]
+            heapq.heappush(ready, (chunks[c].priority, ready_s[c], c))
+            nxt += 1
+        while in_flight and in_flight[0][0] <= now:
+            in_flight_bytes -= heapq.heappop(in_flight)[1]
+        fits = ready and in_flight_bytes + chunks[ready[0][2]].nbytes <= credit_bytes
+        if ready and (not in_flight or fits):
+            _, _, c = heapq.heappop(ready)
+            start = max(now, link_free)
+            link_free = start + chunks[c].nbytes / link_bytes_per_s
+            heapq.heappush(in_flight, (link_free, chunks[c].nbytes))
+            in_flight_bytes += chunks[c].nbytes
+            order.append(c)
+            continue
+        # Nothing can start now: jump to the next event (a chunk ready, or one finishing).
+        next_finish = in_flight[0][0] if in_flight else math.inf
+        next_ready = ready_s[by_ready[nxt]] if nxt < len(by_ready) else math.inf
+        now = min(next_finish, next_ready)
+    return order
+
+
+def build_plan(
+    params: Sequence[ParamInfo],
+    threshold_bytes: int,
+    credit_bytes: int,
+    ready_s: Sequence[float] | None = None,
+    link_bytes_per_s: float | None = None,
+) -> DPPlan:
+    """Chunk the gradients and fix the issue order every rank will follow.
+
+    `ready_s[i]` is when parameter i's gradient is expected (seconds after backward starts);
+    without it, gradients are assumed to arrive one per time unit in backward order. Without
+    `link_bytes_per_s` the link is assumed to need as long for all bytes as the backward takes.
+    """
+    chunks = make_chunks(params, threshold_bytes)
+    if ready_s is None:
+        position = {p.index: t for t, p in enumerate(backward_order(params))}
+        ready_s = [float(position[p.index]) for p in sorted(params, key=lambda p: p.index)]
+    chunk_ready = [max(ready_s[s.param] for s in chunk.segments) for chunk in chunks]
+    if link_bytes_per_s is None:
+        span = max(chunk_ready, default=0.0) or 1.0
+        link_bytes_per_s = max(1.0, sum(c.nbytes for c in chunks) / span)
+    order = priority_order(chunks, chunk_ready, link_bytes_per_s, credit_bytes)
+    num_layers = 1 + max((p.layer for p in params), default=-1)
+    return DPPlan(
+        threshold_bytes=threshold_bytes,
+        credit_bytes=credit_bytes,
+        params=tuple(params),
+        chunks=tuple(chunks),
+        issue_order=tuple(order),
+        layer_chunks=_layer_chunks(chunks, params, num_layers),
+    )
+
+
+def _layer_chunks(
+    chunks: Sequence[Chunk], params: Sequence[ParamInfo], num_layers: int
+) -> tuple[tuple[int, ...], ...]:
+    layer_of = {p.index: p.layer for p in params}
+    per_layer: list[set[int]] = [set() for _ in range(num_layers)]
+    for chunk in chunks:
+        for seg in chunk.segments:
+            per_layer[layer_of[seg.param]].add(chunk.id)
+    return tuple(tuple(sorted(s)) for s in per_layer)

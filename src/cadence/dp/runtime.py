@@ -1,0 +1,241 @@
+"""The scheduled data-parallel engine: gradient hooks, a communication thread, ready flags.
+
+- Wait-free: a gradient hook marks each parameter ready the moment its gradient is accumulated.
+- The communication thread walks the plan's issue order (identical on every rank), waits until
+  a chunk's gradients are ready, and all-reduces it asynchronously with at most `credit` bytes
+  in flight, on a process group of its own (so it never interleaves with the main thread's).
+- When all chunks of a layer's parameters are reduced, that layer is updated at once.
+- A forward pre-hook on every layer waits only until that layer's parameters are updated, so
+  the next forward pass overlaps the communication still running for later layers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.autograd import Variable
+
+from cadence.dp.config import DPConfig
+from cadence.dp.layers import ModelLayout
+from cadence.dp.optimizer import LayerwiseUpdater
+from cadence.dp.plan import Chunk, DPPlan, build_plan
+
+WAIT_POLL_S = 1.0
+
+
+class SyncEngine:
+    """Runs the plan for one model; one per `cadence.data_parallel` call."""
+
+    def __init__(
+        self,
+        layout: ModelLayout,
+        optimizer: torch.optim.Optimizer,
+        config: DPConfig,
+        group: Any | None,
+        world_size: int,
+    ):
+        self.layout = layout
+        self.config = config
+        self.group = group
+        self.world_size = world_size
+        self.plan: DPPlan = build_plan(layout.infos, config.threshold_bytes, config.credit)
+        num_params = len(layout.params)
+        # Parameters are updated together with the others of their front-most layer.
+        by_layer: list[list[nn.Parameter]] = [[] for _ in layout.layers]
+        for info in layout.infos:
+            by_layer[info.layer].append(layout.params[info.index])
+        self.updater = LayerwiseUpdater(optimizer, by_layer)
+        self._cv = threading.Condition()
+        self._backward_count = 0  # backward passes started
+        self._in_backward = False
+        self._backward_start = 0.0
+        self._ready_iter = [0] * num_params  # backward pass in which the grad last became ready
+        self._ready_s = [0.0] * num_params
+        self._last_ready_s = [0.0] * num_params  # snapshot of the last complete backward
+        self._applied = [0] * num_params  # backward passes whose update is applied
+        self._error: BaseException | None = None
+        self._hooks = [
+            p.register_post_accumulate_grad_hook(self._grad_hook(i))
+            for i, p in enumerate(layout.params)
+        ]
+        self._hooks += [
+            module.register_forward_pre_hook(self._forward_hook(params))
+            for module, params in zip(layout.layers, layout.layer_params, strict=True)
+        ]
+        self._thread = threading.Thread(target=self._comm_loop, name="cadence-dp-comm", daemon=True)
+        self._thread.start()
+
+    # ----- main-thread side -------------------------------------------------------------
+    def _grad_hook(self, index: int) -> Callable[[torch.Tensor], None]:
+        def hook(_: torch.Tensor) -> None:
+            with self._cv:
+                if not self._in_backward:
+                    self._start_backward()
+                self._ready_iter[index] = self._backward_count
+                self._ready_s[index] = time.perf_counter() - self._backward_start
+                self._cv.notify_all()
+
+        return hook
+
+    def _start_backward(self) -> None:
+        self._in_backward = True
+        self._backward_count += 1
+        self._backward_start = time.perf_counter()
+        # Runs when autograd finishes this backward: parameters that got no gradient (unused
+        # this iteration) are declared ready so no rank waits for them forever.
+        Variable._execution_engine.queue_callback(self._end_backward)
+
+    def _end_backward(self) -> None:
+        with self._cv:
+            for i, it in enumerate(self._ready_iter):
+                if it != self._backward_count:
+                    self._ready_iter[i] = self._backward_count
+                    self._ready_s[i] = time.perf_counter() - self._backward_start
+            self._last_ready_s = list(self._ready_s)
+            self._in_backward = False
+            self._cv.notify_all()
+
+    def _forward_hook(self, params: tuple[int, ...]) -> Callable[[nn.Module, Any], None]:
+        def hook(_module: nn.Module, _args: Any) -> None:
+            self._wait(lambda: all(self._applied[i] == self._backward_count for i in params))
+
+        return hook
+
+    def _wait(self, condition: Callable[[], bool]) -> None:
+        with self._cv:
+            while not condition():
+                if self._error is not None:
+                    raise RuntimeError("cadence-dp communication failed") from self._error
+                self._cv.wait(WAIT_POLL_S)
+
+    def flush(self) -> None:
+        """Wait until every started backward pass is reduced and applied."""
+        self._wait(lambda: all(a == self._backward_count for a in self._applied))
+
+    # ----- communication thread ----------------------------------------------------------
+    def _comm_loop(self) -> None:
+        done = 0
+        try:
+            while True:
+                with self._cv:
+                    while self._backward_count == done:
+                        self._cv.wait()
+                done += 1
+                self._sync_iteration(done)
+        except BaseException as exc:  # surfaced to the main thread by _wait
+            with self._cv:
+                self._error = exc
+                self._cv.notify_all()
+
+    def _sync_iteration(self, iteration: int) -> None:
+        plan = self.plan
+        remaining = [0] * len(self.layout.params)
+        for chunk in plan.chunks:
+            for seg in chunk.segments:
+                remaining[seg.param] += 1
+        layer_left = [0] * len(self.layout.layers)
+        for info in self.layout.infos:
+            layer_left[info.layer] += 1
+        in_flight: deque[tuple[Chunk, torch.Tensor, Any]] = deque()
+        in_flight_bytes = 0
+        t_first = time.perf_counter()
+
+        def complete_oldest() -> None:
+            nonlocal in_flight_bytes
+            chunk, buffer, work = in_flight.popleft()
+            in_flight_bytes -= chunk.nbytes
+            if work is not None:
+                work.wait()
+            self._unpack(chunk, buffer)
+            for seg in chunk.segments:
+                remaining[seg.param] -= 1
+                if remaining[seg.param] == 0:
+                    layer = self.layout.infos[seg.param].layer
+                    layer_left[layer] -= 1
+                    if layer_left[layer] == 0:
+                        self._apply_layer(layer, iteration)
+
+        for chunk_id in plan.issue_order:
+            chunk = plan.chunks[chunk_id]
+            self._wait(self._chunk_ready(chunk, iteration))
+            while in_flight and in_flight_bytes + chunk.nbytes > plan.credit_bytes:
+                complete_oldest()
+            buffer = self._pack(chunk)
+            work = None
+            if self.group is not None:
+                work = dist.all_reduce(buffer, group=self.group, async_op=True)
+            in_flight.append((chunk, buffer, work))
+            in_flight_bytes += chunk.nbytes
+        while in_flight:
+            complete_oldest()
+        if iteration == self.config.warmup_iterations:
+            self._replan(time.perf_counter() - t_first)
+
+    def _chunk_ready(self, chunk: Chunk, iteration: int) -> Callable[[], bool]:
+        needed = {seg.param for seg in chunk.segments}
+        return lambda: all(self._ready_iter[i] == iteration for i in needed)
+
+    def _grad_or_zeros(self, index: int) -> torch.Tensor:
+        param = self.layout.params[index]
+        if param.grad is None:  # unused this iteration: contributes zeros, like DDP
+            param.grad = torch.zeros_like(param)
+        return param.grad
+
+    def _pack(self, chunk: Chunk) -> torch.Tensor:
+        views = [
+            self._grad_or_zeros(s.param).view(-1)[s.start : s.start + s.length]
+            for s in chunk.segments
+        ]
+        if len(views) == 1:
+            return views[0]  # a contiguous slice: reduce in place, no copy
+        return torch.cat(views)
+
+    def _unpack(self, chunk: Chunk, buffer: torch.Tensor) -> None:
+        if self.world_size > 1:
+            buffer.div_(self.world_size)
+        if len(chunk.segments) == 1:
+            return  # reduced in place
+        offset = 0
+        for seg in chunk.segments:
+            grad = self.layout.params[seg.param].grad
+            assert grad is not None
+            grad.view(-1)[seg.start : seg.start + seg.length].copy_(
+                buffer[offset : offset + seg.length]
+            )
+            offset += seg.length
+
+    def _apply_layer(self, layer: int, iteration: int) -> None:
+        self.updater.step(layer)
+        with self._cv:
+            for info in self.layout.infos:
+                if info.layer == layer:
+                    self.layout.params[info.index].grad = None
+                    self._applied[info.index] = iteration
+            self._cv.notify_all()
+
+    def _replan(self, comm_seconds: float) -> None:
+        """Rebuild the plan from warm-up timings; rank 0's figures, so every rank agrees."""
+        rate = sum(c.nbytes for c in self.plan.chunks) / max(comm_seconds, 1e-6)
+        measured = torch.tensor([*self._last_ready_s, rate], dtype=torch.float64)
+        if self.group is not None:
+            dist.broadcast(measured, src=dist.get_global_rank(self.group, 0), group=self.group)
+        ready, link = measured[:-1].tolist(), float(measured[-1])
+        self.plan = build_plan(
+            self.layout.infos,
+            self.config.threshold_bytes,
+            self.config.credit,
+            ready_s=ready,
+            link_bytes_per_s=self.config.link_bytes_per_s or link,
+        )
+
+    def close(self) -> None:
+        self.flush()
+        for handle in self._hooks:
+            handle.remove()

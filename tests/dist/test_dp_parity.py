@@ -1,0 +1,120 @@
+"""cadence.data_parallel equals torch DDP after 20 steps: same seed and data, SGD with momentum
+and Adam, thresholds at both extremes, world sizes 2 and 4, on a model with BatchNorm, an
+unused parameter and a weight shared between two layers."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from cadence.dp import DPConfig, data_parallel
+from cadence.testing import run_ranks
+
+STEPS = 20
+GLOBAL_BATCH = 16
+THRESHOLDS = [64, 1 << 30]  # split into many 16-float chunks; fuse everything into one
+
+
+class TrickyNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        # No bias before BatchNorm: its true gradient is exactly zero, so Adam would amplify
+        # rounding noise whose sign depends on summation order, in DDP and cadence alike.
+        self.conv = nn.Conv2d(1, 4, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(4)
+        self.fc1 = nn.Linear(4 * 4 * 4, 16)
+        self.fc2 = nn.Linear(16, 16)
+        self.mix = nn.Linear(16, 16)
+        self.mix2 = nn.Linear(16, 16, bias=False)
+        self.mix2.weight = self.mix.weight  # shared between two layers
+        self.unused = nn.Linear(3, 3)  # never called: gets no gradient
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.bn(self.conv(x))), 2).flatten(1)
+        x = F.relu(self.fc1(x))
+        x = F.relu(self.fc2(x))
+        x = torch.tanh(self.mix(x))
+        x = torch.tanh(self.mix2(x))
+        return self.head(x)
+
+
+def _make_optimizer(name: str, params) -> torch.optim.Optimizer:
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+    return torch.optim.Adam(params, lr=3e-3)
+
+
+def _batches(rank: int, world_size: int):
+    gen = torch.Generator().manual_seed(1234)
+    per_rank = GLOBAL_BATCH // world_size
+    for _ in range(STEPS):
+        x = torch.randn(GLOBAL_BATCH, 1, 8, 8, generator=gen)
+        y = torch.randint(0, 10, (GLOBAL_BATCH,), generator=gen)
+        yield x[rank * per_rank : (rank + 1) * per_rank], y[rank * per_rank : (rank + 1) * per_rank]
+
+
+def _train_ddp(rank, world_size, optimizer_name):
+    torch.manual_seed(0)
+    model = TrickyNet()
+    ddp = DistributedDataParallel(model, find_unused_parameters=True)
+    opt = _make_optimizer(optimizer_name, ddp.parameters())
+    for x, y in _batches(rank, world_size):
+        opt.zero_grad()
+        F.cross_entropy(ddp(x), y).backward()
+        opt.step()
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def _train_cadence(rank, world_size, optimizer_name, threshold):
+    torch.manual_seed(rank)  # deliberately different: data_parallel must broadcast rank 0's start
+    if rank == 0:
+        torch.manual_seed(0)
+    model = TrickyNet()
+    model, opt = data_parallel(
+        model,
+        _make_optimizer(optimizer_name, model.parameters()),
+        DPConfig(threshold_bytes=threshold, credit_bytes=2 * threshold),
+    )
+    for x, y in _batches(rank, world_size):
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    opt.flush()
+    chunks = len(model._cadence_dp_engine.plan.chunks)
+    return {n: p.detach().clone() for n, p in model.named_parameters()}, chunks
+
+
+def _compare_all(rank, world_size):
+    results = []
+    for optimizer_name in ("sgd", "adam"):
+        reference = _train_ddp(rank, world_size, optimizer_name)
+        for threshold in THRESHOLDS:
+            got, chunks = _train_cadence(rank, world_size, optimizer_name, threshold)
+            results.append((optimizer_name, threshold, chunks, reference, got))
+    return results
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_cadence_dp_equals_ddp(world_size):
+    per_rank = run_ranks(_compare_all, world_size, timeout=240)
+    for rank_results in per_rank:
+        assert len(rank_results) == 4
+        for optimizer_name, threshold, chunks, reference, got in rank_results:
+            if threshold == THRESHOLDS[0]:
+                assert chunks > 50  # the small threshold really split the gradients
+            else:
+                assert chunks == 1  # the large one fused them all
+            assert reference.keys() == got.keys()
+            for name in reference:
+                torch.testing.assert_close(
+                    got[name],
+                    reference[name],
+                    rtol=1e-4,
+                    atol=1e-5,
+                    msg=lambda m, n=name, o=optimizer_name, t=threshold: f"{n} {o} {t}: {m}",
+                )
+    # All ranks hold the same parameters.
+    for name, value in per_rank[0][0][4].items():
+        torch.testing.assert_close(per_rank[-1][0][4][name], value)

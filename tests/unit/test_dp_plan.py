@@ -1,0 +1,66 @@
+"""The data-parallel plan on tiny hand-checkable cases."""
+
+import pytest
+
+from cadence.dp.plan import ParamInfo, backward_order, build_plan, make_chunks, priority_order
+
+
+def _params(*specs):
+    """specs: (numel, layer) per parameter, 4-byte floats."""
+    return [ParamInfo(i, f"p{i}", n, 4, layer) for i, (n, layer) in enumerate(specs)]
+
+
+def test_backward_order_is_back_layers_first():
+    params = _params((1, 0), (1, 0), (1, 1), (1, 2))
+    assert [p.index for p in backward_order(params)] == [3, 2, 1, 0]
+
+
+def test_large_gradients_split_small_ones_fuse():
+    # threshold 40 bytes = 10 floats. p2 (25 floats) splits 10+10+5; p1 and p0 (4 each) fuse.
+    params = _params((4, 0), (4, 1), (25, 2))
+    chunks = make_chunks(params, 40)
+    desc = [[(s.param, s.start, s.length) for s in c.segments] for c in chunks]
+    assert desc == [[(2, 0, 10)], [(2, 10, 10)], [(2, 20, 5)], [(1, 0, 4), (0, 0, 4)]]
+    assert [c.priority for c in chunks] == [2, 2, 2, 0]  # a fused chunk takes its front layer
+    assert [c.nbytes for c in chunks] == [40, 40, 20, 32]
+
+
+def test_fusing_stops_once_threshold_is_reached():
+    params = _params((3, 0), (3, 1), (3, 2), (3, 3))
+    chunks = make_chunks(params, 24)  # two 12-byte gradients reach 24 bytes
+    assert [[s.param for s in c.segments] for c in chunks] == [[3, 2], [1, 0]]
+
+
+def test_urgent_chunk_overtakes_queued_ones():
+    # Chunks 0-2 (priority 5) are ready at t=0, chunk 3 (priority 0) at t=1.5. The link needs
+    # 1 s per chunk and the credit lets one in flight, so chunk 0 goes at t=0, chunk 1 at t=1,
+    # then at t=2 the urgent chunk 3 is ready and overtakes chunk 2.
+    params = _params((10, 5), (10, 5), (10, 5), (10, 0))
+    chunks = make_chunks(params, 40)
+    order = priority_order(chunks, [0.0, 0.0, 0.0, 1.5], link_bytes_per_s=40.0, credit_bytes=40)
+    assert order == [0, 1, 3, 2]
+
+
+def test_fifo_when_everything_is_ready_late():
+    params = _params((10, 1), (10, 0))
+    plan = build_plan(params, threshold_bytes=40, credit_bytes=80)
+    assert plan.describe() == "c0[p0:0+10]@1 c1[p1:0+10]@0 | order 0 1"
+    assert plan.layer_chunks == ((1,), (0,))
+
+
+def test_every_element_is_covered_exactly_once():
+    params = _params((7, 0), (100, 1), (1, 1), (33, 2), (0, 3))
+    for threshold in (4, 12, 64, 400, 10_000):
+        plan = build_plan(params, threshold, credit_bytes=threshold)
+        covered = {p.index: [0] * p.numel for p in params}
+        for chunk in plan.chunks:
+            for seg in chunk.segments:
+                for k in range(seg.start, seg.start + seg.length):
+                    covered[seg.param][k] += 1
+        assert all(c == 1 for counts in covered.values() for c in counts)
+        assert sorted(plan.issue_order) == list(range(len(plan.chunks)))
+
+
+def test_bad_threshold():
+    with pytest.raises(ValueError, match="threshold"):
+        make_chunks(_params((1, 0)), 0)
