@@ -16,6 +16,8 @@ _LAZY = {
     "train": ("cadence.train.run", "train"),
     "run_ranks": ("cadence.testing", "run_ranks"),
     "EmulatedCluster": ("cadence.netem", "EmulatedCluster"),
+    "data_parallel": ("cadence.dp", "data_parallel"),
+    "DPConfig": ("cadence.dp", "DPConfig"),
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -96,6 +96,35 @@ def _cmd_netem(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_profile(args: argparse.Namespace) -> int:
+    from cadence.profile import profile_command
+
+    profile = profile_command(
+        args.model,
+        batch_size=args.batch_size,
+        iterations=args.iterations,
+        out=args.out,
+        threads=args.threads,
+    )
+    _write_json(args.json, profile.to_json())
+    return 0
+
+
+def _add_profile(sub: Any) -> None:
+    p = sub.add_parser(
+        "profile",
+        help="time every block (forward, input-grad, weight-grad) and record sizes and memory",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--model", default="vgg16", help="model zoo name")
+    p.add_argument("--batch-size", type=int, default=32, help="per-worker batch")
+    p.add_argument("--iterations", type=int, default=10, help="timed iterations (median)")
+    p.add_argument("--threads", type=int, default=1, help="intra-op CPU threads")
+    p.add_argument("--out", default=None, help="save the profile JSON here")
+    p.add_argument("--json", default=None, metavar="FILE", help="same as --out")
+    p.set_defaults(func=_cmd_profile)
+
+
 def _add_train(sub: Any) -> None:
     p = sub.add_parser(
         "train",
@@ -169,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_train(sub)
     _add_netem(sub)
+    _add_profile(sub)
     models = sub.add_parser("models", help="list the model zoo")
     models.add_argument("--json", default=None, metavar="FILE")
     models.set_defaults(func=_cmd_models)

@@ -1,8 +1,29 @@
-"""Wire-time bounds used to put measured times next to what the network physically allows."""
+"""Communication cost models: wire-time bounds and the alpha-beta(-gamma) model of collectives.
+
+`AlphaBeta` prices one collective as `alpha * messages + beta * bytes + gamma * reduced_bytes`
+along the critical path (Hockney's model with Thakur/Rabenseifner's per-algorithm counts).
+`n` is always the size in bytes of the full vector a rank ends up with (allreduce, broadcast,
+reduce), or of the concatenation of all p blocks (gather, allgather, scatter, reduce-scatter,
+all-to-all: each rank's block is n / p), so one `n` compares algorithms of the same collective.
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+
+# collective -> accepted algorithms (the first is the default gloo/MPI choice on CPU).
+ALGORITHMS: dict[str, tuple[str, ...]] = {
+    "p2p": ("direct",),
+    "broadcast": ("binomial", "chain"),
+    "reduce": ("binomial",),
+    "allreduce": ("ring", "halving_doubling", "tree"),
+    "gather": ("binomial",),
+    "allgather": ("ring", "bruck"),
+    "scatter": ("binomial",),
+    "reduce_scatter": ("ring",),
+    "all_to_all": ("pairwise",),
+}
 
 
 def ring_allreduce_wire_s(num_bytes: int, world_size: int, bandwidth_bps: float) -> float:
@@ -11,3 +32,130 @@ def ring_allreduce_wire_s(num_bytes: int, world_size: int, bandwidth_bps: float)
     if world_size <= 1 or math.isinf(bandwidth_bps):
         return 0.0
     return 2 * (world_size - 1) / world_size * num_bytes * 8 / bandwidth_bps
+
+
+@dataclass(frozen=True)
+class Terms:
+    """Critical-path counts of one collective; time = alpha*messages + beta*wire + gamma*reduce."""
+
+    messages: float
+    """Sequential message latencies paid (rounds of the algorithm)."""
+    wire_bytes: float
+    """Bytes sent (or received) back to back along the critical path."""
+    reduce_bytes: float
+    """Bytes combined by local reduction along the critical path."""
+
+
+def _log2_ceil(p: int) -> int:
+    return (p - 1).bit_length()  # ceil(log2 p) for p >= 1, exact on integers
+
+
+def _check(collective: str, algorithm: str, nbytes: int, world_size: int) -> None:
+    if collective not in ALGORITHMS:
+        raise ValueError(f"unknown collective {collective!r}; accepted: {', '.join(ALGORITHMS)}")
+    if algorithm not in ALGORITHMS[collective]:
+        accepted = ", ".join(ALGORITHMS[collective])
+        raise ValueError(f"unknown {collective} algorithm {algorithm!r}; accepted: {accepted}")
+    if nbytes < 0 or world_size < 1:
+        raise ValueError(f"need nbytes >= 0 and world_size >= 1, got {nbytes}, {world_size}")
+
+
+def _halving_doubling(n: float, p: int) -> Terms:
+    # Rabenseifner: reduce-scatter by recursive halving, allgather by recursive doubling, on the
+    # largest power of two p2 <= p. The p - p2 extra ranks first fold their whole vector into a
+    # partner (one message + reduction) and get the result back at the end (one more message).
+    p2 = 1 << (p.bit_length() - 1)
+    k = p2.bit_length() - 1
+    frac = (p2 - 1) / p2 * n
+    terms = Terms(2 * k, 2 * frac, frac)
+    if p2 != p:
+        terms = Terms(terms.messages + 2, terms.wire_bytes + 2 * n, terms.reduce_bytes + n)
+    return terms
+
+
+@dataclass(frozen=True)
+class AlphaBeta:
+    """Latency-bandwidth(-compute) model of a network: a message of m bytes costs alpha + m*beta,
+    and reducing m bytes locally costs m*gamma."""
+
+    alpha_s: float
+    """Per-message latency in seconds (start-up cost, independent of size)."""
+    beta_s_per_byte: float
+    """Transfer time per byte in seconds (1 / link bandwidth in bytes/s)."""
+    gamma_s_per_byte: float = 0.0
+    """Local reduction time per byte in seconds; 0 folds reduction cost into beta."""
+
+    def __post_init__(self) -> None:
+        for name in ("alpha_s", "beta_s_per_byte", "gamma_s_per_byte"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be finite and >= 0, got {value}")
+
+    @classmethod
+    def from_bandwidth(cls, bandwidth_bps: float, alpha_s: float = 0.0) -> AlphaBeta:
+        """Model links of `bandwidth_bps` bits/s (inf means free transfers) and latency alpha."""
+        if not bandwidth_bps > 0:
+            raise ValueError(f"bandwidth_bps must be > 0, got {bandwidth_bps}")
+        return cls(alpha_s=alpha_s, beta_s_per_byte=8.0 / bandwidth_bps)
+
+    def terms(self, collective: str, algorithm: str, nbytes: int, world_size: int) -> Terms:
+        """Critical-path message/byte counts of `collective` run with `algorithm`.
+
+        Only the pipelined chain depends on the model itself (its segment count is tuned to
+        alpha and beta); every other count is a function of (n, p) alone.
+        """
+        _check(collective, algorithm, nbytes, world_size)
+        n, p = float(nbytes), world_size
+        if p == 1:
+            return Terms(0.0, 0.0, 0.0)
+        rounds = _log2_ceil(p)
+        spread = (p - 1) / p * n  # every other rank's share, n/p each
+        if collective == "p2p":
+            return Terms(1, n, 0)
+        if collective == "broadcast":
+            if algorithm == "chain":
+                return self._chain(n, p)
+            return Terms(rounds, rounds * n, 0)
+        if collective == "reduce":
+            return Terms(rounds, rounds * n, rounds * n)
+        if collective == "allreduce":
+            if algorithm == "ring":
+                return Terms(2 * (p - 1), 2 * spread, spread)
+            if algorithm == "halving_doubling":
+                return _halving_doubling(n, p)
+            return Terms(2 * rounds, 2 * rounds * n, rounds * n)  # tree: reduce + broadcast
+        if collective in ("gather", "scatter"):
+            return Terms(rounds, spread, 0)  # binomial: the root's link carries p-1 blocks
+        if collective == "allgather":
+            return Terms(p - 1 if algorithm == "ring" else rounds, spread, 0)
+        if collective == "reduce_scatter":
+            return Terms(p - 1, spread, spread)
+        return Terms(p - 1, spread, 0)  # all_to_all pairwise: p-1 exchanges of n/p
+
+    def _chain(self, n: float, p: int) -> Terms:
+        # n split into k segments flows down a chain of p ranks: p - 2 + k steps of n/k each.
+        # The optimum k* = sqrt((p-2) n beta / alpha); integer k in [1, max(n, 1)].
+        def steps(k: int) -> Terms:
+            return Terms(p - 2 + k, (p - 2 + k) * n / k, 0)
+
+        if self.alpha_s == 0:
+            k_best = max(1, int(n))
+        else:
+            k_star = math.sqrt((p - 2) * n * self.beta_s_per_byte / self.alpha_s)
+            k_lo = min(max(1, math.floor(k_star)), max(1, int(n)))
+            k_best = min((k_lo, min(k_lo + 1, max(1, int(n)))), key=lambda k: self._cost(steps(k)))
+        return steps(k_best)
+
+    def _cost(self, t: Terms) -> float:
+        return (
+            self.alpha_s * t.messages
+            + self.beta_s_per_byte * t.wire_bytes
+            + self.gamma_s_per_byte * t.reduce_bytes
+        )
+
+    def time(self, collective: str, algorithm: str, nbytes: int, world_size: int) -> float:
+        """Predicted seconds for `collective` over `nbytes` on `world_size` ranks.
+
+        Collectives and algorithms are listed in `ALGORITHMS`; anything else is a ValueError.
+        """
+        return self._cost(self.terms(collective, algorithm, nbytes, world_size))

@@ -1,0 +1,260 @@
+"""Fit the alpha-beta model to collectives timed on the live process group.
+
+`calibrate()` runs on every rank of an initialised group. It times `all_reduce` (and, if asked,
+`broadcast` and `all_gather`) over log-spaced sizes, takes per-size medians after warm-up, keeps
+the slowest rank's median (a collective ends when its last rank does) and fits alpha and beta to
+`all_reduce` with the cost model's own ring formula, the algorithm gloo uses on CPU. The fit
+minimises *relative* error (rows weighted by 1 / measured time): absolute least squares would
+let the 64 MB points decide everything and leave the microsecond points far off. Gloo's
+reduction cost is linear in bytes like the transfer, so it is folded into beta (gamma = 0).
+Every rank returns the same `Calibration`.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from cadence.comm.cost import AlphaBeta
+from cadence.errors import UserError
+
+DEFAULT_SIZES: tuple[int, ...] = tuple(1024 * 4**i for i in range(9))  # 1 KB .. 64 MB
+"""Message sizes in bytes: 1 KB to 64 MB, a factor of 4 apart."""
+FITTED = "all_reduce"
+OBJECTIVES = ("minimax", "relative_ls")
+# torch.distributed name -> (cost-model collective, gloo's CPU algorithm).
+MODEL_OF: dict[str, tuple[str, str]] = {
+    "all_reduce": ("allreduce", "ring"),
+    "broadcast": ("broadcast", "binomial"),
+    "all_gather": ("allgather", "ring"),
+}
+# Calls per size per round: ~16 MB of traffic, 3..64 calls. Each call is timed on its own: on a
+# loaded machine some calls wait a scheduler tick (ms), and a median of single calls drops them
+# where a burst average would not.
+_BYTES_PER_ROUND = 16 << 20
+
+
+@dataclass(frozen=True)
+class CalibrationRow:
+    """One (collective, size) point of the calibration table."""
+
+    collective: str
+    """torch.distributed collective: "all_reduce", "broadcast" or "all_gather"."""
+    nbytes: int
+    """Message size in bytes (for all_gather: the gathered output, n / p per rank)."""
+    measured_s: float
+    """Median seconds per call on the slowest rank."""
+    predicted_s: float
+    """Seconds the fitted model predicts."""
+
+    @property
+    def rel_error(self) -> float:
+        """(predicted - measured) / measured."""
+        return (self.predicted_s - self.measured_s) / self.measured_s
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A fitted network model and the measurements behind it."""
+
+    model: AlphaBeta
+    """Fitted on all_reduce only; other collectives' rows test how far it transfers."""
+    world_size: int
+    """Ranks in the calibrated group."""
+    backend: str
+    """Process-group backend, e.g. "gloo"."""
+    repeats: int
+    """Timed rounds per size (after warm-up); each round times 3-64 single calls."""
+    objective: str
+    """How alpha and beta were fitted: "minimax" or "relative_ls" relative error."""
+    rows: tuple[CalibrationRow, ...]
+    """Measured vs predicted, by collective then size."""
+    torch_version: str
+    """torch.__version__ of the run."""
+
+    def max_rel_error(self, collective: str = FITTED) -> float:
+        """Largest |relative error| over `collective`'s rows."""
+        errors = [abs(r.rel_error) for r in self.rows if r.collective == collective]
+        if not errors:
+            raise ValueError(f"no {collective!r} rows; measured: {self.collectives()}")
+        return max(errors)
+
+    def collectives(self) -> list[str]:
+        """Collectives with rows, in table order."""
+        return list(dict.fromkeys(r.collective for r in self.rows))
+
+    def table(self) -> str:
+        """Human-readable table of the rows and the fitted parameters."""
+        lines = [
+            f"alpha {self.model.alpha_s * 1e6:.2f} us, beta {self.model.beta_s_per_byte * 1e9:.4f}"
+            f" ns/B ({1e-9 / max(self.model.beta_s_per_byte, 1e-30):.2f} GB/s), "
+            f"world {self.world_size}, {self.backend}",
+            f"{'collective':<11}{'bytes':>10}{'measured ms':>13}{'predicted ms':>14}{'error':>8}",
+        ]
+        for r in self.rows:
+            lines.append(
+                f"{r.collective:<11}{r.nbytes:>10}{r.measured_s * 1e3:>13.4f}"
+                f"{r.predicted_s * 1e3:>14.4f}{r.rel_error * 100:>7.1f}%"
+            )
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> Calibration:
+        data = json.loads(text)
+        return cls(
+            model=AlphaBeta(**data["model"]),
+            world_size=int(data["world_size"]),
+            backend=str(data["backend"]),
+            repeats=int(data["repeats"]),
+            objective=str(data["objective"]),
+            rows=tuple(CalibrationRow(**row) for row in data["rows"]),
+            torch_version=str(data["torch_version"]),
+        )
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json() + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> Calibration:
+        """Read a saved calibration; a missing or malformed file is a one-line UserError."""
+        try:
+            return cls.from_json(Path(path).read_text())
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise UserError(f"cannot read calibration {path}: {exc}") from None
+
+
+def _op(collective: str, buf: torch.Tensor, world_size: int):  # noqa: ANN202 - returns a thunk
+    if collective == "all_reduce":
+        return lambda: dist.all_reduce(buf)
+    if collective == "broadcast":
+        return lambda: dist.broadcast(buf, src=0)
+    if collective == "all_gather":
+        outs = list(buf.split(buf.numel() // world_size))[:world_size]
+        mine = outs[0].clone()  # the input must not alias an output
+        return lambda: dist.all_gather(outs, mine)
+    raise ValueError(f"unknown collective {collective!r}; accepted: {', '.join(MODEL_OF)}")
+
+
+def measure_s(
+    collective: str, sizes: Sequence[int], repeats: int = 7, warmup: int = 2
+) -> list[float]:
+    """Median seconds per `collective` call at each size, the slowest rank's, on every rank."""
+    world_size = dist.get_world_size()
+    # Sizes are interleaved round by round, so load from elsewhere on the machine lands on
+    # every size alike instead of bending one part of the curve.
+    runs = [_op(collective, torch.zeros(max(world_size, n // 4)), world_size) for n in sizes]
+    bursts = [max(3, min(64, _BYTES_PER_ROUND // n)) for n in sizes]
+    samples: list[list[float]] = [[] for _ in sizes]
+    for i in range(warmup + repeats):
+        for run, burst, out in zip(runs, bursts, samples, strict=True):
+            dist.barrier()
+            for _ in range(burst):
+                start = time.perf_counter()
+                run()
+                if i >= warmup:
+                    out.append(time.perf_counter() - start)
+    # The slowest rank's median: the same table (hence the same fit) on every rank.
+    agreed = torch.tensor([statistics.median(s) for s in samples], dtype=torch.float64)
+    dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+    return [float(x) for x in agreed.tolist()]
+
+
+def _ternary_min(f: Callable[[float], float], lo: float, hi: float, steps: int = 80) -> float:
+    # Argmin of a convex function on [lo, hi]; (2/3)^80 leaves ~1e-14 of the interval.
+    for _ in range(steps):
+        x1, x2 = lo + (hi - lo) / 3, hi - (hi - lo) / 3
+        if f(x1) < f(x2):
+            hi = x2
+        else:
+            lo = x1
+    return (lo + hi) / 2
+
+
+def fit(
+    sizes: Sequence[int], seconds: Sequence[float], world_size: int, objective: str = "minimax"
+) -> AlphaBeta:
+    """Non-negative alpha, beta for the ring all-reduce formula, in relative-error terms.
+
+    "minimax" minimises the worst |relative error| (the figure a benchmark checks; the problem
+    is convex, solved by nested ternary search); "relative_ls" minimises the sum of squared
+    relative errors (closed form, less swayed by a single noisy size).
+    """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; accepted: {', '.join(OBJECTIVES)}")
+    unit = AlphaBeta(0.0, 0.0)
+    terms = [unit.terms("allreduce", "ring", n, world_size) for n in sizes]
+    t = np.asarray(seconds, dtype=np.float64)
+    # Row i of design @ (alpha, beta) is predicted_i / measured_i; the target is all ones.
+    design = np.array([[tm.messages, tm.wire_bytes] for tm in terms]) / t[:, None]
+    if objective == "minimax":
+
+        def worst(a: float, b: float) -> float:
+            return float(np.max(np.abs(design @ (a, b) - 1.0)))
+
+        def best_beta(a: float) -> float:
+            return _ternary_min(lambda b: worst(a, b), 0.0, float(np.max(1 / design[:, 1])))
+
+        alpha = _ternary_min(lambda a: worst(a, best_beta(a)), 0.0, float(np.max(1 / design[:, 0])))
+        return AlphaBeta(alpha_s=alpha, beta_s_per_byte=best_beta(alpha))
+    # Non-negative least squares in 2 variables: the free optimum if feasible, else the better
+    # one-parameter fit (the only other vertices).
+    candidates = [np.linalg.lstsq(design, np.ones_like(t), rcond=None)[0]]
+    for col in (0, 1):
+        x = np.zeros(2)
+        x[col] = design[:, col].sum() / float(design[:, col] @ design[:, col])
+        candidates.append(x)
+    feasible = [c for c in candidates if c[0] >= 0 and c[1] >= 0]
+    best = min(feasible, key=lambda c: float(np.sum((design @ c - 1.0) ** 2)))
+    return AlphaBeta(alpha_s=float(best[0]), beta_s_per_byte=float(best[1]))
+
+
+def calibrate(
+    sizes: Sequence[int] = DEFAULT_SIZES,
+    repeats: int = 7,
+    warmup: int = 2,
+    collectives: Sequence[str] = (FITTED,),
+    objective: str = "minimax",
+) -> Calibration:
+    """Time `collectives` at `sizes` on the current process group and fit alpha, beta.
+
+    Call it on every rank (it issues collectives). `all_reduce` is always measured: the fit
+    uses it. Rows of other collectives show how well the fit predicts them.
+    """
+    if not dist.is_initialized():
+        raise UserError("calibrate() needs an initialised process group; call init first")
+    unknown = [c for c in collectives if c not in MODEL_OF]
+    if unknown or repeats < 1 or len(sizes) < 2 or min(sizes) < 4 or objective not in OBJECTIVES:
+        raise UserError(
+            f"bad calibration request: collectives from {list(MODEL_OF)}, repeats >= 1, "
+            f">= 2 sizes of >= 4 bytes, objective in {OBJECTIVES} "
+            f"(got {list(collectives)}, {repeats}, {list(sizes)}, {objective!r})"
+        )
+    world_size = dist.get_world_size()
+    order = [FITTED] + [c for c in collectives if c != FITTED]
+    seconds = [t for c in order for t in measure_s(c, sizes, repeats, warmup)]
+    model = fit(sizes, seconds[: len(sizes)], world_size, objective)
+    rows = []
+    for i, (collective, nbytes) in enumerate((c, n) for c in order for n in sizes):
+        name, algorithm = MODEL_OF[collective]
+        predicted = model.time(name, algorithm, nbytes, world_size)
+        rows.append(CalibrationRow(collective, nbytes, seconds[i], predicted))
+    return Calibration(
+        model=model,
+        world_size=world_size,
+        backend=str(dist.get_backend()),
+        repeats=repeats,
+        objective=objective,
+        rows=tuple(rows),
+        torch_version=torch.__version__,
+    )

@@ -1,0 +1,221 @@
+"""Measure per-block forward, input-gradient and weight-gradient times and memory.
+
+The model runs block by block on detached inputs, so each block's backward can be timed on its
+own: `autograd.grad(out, [inp], g)` for the input gradient and `autograd.grad(out, params, g)`
+for the weight gradients, each with `retain_graph=True`. The gradient w.r.t. a block's input is
+the upstream gradient of the block before it, exactly as in a real backward pass.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from cadence.errors import UserError
+from cadence.models import BlockModel, get_model_spec, loss_fn
+from cadence.profile.record import BlockProfile, Profile
+
+
+def _clock(device: torch.device) -> Callable[[], float]:
+    if device.type == "cuda":
+
+        def now() -> float:
+            torch.cuda.synchronize(device)  # kernels are async: wait before reading the clock
+            return time.perf_counter()
+
+        return now
+    return time.perf_counter
+
+
+class _SavedBytes:
+    """Pack hook counting bytes autograd saves, once per storage, parameters excluded."""
+
+    def __init__(self, param_storages: set[int], seen: dict[int, int]) -> None:
+        self.param_storages = param_storages
+        self.seen = seen  # storages counted in any block so far (shared across blocks)
+        self.mine: dict[int, int] = {}
+
+    def pack(self, tensor: Tensor) -> Tensor:
+        storage = tensor.untyped_storage()
+        key = storage.data_ptr()
+        if key not in self.param_storages and key not in self.mine:
+            self.mine[key] = storage.nbytes()
+            self.seen.setdefault(key, storage.nbytes())
+        return tensor
+
+
+def _owned_params(blocks: list[nn.Module]) -> list[list[nn.Parameter]]:
+    seen: set[int] = set()
+    owned = []
+    for block in blocks:
+        mine = [p for p in block.parameters() if id(p) not in seen]
+        seen.update(id(p) for p in mine)
+        owned.append(mine)
+    return owned
+
+
+def _as_tensor(out: object, name: str) -> Tensor:
+    if not isinstance(out, Tensor):
+        raise TypeError(f"block {name!r} returned {type(out).__name__}; profiling needs a Tensor")
+    return out
+
+
+def _memory_pass(model: BlockModel, x: Tensor, device: torch.device) -> tuple[list[int], ...]:
+    """(activation, output, peak) bytes per block, from one untimed forward with pack hooks."""
+    params = list(model.parameters())
+    param_storages = {p.untyped_storage().data_ptr() for p in params}
+    fixed = sum(p.nbytes for p in params) + sum(p.nbytes for p in params if p.requires_grad)
+    seen: dict[int, int] = {}
+    acts, outs, peaks = [], [], []
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    h = x
+    for name, block in zip(model.block_names(), model.blocks(), strict=True):
+        counter = _SavedBytes(param_storages, seen)
+        with torch.autograd.graph.saved_tensors_hooks(counter.pack, lambda t: t):
+            h = _as_tensor(block(h), name)
+        acts.append(sum(counter.mine.values()))
+        outs.append(h.nbytes)
+        out_key = h.untyped_storage().data_ptr()
+        if device.type == "cuda":
+            peaks.append(int(torch.cuda.max_memory_allocated(device)))
+        else:
+            peaks.append(fixed + sum(seen.values()) + (0 if out_key in seen else h.nbytes))
+    return acts, outs, peaks
+
+
+def _timed_pass(
+    model: BlockModel, x: Tensor, y: Tensor, now: Callable[[], float]
+) -> tuple[list[float], list[float], list[float], float]:
+    """One block-by-block iteration: (forward, input-grad, weight-grad) seconds per block, loss."""
+    blocks, names = model.blocks(), model.block_names()
+    fwd, igrad, wgrad = [0.0] * len(blocks), [0.0] * len(blocks), [0.0] * len(blocks)
+    inputs, outputs = [], []
+    h = x
+    for i, block in enumerate(blocks):
+        inp = h.detach()
+        if i > 0 and inp.is_floating_point():
+            inp.requires_grad_(True)
+        start = now()
+        h = block(inp)
+        fwd[i] = now() - start
+        h = _as_tensor(h, names[i])
+        inputs.append(inp)
+        outputs.append(h)
+    start = now()
+    last = h.detach().requires_grad_(True)
+    g: Tensor | None = torch.autograd.grad(loss_fn(last, y), [last])[0]
+    loss_s = now() - start
+    for i in reversed(range(len(blocks))):
+        out, inp = outputs[i], inputs[i]
+        if g is None or not out.requires_grad:
+            break  # nothing upstream can be differentiated (e.g. integer activations)
+        params = [p for p in blocks[i].parameters() if p.requires_grad]
+        if params:
+            start = now()
+            torch.autograd.grad(out, params, g, retain_graph=True, allow_unused=True)
+            wgrad[i] = now() - start
+        g_in = None
+        if i > 0 and inp.requires_grad:
+            start = now()
+            (g_in,) = torch.autograd.grad(out, [inp], g, retain_graph=True, allow_unused=True)
+            igrad[i] = now() - start
+        g = g_in
+    return fwd, igrad, wgrad, loss_s
+
+
+def _iteration_s(model: BlockModel, x: Tensor, y: Tensor, now: Callable[[], float]) -> float:
+    model.zero_grad(set_to_none=True)
+    start = now()
+    loss_fn(model(x), y).backward()
+    return now() - start
+
+
+def profile_model(
+    model: BlockModel,
+    batch: tuple[Tensor, Tensor],
+    iterations: int = 10,
+    warmup: int = 2,
+    name: str = "custom",
+) -> Profile:
+    """Profile `model` (in training mode, on its parameters' device) on `batch`.
+
+    Medians over `iterations` timed iterations after `warmup` untimed ones. Running statistics
+    (BatchNorm) update as in training; parameters do not change. Gradients are left cleared.
+    """
+    if iterations < 1 or warmup < 0:
+        raise ValueError(f"need iterations >= 1 and warmup >= 0, got {iterations}, {warmup}")
+    first = next(model.parameters(), None)
+    device = first.device if first is not None else torch.device("cpu")
+    x, y = (t.to(device) for t in batch)
+    model.train()
+    now = _clock(device)
+    acts, outs, peaks = _memory_pass(model, x, device)
+    samples: list[list[list[float]]] = [[], [], []]
+    loss_samples, iteration_samples = [], []
+    for it in range(warmup + iterations):
+        fwd, igrad, wgrad, loss_s = _timed_pass(model, x, y, now)
+        whole = _iteration_s(model, x, y, now)
+        if it >= warmup:
+            for store, values in zip(samples, (fwd, igrad, wgrad), strict=True):
+                store.append(values)
+            loss_samples.append(loss_s)
+            iteration_samples.append(whole)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        _iteration_s(model, x, y, now)
+        peak, peak_kind = int(torch.cuda.max_memory_allocated(device)), "cuda_max_allocated"
+    else:
+        peak, peak_kind = peaks[-1], "cpu_accounted"
+    model.zero_grad(set_to_none=True)
+
+    def median(kind: int, i: int) -> float:
+        return statistics.median(sample[i] for sample in samples[kind])
+
+    owned = _owned_params(model.blocks())
+    blocks = tuple(
+        BlockProfile(
+            name=block_name,
+            forward_s=median(0, i),
+            input_grad_s=median(1, i),
+            weight_grad_s=median(2, i),
+            param_bytes=sum(p.nbytes for p in owned[i]),
+            activation_bytes=acts[i],
+            output_bytes=outs[i],
+            peak_bytes=peaks[i],
+        )
+        for i, block_name in enumerate(model.block_names())
+    )
+    return Profile(
+        model=name,
+        batch_size=int(x.shape[0]),
+        input_shape=tuple(int(d) for d in x.shape[1:]),
+        blocks=blocks,
+        iteration_s=statistics.median(iteration_samples),
+        loss_s=statistics.median(loss_samples),
+        iterations=iterations,
+        warmup=warmup,
+        device=str(device),
+        threads=torch.get_num_threads(),
+        torch_version=torch.__version__,
+        peak_memory_bytes=peak,
+        peak_memory_kind=peak_kind,
+    )
+
+
+def profile_zoo_model(
+    name: str, batch_size: int, iterations: int = 10, warmup: int = 2, seed: int = 0
+) -> Profile:
+    """Profile zoo model `name` (default build, seeded) on a synthetic batch, on CPU."""
+    if batch_size < 1 or iterations < 1:
+        raise UserError(
+            f"batch size and iterations must be >= 1, got {batch_size} and {iterations}"
+        )
+    spec = get_model_spec(name)
+    torch.manual_seed(seed)
+    model = spec.build()
+    return profile_model(model, spec.synthetic_batch(batch_size, seed), iterations, warmup, name)

@@ -1,0 +1,137 @@
+"""`Profile`: what one profiling run measured, per block and for the whole iteration."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from cadence.errors import UserError
+
+FORMAT = "cadence-profile"
+VERSION = 1
+PEAK_KINDS = ("cuda_max_allocated", "cpu_accounted")
+
+
+@dataclass(frozen=True)
+class BlockProfile:
+    """Costs of one block of a `BlockModel` (times are medians over the timed iterations)."""
+
+    name: str
+    """Block name, as `BlockModel.block_names()` gives it."""
+    forward_s: float
+    """Seconds for the block's forward."""
+    input_grad_s: float
+    """Seconds to compute the gradient w.r.t. the block's input alone; 0 for the first block
+    (nothing upstream needs it)."""
+    weight_grad_s: float
+    """Seconds to compute the gradients w.r.t. the block's parameters alone; 0 without params.
+    Work shared by both gradients (e.g. through a ReLU) is timed in each of them."""
+    param_bytes: int
+    """Bytes of parameters first owned by this block (a tied parameter counts once, in the
+    first block that uses it), so the blocks sum to the model's parameter bytes."""
+    activation_bytes: int
+    """Bytes of tensors autograd saves for backward during this block's forward (parameters
+    excluded, de-duplicated by storage; includes the block's input if it is saved)."""
+    output_bytes: int
+    """Bytes of the block's output tensor."""
+    peak_bytes: int
+    """Memory in use when this block's forward ends, with the kind of `Profile.peak_memory_kind`:
+    CUDA allocator peak since the iteration began, or on CPU the accounted sum of all params,
+    their grads, the activations saved so far (de-duplicated across blocks) and this output."""
+
+    @property
+    def backward_s(self) -> float:
+        """Input-gradient plus weight-gradient seconds."""
+        return self.input_grad_s + self.weight_grad_s
+
+    @property
+    def total_s(self) -> float:
+        """Forward plus backward seconds."""
+        return self.forward_s + self.backward_s
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A model profiled at one batch size on one device."""
+
+    model: str
+    """Model name (the zoo name, or what the caller passed for a custom model)."""
+    batch_size: int
+    """Samples per batch."""
+    input_shape: tuple[int, ...]
+    """Per-sample input shape."""
+    blocks: tuple[BlockProfile, ...]
+    """One entry per block, in forward order."""
+    iteration_s: float
+    """Median seconds of a whole-model forward + loss + backward (the real thing, not the sum)."""
+    loss_s: float
+    """Median seconds of the loss and its gradient w.r.t. the model output."""
+    iterations: int
+    """Timed iterations behind each median."""
+    warmup: int
+    """Untimed iterations run first."""
+    device: str
+    """Where it ran, e.g. "cpu" or "cuda:0"."""
+    threads: int
+    """torch.get_num_threads() during the run (intra-op CPU threads)."""
+    torch_version: str
+    """torch.__version__ of the run."""
+    peak_memory_bytes: int
+    """Peak memory of an iteration: on CUDA the allocator peak over forward + backward; on CPU
+    the accounted peak (params + grads + saved activations alive at the end of forward)."""
+    peak_memory_kind: str
+    """"cuda_max_allocated" or "cpu_accounted": how the peak figures were obtained."""
+
+    @property
+    def param_bytes(self) -> int:
+        """Bytes of all parameters (sum over blocks)."""
+        return sum(b.param_bytes for b in self.blocks)
+
+    @property
+    def block_sum_s(self) -> float:
+        """Sum of the per-block forward, input-grad and weight-grad medians."""
+        return sum(b.total_s for b in self.blocks)
+
+    @property
+    def block_sum_ratio(self) -> float:
+        """(block sum + loss) / measured iteration: 1 when the per-block split adds up."""
+        return (self.block_sum_s + self.loss_s) / self.iteration_s
+
+    def to_json(self) -> str:
+        return json.dumps({"format": FORMAT, "version": VERSION, **asdict(self)}, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> Profile:
+        """Parse `to_json` output; raises ValueError/KeyError/TypeError on anything else."""
+        data: dict[str, Any] = json.loads(text)
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ValueError(f"not a {FORMAT} file")
+        if data.get("version") != VERSION:
+            raise ValueError(f"{FORMAT} version {data.get('version')}, expected {VERSION}")
+        fields = {k: v for k, v in data.items() if k not in ("format", "version")}
+        fields["input_shape"] = tuple(int(d) for d in fields["input_shape"])
+        fields["blocks"] = tuple(BlockProfile(**b) for b in fields["blocks"])
+        profile = cls(**fields)
+        if profile.peak_memory_kind not in PEAK_KINDS:
+            raise ValueError(f"peak_memory_kind {profile.peak_memory_kind!r} not in {PEAK_KINDS}")
+        return profile
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json() + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path, expected_model: str | None = None) -> Profile:
+        """Read a saved profile; a bad file, or one of a model other than `expected_model`,
+        is a one-line UserError."""
+        try:
+            profile = cls.from_json(Path(path).read_text())
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            reason = " ".join(str(exc).split())  # one line, whatever the parser said
+            raise UserError(f"cannot read profile {path}: {reason}") from None
+        if expected_model is not None and profile.model != expected_model:
+            raise UserError(
+                f"profile {path} is of model {profile.model!r}, expected {expected_model!r}"
+            )
+        return profile

@@ -1,0 +1,103 @@
+"""Alpha-beta collective costs against hand-computed values."""
+
+import math
+
+import pytest
+
+from cadence.comm.cost import ALGORITHMS, AlphaBeta, ring_allreduce_wire_s
+
+A, B, G = 1e-5, 1e-9, 1e-10
+N = 1 << 20
+MODEL = AlphaBeta(A, B, G)
+
+
+def close(x, y):
+    return math.isclose(x, y, rel_tol=1e-12, abs_tol=1e-18)
+
+
+@pytest.mark.parametrize("collective", sorted(ALGORITHMS))
+def test_single_rank_costs_nothing(collective):
+    for algorithm in ALGORITHMS[collective]:
+        assert MODEL.time(collective, algorithm, N, 1) == 0.0
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 7, 8, 16])
+def test_ring_allreduce(p):
+    expected = 2 * (p - 1) * A + 2 * (p - 1) / p * N * B + (p - 1) / p * N * G
+    assert close(MODEL.time("allreduce", "ring", N, p), expected)
+
+
+def test_halving_doubling_power_of_two():
+    # p = 8: 2 log2 8 = 6 messages, 2 * 7/8 n on the wire, 7/8 n reduced.
+    expected = 6 * A + 2 * 7 / 8 * N * B + 7 / 8 * N * G
+    assert close(MODEL.time("allreduce", "halving_doubling", N, 8), expected)
+
+
+def test_halving_doubling_non_power_of_two_adds_fold_step():
+    # p = 6 runs on 4 ranks after folding 2 extras in: 4 + 2 messages, 2*3/4 n + 2 n on the wire.
+    expected = 6 * A + (1.5 * N + 2 * N) * B + (0.75 * N + N) * G
+    assert close(MODEL.time("allreduce", "halving_doubling", N, 6), expected)
+
+
+@pytest.mark.parametrize("p, rounds", [(2, 1), (3, 2), (4, 2), (5, 3), (8, 3), (9, 4)])
+def test_tree_rounds_use_ceil_log2(p, rounds):
+    assert close(MODEL.time("broadcast", "binomial", N, p), rounds * (A + N * B))
+    assert close(MODEL.time("reduce", "binomial", N, p), rounds * (A + N * B + N * G))
+    assert close(MODEL.time("allreduce", "tree", N, p), 2 * rounds * (A + N * B) + rounds * N * G)
+    spread = (p - 1) / p * N * B
+    assert close(MODEL.time("gather", "binomial", N, p), rounds * A + spread)
+    assert close(MODEL.time("scatter", "binomial", N, p), rounds * A + spread)
+    assert close(MODEL.time("allgather", "bruck", N, p), rounds * A + spread)
+
+
+@pytest.mark.parametrize("p", [2, 5])
+def test_linear_step_collectives(p):
+    spread = (p - 1) / p * N
+    assert close(MODEL.time("allgather", "ring", N, p), (p - 1) * A + spread * B)
+    assert close(MODEL.time("reduce_scatter", "ring", N, p), (p - 1) * A + spread * (B + G))
+    assert close(MODEL.time("all_to_all", "pairwise", N, p), (p - 1) * A + spread * B)
+    assert close(MODEL.time("p2p", "direct", N, p), A + N * B)
+
+
+def test_chain_broadcast_picks_best_segment_count():
+    p, n = 6, 10_000
+    model = AlphaBeta(1e-5, 1e-8)
+    brute = min((p - 2 + k) * (model.alpha_s + n / k * model.beta_s_per_byte) for k in range(1, n))
+    assert close(model.time("broadcast", "chain", n, p), brute)
+    # Two ranks: a chain is one message, never split (splitting only adds latency).
+    assert close(model.time("broadcast", "chain", n, 2), model.alpha_s + n * model.beta_s_per_byte)
+    # Pipelining beats the binomial tree for large messages on many ranks.
+    big = 64 << 20
+    assert model.time("broadcast", "chain", big, 16) < model.time("broadcast", "binomial", big, 16)
+
+
+def test_halving_doubling_beats_ring_on_latency():
+    small = 8
+    assert MODEL.time("allreduce", "halving_doubling", small, 64) < MODEL.time(
+        "allreduce", "ring", small, 64
+    )
+
+
+def test_from_bandwidth_matches_wire_bound():
+    model = AlphaBeta.from_bandwidth(10e9)
+    for p in (2, 3, 8):
+        assert close(model.time("allreduce", "ring", N, p), ring_allreduce_wire_s(N, p, 10e9))
+    assert ring_allreduce_wire_s(N, 1, 10e9) == 0.0
+    assert ring_allreduce_wire_s(N, 4, math.inf) == 0.0
+    assert AlphaBeta.from_bandwidth(math.inf).time("allreduce", "ring", N, 4) == 0.0
+
+
+def test_unknown_names_list_accepted_ones():
+    with pytest.raises(ValueError, match="accepted: .*allreduce"):
+        MODEL.time("allreduse", "ring", N, 2)
+    with pytest.raises(ValueError, match="accepted: ring, halving_doubling, tree"):
+        MODEL.time("allreduce", "bcube", N, 2)
+
+
+def test_rejects_bad_parameters():
+    with pytest.raises(ValueError):
+        AlphaBeta(-1.0, 1e-9)
+    with pytest.raises(ValueError):
+        AlphaBeta(0.0, math.nan)
+    with pytest.raises(ValueError):
+        MODEL.time("allreduce", "ring", -1, 2)

@@ -1,0 +1,117 @@
+"""Per-block profiler: structure, exact parameter bytes, JSON round trip, sanity of times."""
+
+import json
+
+import pytest
+import torch
+
+from cadence.errors import UserError
+from cadence.models import get_model_spec
+from cadence.profile import Profile, profile_command, profile_model, profile_zoo_model
+
+
+@pytest.fixture(scope="module", params=["mlp", "cnn"])
+def profiled(request):
+    name = request.param
+    spec = get_model_spec(name)
+    torch.manual_seed(0)
+    model = spec.build()
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        # A batch big enough that compute, not Python overhead, dominates the block times.
+        profile = profile_model(model, spec.synthetic_batch(128), iterations=7, warmup=2, name=name)
+    finally:
+        torch.set_num_threads(previous)
+    return model, profile
+
+
+def test_one_entry_per_block(profiled):
+    model, profile = profiled
+    assert [b.name for b in profile.blocks] == model.block_names()
+    assert profile.batch_size == 128 and profile.input_shape == (1, 8, 8)
+    assert profile.threads == 1 and profile.peak_memory_kind == "cpu_accounted"
+
+
+def test_param_bytes_exact(profiled):
+    model, profile = profiled
+    assert profile.param_bytes == sum(p.numel() * p.element_size() for p in model.parameters())
+    for block, entry in zip(model.blocks(), profile.blocks, strict=True):
+        assert entry.param_bytes == sum(p.nbytes for p in block.parameters())
+
+
+def test_times_and_bytes_are_real(profiled):
+    _, profile = profiled
+    first, *rest = profile.blocks
+    assert first.input_grad_s == 0.0
+    assert first.weight_grad_s > 0 and first.forward_s > 0
+    for b in rest:
+        assert b.forward_s > 0 and b.input_grad_s > 0 and b.weight_grad_s > 0
+    for b in profile.blocks:
+        assert b.activation_bytes > 0 and b.output_bytes > 0
+    assert profile.blocks[-1].output_bytes == 128 * 10 * 4  # logits
+    peaks = [b.peak_bytes for b in profile.blocks]
+    assert peaks == sorted(peaks) and profile.peak_memory_bytes == peaks[-1]
+    assert profile.peak_memory_bytes > 2 * profile.param_bytes  # params + grads + activations
+    assert 0.5 <= profile.block_sum_ratio <= 2.0, profile.block_sum_ratio
+
+
+def test_json_round_trip(profiled, tmp_path):
+    _, profile = profiled
+    assert Profile.from_json(profile.to_json()) == profile
+    path = tmp_path / "p.json"
+    profile.save(path)
+    assert Profile.load(path, expected_model=profile.model) == profile
+
+
+def test_load_rejects_wrong_model_and_bad_files(profiled, tmp_path):
+    _, profile = profiled
+    path = tmp_path / "p.json"
+    profile.save(path)
+    with pytest.raises(UserError, match=r"of model '\w+', expected 'vgg16'") as info:
+        Profile.load(path, expected_model="vgg16")
+    assert "\n" not in str(info.value)
+    bad = tmp_path / "bad.json"
+    for text in (
+        "{oops",
+        json.dumps({"format": "other"}),
+        json.dumps({"format": "cadence-profile"}),
+    ):
+        bad.write_text(text)
+        with pytest.raises(UserError, match="cannot read profile") as info:
+            Profile.load(bad)
+        assert "\n" not in str(info.value)
+    with pytest.raises(UserError, match="cannot read profile"):
+        Profile.load(tmp_path / "missing.json")
+
+
+def test_tied_parameters_count_once():
+    model = get_model_spec("gpt_mini").build(tie_weights=True)
+    x, y = get_model_spec("gpt_mini").synthetic_batch(2)
+    profile = profile_model(model, (x, y), iterations=1, warmup=0, name="gpt_mini")
+    assert profile.param_bytes == sum(p.nbytes for p in model.parameters())
+    assert profile.blocks[0].input_grad_s == 0.0  # token ids have no gradient
+
+
+def test_command_prints_table_and_saves(tmp_path, capsys):
+    out = tmp_path / "cnn.json"
+    threads = torch.get_num_threads()
+    profile = profile_command("cnn", batch_size=4, iterations=1, warmup=0, out=out)
+    assert torch.get_num_threads() == threads  # restored
+    printed = capsys.readouterr().out
+    assert "fwd ms" in printed and "conv1" in printed and "ratio" in printed
+    assert Profile.load(out, expected_model="cnn") == profile
+    assert profile.threads == 1
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"batch_size": 0, "iterations": 1}, {"batch_size": 2, "iterations": 0}]
+)
+def test_bad_arguments_are_user_errors(kwargs):
+    with pytest.raises(UserError):
+        profile_zoo_model("cnn", **kwargs)
+
+
+def test_unknown_model_is_user_error():
+    with pytest.raises(UserError):
+        profile_command("nope", batch_size=2, iterations=1, echo=lambda _: None)
