@@ -36,8 +36,17 @@ for run in (1, 2):
         f"{cad['median_iteration_s'] / bound:.2f} |"
     )
 compute = load("vgg16-profile-b32.json")["iteration_s"]
+slow = load("vgg16-200mbit-ddp-steps5.json")
+probe = load("probe-400mbit.json")
 print()
 print(
     f"bound = max(compute {compute:.3f} s, wire {bound:.3f} s) = {max(compute, bound):.3f} s; "
     f"median cadence/DDP over runs {statistics.median(ratios):.2f}"
+)
+print()
+print(
+    f"vgg16, DDP, 200mbit, 5 steps: median iteration {slow['median_iteration_s']:.3f} s, "
+    f"wire bound {slow['wire_bound_s']:.3f} s ({slow['iteration_over_wire_bound']:.2f}x). "
+    f"Probe at a 400mbit cap: {probe['achieved_bps'] / 1e6:.1f} Mbit/s of TCP payload "
+    f"({100 * probe['ratio']:.1f}% of the cap; frames carry 1448 payload bytes per 1514)."
 )
