@@ -48,10 +48,12 @@ class SyncEngine:
         self.plan: DPPlan = build_plan(layout.infos, config.threshold_bytes, config.credit)
         num_params = len(layout.params)
         # Parameters are updated together with the others of their front-most layer.
-        by_layer: list[list[nn.Parameter]] = [[] for _ in layout.layers]
+        self._update_params: list[list[int]] = [[] for _ in layout.layers]
         for info in layout.infos:
-            by_layer[info.layer].append(layout.params[info.index])
-        self.updater = LayerwiseUpdater(optimizer, by_layer)
+            self._update_params[info.layer].append(info.index)
+        self.updater = LayerwiseUpdater(
+            optimizer, [[layout.params[i] for i in group] for group in self._update_params]
+        )
         self._cv = threading.Condition()
         self._backward_count = 0  # backward passes started
         self._in_backward = False
@@ -214,10 +216,9 @@ class SyncEngine:
     def _apply_layer(self, layer: int, iteration: int) -> None:
         self.updater.step(layer)
         with self._cv:
-            for info in self.layout.infos:
-                if info.layer == layer:
-                    self.layout.params[info.index].grad = None
-                    self._applied[info.index] = iteration
+            for index in self._update_params[layer]:
+                self.layout.params[index].grad = None
+                self._applied[index] = iteration
             self._cv.notify_all()
 
     def _replan(self, comm_seconds: float) -> None:
