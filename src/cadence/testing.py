@@ -11,7 +11,6 @@ import multiprocessing as mp
 import os
 import pickle
 import queue
-import socket
 import time
 import traceback
 from collections.abc import Callable
@@ -21,15 +20,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from cadence.launch.local import free_port
+
 
 class RankFailed(AssertionError):
     """A rank raised or the run timed out; the message carries the failing rank's traceback."""
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _rank_main(
@@ -73,7 +68,7 @@ def run_ranks(
     """
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [
         ctx.Process(target=_rank_main, args=(r, world_size, port, fn, args, results), daemon=True)
         for r in range(world_size)
