@@ -1,0 +1,195 @@
+"""What every adapter shares: per-block costs from a `Profile`, the link model, and one
+worker's compute program (forward, loss, backward in a given order) as tasks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cadence.comm.cost import AlphaBeta
+from cadence.dp.plan import ParamInfo
+from cadence.errors import UserError
+from cadence.profile import Profile
+from cadence.sim.graph import TaskGraph
+
+
+@dataclass(frozen=True)
+class BlockCosts:
+    """Per-block compute costs the simulator charges (index = block, forward order)."""
+
+    names: tuple[str, ...]
+    """Block names."""
+    forward_s: tuple[float, ...]
+    """Forward seconds."""
+    input_grad_s: tuple[float, ...]
+    """Input-gradient seconds."""
+    weight_grad_s: tuple[float, ...]
+    """Weight-gradient seconds."""
+    activation_bytes: tuple[int, ...]
+    """Bytes saved for backward by the forward, freed once both gradients are done."""
+    param_bytes: tuple[int, ...]
+    """Parameter bytes owned by the block (its gradients have the same size)."""
+    loss_s: float
+    """Loss and its gradient."""
+
+    @property
+    def compute_s(self) -> float:
+        """Compute seconds of one iteration."""
+        return sum(self.forward_s) + sum(self.input_grad_s) + sum(self.weight_grad_s) + self.loss_s
+
+
+def block_costs(profile: Profile, calibrate: bool = True) -> BlockCosts:
+    """Costs from `profile`. With `calibrate`, block times are scaled by one factor so that
+    blocks + loss add up to the measured whole iteration: the per-block timings count work
+    shared by both gradients twice, the whole-iteration median does not."""
+    if not profile.blocks:
+        raise UserError(f"profile of {profile.model!r} has no blocks")
+    scale = 1.0
+    if calibrate and profile.block_sum_s > 0 and profile.iteration_s > profile.loss_s:
+        scale = (profile.iteration_s - profile.loss_s) / profile.block_sum_s
+    b = profile.blocks
+    return BlockCosts(
+        names=tuple(x.name for x in b),
+        forward_s=tuple(x.forward_s * scale for x in b),
+        input_grad_s=tuple(x.input_grad_s * scale for x in b),
+        weight_grad_s=tuple(x.weight_grad_s * scale for x in b),
+        activation_bytes=tuple(x.activation_bytes for x in b),
+        param_bytes=tuple(x.param_bytes for x in b),
+        loss_s=profile.loss_s,
+    )
+
+
+def param_blocks(costs: BlockCosts, params: Sequence[ParamInfo]) -> tuple[int, ...]:
+    """Block of each parameter (indexed by `ParamInfo.index`).
+
+    Zoo parameters are named `<block>.<...>`, which settles it. Otherwise parameters are taken
+    in registration (= forward) order and dealt to blocks by the blocks' parameter bytes. A
+    profile whose parameter bytes differ from the plan's is of another model: a UserError.
+    """
+    total = sum(p.nbytes for p in params)
+    if total != sum(costs.param_bytes):
+        raise UserError(
+            f"profile has {sum(costs.param_bytes)} parameter bytes but the plan has {total}: "
+            "the profile is of another model (profile it again with `cadence profile`)"
+        )
+    index = {name: i for i, name in enumerate(costs.names)}
+    by_name = [index.get(p.name.split(".", 1)[0]) for p in params]
+    out = [0] * len(params)
+    if all(b is not None for b in by_name):
+        for p, b in zip(params, by_name, strict=True):
+            out[p.index] = int(b)  # type: ignore[arg-type]
+        return tuple(out)
+    block, room = 0, costs.param_bytes[0]
+    for p in sorted(params, key=lambda p: p.index):
+        while room <= 0 and block + 1 < len(costs.param_bytes):
+            block += 1
+            room = costs.param_bytes[block]
+        out[p.index] = block
+        room -= p.nbytes
+    return tuple(out)
+
+
+def block_params(costs: BlockCosts) -> list[ParamInfo]:
+    """One pseudo-parameter per block with parameters, for when no plan names the real ones
+    (fp32 assumed; only sizes and blocks matter to the simulator)."""
+    return [
+        ParamInfo(i, f"{name}.params", nbytes // 4, 4, i)
+        for i, (name, nbytes) in enumerate(zip(costs.names, costs.param_bytes, strict=True))
+        if nbytes > 0
+    ]
+
+
+def link_model(link: AlphaBeta | float) -> AlphaBeta:
+    """`AlphaBeta` as given, or a latency-free link of `link` bytes/s."""
+    if isinstance(link, AlphaBeta):
+        return link
+    if not (isinstance(link, int | float) and link > 0):
+        raise UserError(f"link must be an AlphaBeta or a positive bytes/s figure, got {link!r}")
+    return AlphaBeta(alpha_s=0.0, beta_s_per_byte=1.0 / float(link))
+
+
+def allreduce_flow(model: AlphaBeta, nbytes: int, world_size: int) -> tuple[float, float]:
+    """(fixed latency seconds, bytes each NIC moves) of a ring all-reduce of `nbytes`: the
+    bandwidth term is shared with concurrent flows, the message and reduction terms are not."""
+    terms = model.terms("allreduce", "ring", nbytes, world_size)
+    latency = model.alpha_s * terms.messages + model.gamma_s_per_byte * terms.reduce_bytes
+    return latency, terms.wire_bytes
+
+
+def backward_steps(num_blocks: int, split_block: int | None) -> list[tuple[str, int]]:
+    """Order of ("I", b) input-gradient and ("W", b) weight-gradient steps in one backward.
+
+    Ordinary order (`split_block` None): each block's input gradient then its weight gradient,
+    back to front. Reordered at block k: input gradients of the blocks after k first, then
+    blocks k..0 as usual, then the deferred weight gradients back to front, so the weight
+    gradients run k, k-1, ..., 0, then last, ..., k+1.
+    """
+    if split_block is None or split_block >= num_blocks - 1:
+        return [s for b in reversed(range(num_blocks)) for s in (("I", b), ("W", b))]
+    late = range(num_blocks - 1, split_block, -1)
+    steps = [("I", b) for b in late]
+    steps += [s for b in range(split_block, -1, -1) for s in (("I", b), ("W", b))]
+    return steps + [("W", b) for b in late]
+
+
+@dataclass(frozen=True)
+class ComputeIteration:
+    """Task ids of one worker's compute in one iteration."""
+
+    forward: tuple[int, ...]
+    """Forward task of each block."""
+    weight_grad: tuple[int, ...]
+    """Weight-gradient task of each block (its gradients are ready when it ends)."""
+    last: int
+    """The last compute task (program order continues from it)."""
+
+
+def add_compute_iteration(
+    graph: TaskGraph,
+    costs: BlockCosts,
+    *,
+    stream: int,
+    worker: int,
+    iteration: int,
+    after: int | None,
+    gates: Sequence[Sequence[int]],
+    steps: Sequence[tuple[str, int]],
+) -> ComputeIteration:
+    """Add forward, loss and backward of one iteration on `stream`, in program order after
+    task `after`. Block b's forward also waits for `gates[b]` (e.g. its parameters' update).
+    Activations are allocated by the forward and freed by the block's last backward step;
+    gradients are allocated by the weight-gradient step (the adapter frees them)."""
+
+    def add(name: str, kind: str, seconds: float, deps: list[int | None], mem: int) -> int:
+        return graph.add(
+            name,
+            kind,
+            resources=(stream,),
+            duration_s=seconds,
+            deps=deps,
+            worker=worker,
+            iteration=iteration,
+            mem_end=mem,
+        )
+
+    nb = len(costs.forward_s)
+    prev = after
+    forward = []
+    for b in range(nb):
+        prev = add(
+            f"F{b}", "forward", costs.forward_s[b], [prev, *gates[b]], costs.activation_bytes[b]
+        )
+        forward.append(prev)
+    prev = add("loss", "loss", costs.loss_s, [prev], 0)
+    last_step = {b: i for i, (_, b) in enumerate(steps)}
+    weight_grad = [0] * nb
+    for i, (kind, b) in enumerate(steps):
+        free = -costs.activation_bytes[b] if last_step[b] == i else 0
+        if kind == "I":
+            prev = add(f"I{b}", "input_grad", costs.input_grad_s[b], [prev], free)
+        else:
+            prev = add(
+                f"W{b}", "weight_grad", costs.weight_grad_s[b], [prev], free + costs.param_bytes[b]
+            )
+            weight_grad[b] = prev
+    return ComputeIteration(tuple(forward), tuple(weight_grad), prev)

@@ -1,0 +1,316 @@
+"""Task graphs of data-parallel training: cadence's scheduled plan (`DPPlan`) and DDP.
+
+Both follow what the executors do, step by step:
+
+- cadence-dp (`cadence/dp/runtime.py`): the communication thread walks `plan.issue_order`;
+  before issuing a chunk it waits for the chunk's gradients and then, while the bytes in
+  flight plus the chunk's would exceed `plan.credit_bytes`, completes the *oldest* in-flight
+  chunk (waits for it, unpacks it, updates every layer whose chunks are now all in). The
+  remaining chunks are completed in order after the last issue. Layer b's next forward waits
+  for its update only. Backward runs in ordinary order, or reordered at `plan.reorder_k`.
+- DDP: gradients are bucketed in reverse registration order (first bucket 1 MiB, then
+  `bucket_bytes`), a bucket's all-reduce is launched once it is ready and every earlier bucket
+  is launched, the optimizer steps after backward once all are done, and the next forward
+  waits for that step.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cadence.comm.cost import AlphaBeta
+from cadence.dp.plan import DPPlan, ParamInfo
+from cadence.sim.compute import (
+    BlockCosts,
+    add_compute_iteration,
+    allreduce_flow,
+    backward_steps,
+    param_blocks,
+)
+from cadence.sim.graph import LINK, STREAM, TaskGraph
+from cadence.sim.options import SimOptions
+
+DDP_FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed's default first-bucket cap
+
+
+@dataclass(frozen=True)
+class Built:
+    """A graph plus what the metrics need to read its schedule."""
+
+    graph: TaskGraph
+    """The tasks."""
+    iteration_starts: tuple[int, ...]
+    """Per simulated iteration, worker 0's first forward task; one more (a marker) at the end."""
+    measured_from: int
+    """Index in `iteration_starts` where steady state (the measured window) begins."""
+    strategy: str
+    """"cadence-dp" or "ddp"."""
+    world_size: int
+    """Workers modelled."""
+
+
+def _resources(graph: TaskGraph, worker: int, link: AlphaBeta) -> tuple[int, int, int]:
+    rate = 1.0 / link.beta_s_per_byte if link.beta_s_per_byte > 0 else float("inf")
+    compute = graph.resource(f"w{worker}.compute", STREAM, worker=worker)
+    comm = graph.resource(f"w{worker}.comm", STREAM, worker=worker)
+    nic = graph.resource(f"w{worker}.nic", LINK, bytes_per_s=rate, worker=worker)
+    return compute, comm, nic
+
+
+def _split_block(plan: DPPlan, blocks: Sequence[int]) -> int | None:
+    """Block holding layer K (1-based) of a plan reordered at K; None for ordinary order."""
+    k = getattr(plan, "reorder_k", None)
+    num_layers = len(plan.layer_chunks)
+    if k is None or k >= num_layers:
+        return None
+    if k < 1:
+        raise ValueError(f"reorder_k must be in 1..{num_layers}, got {k}")
+    return max(blocks[p.index] for p in plan.params if p.layer == k - 1)
+
+
+def _flow(
+    graph: TaskGraph,
+    name: str,
+    nbytes: int,
+    nics: Sequence[int],
+    link: AlphaBeta,
+    world_size: int,
+    deps: list[int | None],
+    iteration: int,
+) -> int:
+    latency, wire = allreduce_flow(link, nbytes, world_size)
+    if link.beta_s_per_byte == 0:
+        wire = 0.0  # infinitely fast link: only the latency remains
+    return graph.add(
+        name,
+        "allreduce",
+        resources=nics,
+        duration_s=latency,
+        nbytes=wire,
+        deps=deps,
+        iteration=iteration,
+    )
+
+
+class _CommThread:
+    """The communication-thread program of cadence-dp for every simulated worker."""
+
+    def __init__(self, graph: TaskGraph, plan: DPPlan, streams: Sequence[int]) -> None:
+        self.graph, self.plan, self.streams = graph, plan, streams
+        self.prev: list[int | None] = [None] * len(streams)
+        self.iteration = 0
+        self.flows: dict[int, int] = {}
+        self.gates: list[list[list[int]]] = []
+
+    def step(
+        self, w: int, name: str, kind: str, seconds: float, deps: Sequence[int], mem: int = 0
+    ) -> int:
+        tid = self.graph.add(
+            name,
+            kind,
+            resources=(self.streams[w],),
+            duration_s=seconds,
+            deps=[self.prev[w], *deps],
+            worker=w,
+            iteration=self.iteration,
+            mem_end=mem,
+        )
+        self.prev[w] = tid
+        return tid
+
+    def complete(
+        self,
+        c: int,
+        layers: Sequence[int],
+        layer_block: Sequence[int],
+        layer_bytes: Sequence[int],
+        update_s_per_byte: float,
+    ) -> None:
+        for w in range(len(self.streams)):
+            self.step(w, f"done c{c}", "complete", 0.0, [self.flows[c]], -_packed(self.plan, c))
+            for layer in layers:
+                seconds = update_s_per_byte * layer_bytes[layer]
+                # The update frees the layer's gradients and gates its next forward.
+                t = self.step(w, f"U{layer}", "update", seconds, [], -layer_bytes[layer])
+                self.gates[w][layer_block[layer]].append(t)
+
+
+def build_dp(
+    costs: BlockCosts,
+    plan: DPPlan,
+    world_size: int,
+    link: AlphaBeta,
+    iterations: int,
+    options: SimOptions,
+) -> Built:
+    """Graph of `options.warmup_iterations + iterations` iterations of cadence-dp."""
+    graph = TaskGraph()
+    blocks = param_blocks(costs, plan.params)
+    steps = backward_steps(len(costs.forward_s), _split_block(plan, blocks))
+    layer_block = [0] * len(plan.layer_chunks)
+    layer_bytes = [0] * len(plan.layer_chunks)
+    for p in plan.params:
+        layer_block[p.layer] = blocks[p.index]
+        layer_bytes[p.layer] += p.nbytes
+    chunk_blocks = [sorted({blocks[s.param] for s in c.segments}) for c in plan.chunks]
+    position = {c: i for i, c in enumerate(plan.issue_order)}
+    # Each layer is updated when the last (in issue order) of its chunks is completed.
+    updates_at: dict[int, list[int]] = {}
+    for layer, chunk_ids in enumerate(plan.layer_chunks):
+        if chunk_ids:
+            last = max(chunk_ids, key=lambda c: position[c])
+            updates_at.setdefault(last, []).append(layer)
+    workers = [_resources(graph, w, link) for w in range(options.replicas)]
+    nics = [nic for _, _, nic in workers]
+    comm = _CommThread(graph, plan, [c for _, c, _ in workers])
+    total = options.warmup_iterations + iterations
+    starts: list[int] = []
+    compute_prev: list[int | None] = [None] * options.replicas
+    gates: list[list[list[int]]] = [[[] for _ in costs.forward_s] for _ in workers]
+    for it in range(total):
+        grads_ready = []
+        for w, (compute, _, _) in enumerate(workers):
+            done = add_compute_iteration(
+                graph,
+                costs,
+                stream=compute,
+                worker=w,
+                iteration=it,
+                after=compute_prev[w],
+                gates=gates[w],
+                steps=steps,
+            )
+            compute_prev[w] = done.last
+            grads_ready.append(done.weight_grad)
+            if w == 0:
+                starts.append(done.forward[0])
+        comm.iteration, comm.flows = it, {}
+        comm.gates = gates = [[[] for _ in costs.forward_s] for _ in workers]
+
+        def complete(c: int) -> None:
+            layers = updates_at.get(c, [])
+            comm.complete(c, layers, layer_block, layer_bytes, options.update_s_per_byte)
+
+        window: deque[int] = deque()
+        in_flight = 0
+        for c in plan.issue_order:
+            nbytes = plan.chunks[c].nbytes
+            while window and in_flight + nbytes > plan.credit_bytes:
+                oldest = window.popleft()
+                in_flight -= plan.chunks[oldest].nbytes
+                complete(oldest)
+            issued = [
+                comm.step(
+                    w,
+                    f"issue c{c}",
+                    "issue",
+                    0.0,
+                    [grads_ready[w][b] for b in chunk_blocks[c]],
+                    _packed(plan, c),
+                )
+                for w in range(options.replicas)
+            ]
+            comm.flows[c] = _flow(
+                graph, f"ar c{c}", nbytes, nics, link, world_size, list(issued), it
+            )
+            window.append(c)
+            in_flight += nbytes
+        while window:
+            complete(window.popleft())
+    starts.append(_marker(graph, compute_prev[0], gates[0][0], total))
+    return Built(graph, tuple(starts), options.warmup_iterations, "cadence-dp", world_size)
+
+
+def _packed(plan: DPPlan, c: int) -> int:
+    """Bytes of the copy a chunk of several segments is packed into (`torch.cat`)."""
+    chunk = plan.chunks[c]
+    return chunk.nbytes if len(chunk.segments) > 1 else 0
+
+
+def _marker(graph: TaskGraph, after: int | None, gate: Sequence[int], iteration: int) -> int:
+    """Zero-time task at the moment the next iteration's first forward could start."""
+    return graph.add("next", "marker", deps=[after, *gate], iteration=iteration)
+
+
+def ddp_buckets(params: Sequence[ParamInfo], bucket_bytes: int) -> list[list[ParamInfo]]:
+    """DDP's buckets: parameters in reverse registration order, a bucket closes once it holds
+    at least its cap (1 MiB for the first, `bucket_bytes` after); parameters are never split."""
+    buckets: list[list[ParamInfo]] = [[]]
+    size = 0
+    for p in sorted(params, key=lambda p: -p.index):
+        if p.numel == 0:
+            continue
+        buckets[-1].append(p)
+        size += p.nbytes
+        cap = DDP_FIRST_BUCKET_BYTES if len(buckets) == 1 else bucket_bytes
+        if size >= cap:
+            buckets.append([])
+            size = 0
+    return [b for b in buckets if b]
+
+
+def build_ddp(
+    costs: BlockCosts,
+    params: Sequence[ParamInfo],
+    world_size: int,
+    link: AlphaBeta,
+    bucket_bytes: int,
+    iterations: int,
+    options: SimOptions,
+) -> Built:
+    """Graph of `options.warmup_iterations + iterations` iterations of DDP."""
+    graph = TaskGraph()
+    blocks = param_blocks(costs, params)
+    buckets = ddp_buckets(params, bucket_bytes)
+    steps = backward_steps(len(costs.forward_s), None)
+    workers = [_resources(graph, w, link) for w in range(options.replicas)]
+    nics = [nic for _, _, nic in workers]
+    total_bytes = sum(costs.param_bytes)
+    total = options.warmup_iterations + iterations
+    starts: list[int] = []
+    prev: list[int | None] = [None] * options.replicas
+    no_gates: list[list[int]] = [[] for _ in costs.forward_s]
+    for it in range(total):
+        ready = []
+        for w, (compute, _, _) in enumerate(workers):
+            done = add_compute_iteration(
+                graph,
+                costs,
+                stream=compute,
+                worker=w,
+                iteration=it,
+                after=prev[w],
+                gates=no_gates,
+                steps=steps,
+            )
+            prev[w] = done.last
+            ready.append(done.weight_grad)
+            if w == 0:
+                starts.append(done.forward[0])
+        launched: int | None = None
+        flows = []
+        for k, bucket in enumerate(buckets):
+            needs = sorted({blocks[p.index] for p in bucket})
+            launched = graph.add(
+                f"launch b{k}",
+                "marker",
+                iteration=it,
+                deps=[launched, *(ready[w][b] for w in range(options.replicas) for b in needs)],
+            )
+            nbytes = sum(p.nbytes for p in bucket)
+            flows.append(_flow(graph, f"ar b{k}", nbytes, nics, link, world_size, [launched], it))
+        for w, (compute, _, _) in enumerate(workers):
+            prev[w] = graph.add(
+                "step",
+                "update",
+                resources=(compute,),
+                deps=[prev[w], *flows],
+                worker=w,
+                iteration=it,
+                duration_s=options.update_s_per_byte * total_bytes,
+                mem_end=-total_bytes,
+            )
+    starts.append(_marker(graph, prev[0], [], total))
+    return Built(graph, tuple(starts), options.warmup_iterations, "ddp", world_size)

@@ -1,0 +1,128 @@
+"""The task graph the engine runs: tasks on resources, with dependencies and priorities.
+
+Two kinds of resource:
+- a *stream* runs one task at a time (a worker's compute, a communication thread, a server
+  CPU); among ready tasks the lowest `priority` goes first, then the earliest ready, then the
+  earliest added;
+- a *link* (a worker's NIC) is shared fairly: every flow crossing it gets an equal share of its
+  bandwidth, and a flow over several links moves at its slowest share.
+
+A task with no resource is a pure delay (or a zero-time marker joining dependencies).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+STREAM = "stream"
+LINK = "link"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Something tasks occupy."""
+
+    name: str
+    """Unique name, e.g. "w0.compute" or "w0.nic"; rows of the timeline."""
+    kind: str
+    """STREAM (one task at a time) or LINK (fair bandwidth sharing)."""
+    bytes_per_s: float = 0.0
+    """Bandwidth of a LINK; unused for a STREAM."""
+    worker: int = 0
+    """Worker it belongs to (memory and reports are per worker)."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One operation. Built through `TaskGraph.add`; the engine fills in the times."""
+
+    id: int
+    """Index in `TaskGraph.tasks`."""
+    name: str
+    """Short label for traces, e.g. "F3", "W5", "ar c7"."""
+    kind: str
+    """Category: forward, input_grad, weight_grad, loss, allreduce, update, marker, ..."""
+    resources: tuple[int, ...]
+    """Resource indices: one stream, one or more links (a flow), or none (a delay)."""
+    duration_s: float
+    """Stream time, or for a flow the fixed latency paid before its bytes move."""
+    nbytes: float
+    """Bytes a flow moves over each of its links (0 for stream tasks)."""
+    priority: float
+    """Lower runs first on a stream when several tasks are ready."""
+    worker: int
+    """Worker whose program it belongs to."""
+    iteration: int
+    """Training iteration it belongs to."""
+    mem_start: int = 0
+    """Bytes this worker allocates when the task starts (negative frees)."""
+    mem_end: int = 0
+    """Bytes this worker allocates when the task ends (negative frees)."""
+    deps: tuple[int, ...] = ()
+    """Tasks that must end before this one may start."""
+
+
+class TaskGraph:
+    """Resources plus tasks; append-only, tasks may only depend on earlier tasks."""
+
+    def __init__(self) -> None:
+        self.resources: list[Resource] = []
+        self.tasks: list[Task] = []
+        self._resource_index: dict[str, int] = {}
+
+    def resource(self, name: str, kind: str, bytes_per_s: float = 0.0, worker: int = 0) -> int:
+        """Index of resource `name`, creating it on first use."""
+        if name in self._resource_index:
+            return self._resource_index[name]
+        if kind not in (STREAM, LINK):
+            raise ValueError(f"resource kind must be {STREAM!r} or {LINK!r}, got {kind!r}")
+        if kind == LINK and not bytes_per_s > 0:
+            raise ValueError(f"link {name!r} needs a positive bandwidth, got {bytes_per_s}")
+        self._resource_index[name] = len(self.resources)
+        self.resources.append(Resource(name, kind, bytes_per_s, worker))
+        return self._resource_index[name]
+
+    def add(
+        self,
+        name: str,
+        kind: str,
+        *,
+        resources: Iterable[int] = (),
+        duration_s: float = 0.0,
+        nbytes: float = 0.0,
+        deps: Iterable[int | None] = (),
+        priority: float = 0.0,
+        worker: int = 0,
+        iteration: int = 0,
+        mem_start: int = 0,
+        mem_end: int = 0,
+    ) -> int:
+        """Append a task and return its id; `None` entries in `deps` are skipped."""
+        tid = len(self.tasks)
+        res = tuple(resources)
+        dep_list = [d for d in deps if d is not None]
+        if any(not 0 <= d < tid for d in dep_list):
+            raise ValueError(f"task {name!r} depends on a task not yet added: {dep_list}")
+        kinds = {self.resources[r].kind for r in res}
+        if len(kinds) > 1 or (kinds == {STREAM} and len(res) != 1):
+            raise ValueError(f"task {name!r} must use one stream or only links, got {res}")
+        if duration_s < 0 or nbytes < 0:
+            raise ValueError(f"task {name!r} has a negative duration or size")
+        self.tasks.append(
+            Task(
+                tid,
+                name,
+                kind,
+                res,
+                duration_s,
+                nbytes,
+                priority,
+                worker,
+                iteration,
+                mem_start,
+                mem_end,
+                tuple(dep_list),
+            )
+        )
+        return tid

@@ -1,0 +1,32 @@
+"""Knobs shared by every simulator adapter."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimOptions:
+    """How a simulation is set up beyond the plan, the profile and the link."""
+
+    replicas: int = 1
+    """Workers simulated explicitly (each with its own compute, communication thread and NIC;
+    collectives span all of them). Data-parallel workers run the same program on the same
+    profile, so one stands for all and the result does not change; more give per-worker rows."""
+    update_s_per_byte: float = 0.0
+    """Optimizer-step seconds per parameter byte (the profile does not time the step):
+    charged per layer on the communication thread for cadence-dp, after backward for DDP."""
+    calibrate_compute: bool = True
+    """Scale block times so that blocks + loss equal the profile's measured iteration."""
+    warmup_iterations: int = 1
+    """Iterations simulated before the measured ones (the first has no communication to wait
+    for, so it is not steady state)."""
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            raise ValueError(f"replicas must be >= 1, got {self.replicas}")
+        if not (math.isfinite(self.update_s_per_byte) and self.update_s_per_byte >= 0):
+            raise ValueError(f"update_s_per_byte must be >= 0, got {self.update_s_per_byte}")
+        if self.warmup_iterations < 0:
+            raise ValueError(f"warmup_iterations must be >= 0, got {self.warmup_iterations}")
