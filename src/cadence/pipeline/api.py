@@ -1,0 +1,66 @@
+"""User-facing entry points: pipeline parallel and inter-operator model parallel."""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+
+from cadence.errors import UserError
+from cadence.models.blocks import BlockModel
+from cadence.pipeline.executor import LossFn, PipelineExecutor
+from cadence.pipeline.schedule import build_schedule
+from cadence.pipeline.stages import even_split, stage_module
+
+
+def pipeline(
+    model: BlockModel,
+    loss_fn: LossFn,
+    schedule: str = "1f1b",
+    microbatches: int = 4,
+    ranges: tuple[tuple[int, int], ...] | None = None,
+    recompute: bool = False,
+    backend: str = "auto",
+) -> PipelineExecutor:
+    """Pipeline-parallel training of `model` over all ranks: rank s runs stage s.
+
+    Every rank passes the same (identically initialised) `model`; each keeps only its stage's
+    blocks, `ranges[s]` (default: equal block counts). Call `executor.step(x, y)` every step
+    (the first rank needs `x`, the last `y`), then step an optimizer over
+    `executor.module.parameters()`.
+    """
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    num_blocks = len(model.blocks())
+    ranges = ranges if ranges is not None else even_split(num_blocks, world)
+    if len(ranges) != world:
+        raise UserError(f"{len(ranges)} stage ranges for {world} ranks: give one per rank")
+    _check_untied(model, ranges)
+    plan = build_schedule(schedule, world, microbatches, recompute)
+    return PipelineExecutor(stage_module(model, ranges, rank), plan, rank, loss_fn,
+                            backend=backend)
+
+
+def _check_untied(model: BlockModel, ranges: tuple[tuple[int, int], ...]) -> None:
+    # A parameter shared by two stages would get two copies and two different gradients.
+    owner: dict[int, int] = {}
+    for s in range(len(ranges)):
+        for p in stage_module(model, ranges, s).parameters():
+            if owner.setdefault(id(p), s) != s:
+                raise UserError(
+                    f"stages {owner[id(p)]} and {s} share a parameter (tied weights): "
+                    "build the model untied or keep the tied blocks in one stage"
+                )
+
+
+def model_parallel(
+    model: BlockModel,
+    loss_fn: LossFn,
+    ranges: tuple[tuple[int, int], ...] | None = None,
+) -> PipelineExecutor:
+    """Inter-operator model parallel: consecutive blocks on different ranks, one micro-batch.
+
+    This is the pipeline executor with M = 1: rank s computes blocks `ranges[s]` and hands its
+    activations to rank s + 1 (and gradients back), so only one rank computes at a time; it
+    trades speed for holding 1/S of the model per rank. Use `pipeline` with more micro-batches
+    to keep the ranks busy at once.
+    """
+    return pipeline(model, loss_fn, "gpipe", 1, ranges)

@@ -1,0 +1,89 @@
+"""Memory of each pipeline stage under a schedule: parameters, gradients, optimizer state and
+the activations of the micro-batches in flight (forwarded, not yet backwarded)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cadence.errors import UserError
+from cadence.pipeline.schedule import FORWARD, Schedule
+from cadence.pipeline.stages import StagePlan
+
+# Optimizer state as a multiple of the parameter bytes.
+_STATE_FACTOR = {"adam": 2.0, "adamw": 2.0, "sgd": 1.0, "sgd-nomomentum": 0.0}
+
+
+def optimizer_state_factor(optimizer: str, momentum: float = 0.9) -> float:
+    """Bytes of optimizer state per parameter byte (Adam: two moments; SGD: momentum buffer)."""
+    if optimizer == "sgd" and momentum == 0:
+        return 0.0
+    try:
+        return _STATE_FACTOR[optimizer]
+    except KeyError:
+        raise UserError(f"no memory model for optimizer {optimizer!r}") from None
+
+
+def peak_in_flight(schedule: Schedule) -> tuple[int, ...]:
+    """Per stage, the most micro-batches whose activations are held at once.
+
+    A group's micro-batches are held from their own forward until their own backward; a
+    forward adds them one by one and a backward releases them one by one.
+    """
+    peaks = []
+    for acts in schedule.actions:
+        held = peak = 0
+        for a in acts:
+            for _ in a.microbatches:
+                held += 1 if a.kind == FORWARD else -1
+                peak = max(peak, held)
+        peaks.append(peak)
+    return tuple(peaks)
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Predicted peak bytes of one stage."""
+
+    params: int
+    """Parameter bytes."""
+    grads: int
+    """Gradient bytes (one per parameter byte)."""
+    optimizer_state: int
+    """Optimizer state bytes."""
+    activations: int
+    """Peak bytes of activations held for backward (and, with recomputation, the one
+    micro-batch being recomputed)."""
+    in_flight: int
+    """Peak micro-batches held at once."""
+
+    @property
+    def total(self) -> int:
+        return self.params + self.grads + self.optimizer_state + self.activations
+
+
+def stage_memory(
+    plan: StagePlan,
+    schedule: Schedule,
+    microbatch_size: int,
+    optimizer: str = "adam",
+    momentum: float = 0.9,
+) -> tuple[StageMemory, ...]:
+    """Peak memory of every stage when `schedule` runs `plan` with `microbatch_size` samples."""
+    if plan.num_stages != schedule.num_stages:
+        raise UserError(
+            f"stage plan has {plan.num_stages} stages, schedule {schedule.num_stages}"
+        )
+    factor = optimizer_state_factor(optimizer, momentum)
+    out = []
+    for s, held in enumerate(peak_in_flight(schedule)):
+        full = plan.activation_bytes_per_sample[s] * microbatch_size
+        if schedule.recompute:
+            kept = plan.input_bytes_per_sample[s] * microbatch_size
+            activations = held * kept + (full if held else 0.0)
+        else:
+            activations = held * full
+        params = plan.param_bytes[s]
+        out.append(
+            StageMemory(params, params, int(factor * params), int(activations), held)
+        )
+    return tuple(out)
