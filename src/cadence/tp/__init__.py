@@ -1,0 +1,30 @@
+"""Intra-operator (tensor) parallelism: weights of one layer split over the ranks of a group.
+
+Column-parallel and row-parallel Linear, a vocabulary-sharded embedding, a transformer MLP and
+attention block with one all-reduce per forward each, and `parallelize_gpt`, which turns the
+zoo's gpt_mini into a tensor-parallel model whose shards are copied from the full model.
+"""
+
+from cadence.tp.functions import copy_to_tp, count_collectives, gather_from_tp, reduce_from_tp
+from cadence.tp.layers import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+    local_slice,
+)
+from cadence.tp.transformer import TPAttention, parallelize_gpt, shard_dims, tp_mlp
+
+__all__ = [
+    "ColumnParallelLinear",
+    "RowParallelLinear",
+    "TPAttention",
+    "VocabParallelEmbedding",
+    "copy_to_tp",
+    "count_collectives",
+    "gather_from_tp",
+    "local_slice",
+    "parallelize_gpt",
+    "reduce_from_tp",
+    "shard_dims",
+    "tp_mlp",
+]

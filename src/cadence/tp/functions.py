@@ -1,0 +1,122 @@
+"""The communication of tensor parallelism as autograd functions (Megatron-LM's f, g and gather).
+
+Every rank of a tensor-parallel group holds the same activations between sharded layers and a
+slice of each sharded weight. Three conjugate pairs move data across the slices:
+
+  copy_to_tp      forward: identity           backward: all-reduce (sum) of the input gradient
+  reduce_from_tp  forward: all-reduce (sum)   backward: identity
+  gather_from_tp  forward: all-gather on the last dim   backward: keep this rank's slice
+
+The collectives run on the group with torch.distributed (gloo's ring on CPU): activations are
+small and latency-bound, where gloo's C++ loop beats cadence's Python-driven algorithms.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch.autograd.function import FunctionCtx
+
+Group = dist.ProcessGroup | None
+
+# Open `count_collectives()` counters; every collective below adds itself to each of them.
+_COUNTERS: list[Counter[str]] = []
+
+
+@contextlib.contextmanager
+def count_collectives() -> Iterator[Counter[str]]:
+    """Count the collectives tensor-parallel layers issue inside the block ("all_reduce",
+    "all_gather"), e.g. to check that a transformer MLP costs one all-reduce per forward."""
+    counter: Counter[str] = Counter()
+    _COUNTERS.append(counter)
+    try:
+        yield counter
+    finally:
+        _COUNTERS.remove(counter)
+
+
+def _note(name: str) -> None:
+    for counter in _COUNTERS:
+        counter[name] += 1
+
+
+def group_rank_size(group: Group) -> tuple[int, int]:
+    """(rank, size) within `group`; (0, 1) without an initialised process group."""
+    if not dist.is_initialized():
+        return 0, 1
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
+def _all_reduce(x: Tensor, group: Group) -> Tensor:
+    if group_rank_size(group)[1] == 1:
+        return x
+    out = x.contiguous().clone()  # never reduce into a tensor autograd may still read
+    _note("all_reduce")
+    dist.all_reduce(out, group=group)
+    return out
+
+
+class _CopyToTP(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: FunctionCtx, x: Tensor, group: Group) -> Tensor:
+        ctx.group = group  # type: ignore[attr-defined]
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        return _all_reduce(grad, ctx.group), None
+
+
+class _ReduceFromTP(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: FunctionCtx, x: Tensor, group: Group) -> Tensor:
+        return _all_reduce(x, group)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        return grad, None
+
+
+class _GatherFromTP(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: FunctionCtx, x: Tensor, group: Group) -> Tensor:
+        rank, size = group_rank_size(group)
+        ctx.rank, ctx.size = rank, size  # type: ignore[attr-defined]
+        if size == 1:
+            return x
+        parts = [torch.empty_like(x) for _ in range(size)]
+        _note("all_gather")
+        dist.all_gather(parts, x.contiguous(), group=group)
+        return torch.cat(parts, dim=-1)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        # Every rank computes the same loss from the gathered tensor, so the gradient of its
+        # own slice is already complete here: no communication.
+        if ctx.size == 1:
+            return grad, None
+        return grad.chunk(ctx.size, dim=-1)[ctx.rank].contiguous(), None
+
+
+def copy_to_tp(x: Tensor, group: Group = None) -> Tensor:
+    """Identity forward; all-reduce of the gradient backward (enters a column-parallel layer)."""
+    out: Tensor = _CopyToTP.apply(x, group)
+    return out
+
+
+def reduce_from_tp(x: Tensor, group: Group = None) -> Tensor:
+    """All-reduce forward (sums partial outputs); identity backward (ends a row-parallel layer)."""
+    out: Tensor = _ReduceFromTP.apply(x, group)
+    return out
+
+
+def gather_from_tp(x: Tensor, group: Group = None) -> Tensor:
+    """Concatenate every rank's slice along the last dimension; backward keeps this rank's."""
+    out: Tensor = _GatherFromTP.apply(x, group)
+    return out
