@@ -1,0 +1,99 @@
+"""ZeRO stages 1-3 with optional fp16 or 1-bit (1-bit Adam) compression, on any backend.
+
+    model, optimizer = cadence.zero(model, stage=2, compression="onebit", freeze_steps=100, lr=1e-3)
+    for x, y in data:
+        optimizer.zero_grad(); loss_fn(model(x), y).backward(); optimizer.step()
+
+`layout.py` is the shard plan (pure), `engine.py` carries it out, `params3.py` adds stage 3's
+gather/release hooks, `onebit.py`/`compress.py` the 1-bit collectives, `checkpoint.py` sharded
+save/load.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from cadence.zero.checkpoint import load, save
+from cadence.zero.config import ZeroConfig
+from cadence.zero.engine import ZeroEngine
+from cadence.zero.layout import ZeroLayout, build_layout, comm_bytes_per_step, state_bytes
+from cadence.zero.optim import ZeroOptimizer
+from cadence.zero.params3 import Stage3Engine
+
+__all__ = [
+    "ZeroConfig",
+    "ZeroLayout",
+    "ZeroOptimizer",
+    "build_layout",
+    "comm_bytes_per_step",
+    "load",
+    "save",
+    "state_bytes",
+    "zero",
+    "zero_from_config",
+]
+
+
+def zero(
+    model: nn.Module,
+    stage: int = 2,
+    optimizer: str = "adam",
+    compression: str = "none",
+    freeze_steps: int = 100,
+    *,
+    gather_dtype: str = "fp32",
+    prefetch: bool = True,
+    **optimizer_kwargs: Any,
+) -> tuple[nn.Module, ZeroOptimizer]:
+    """Shard `model`'s training state over the current process group (a world of one without).
+
+    `optimizer_kwargs` go to the torch optimizer (lr, betas, momentum, weight_decay, ...).
+    Returns the same model (its parameters now views into ZeRO's buffers; in stage 3 hooked)
+    and an optimizer for the ordinary zero_grad / forward / backward / step loop.
+    """
+    config = ZeroConfig(
+        stage=stage,
+        optimizer=optimizer,
+        compression=compression,
+        freeze_steps=freeze_steps,
+        gather_dtype=gather_dtype,
+        prefetch=prefetch,
+    )
+    return zero_from_config(model, config, **optimizer_kwargs)
+
+
+def zero_from_config(
+    model: nn.Module, config: ZeroConfig, **optimizer_kwargs: Any
+) -> tuple[nn.Module, ZeroOptimizer]:
+    """`zero` with a ready-made `ZeroConfig`."""
+    world_size, rank, group = 1, 0, None
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        world_size, rank = dist.get_world_size(), dist.get_rank()
+        with torch.no_grad():  # start from rank 0's weights and buffers, as DDP does
+            for t in [*model.parameters(), *model.buffers()]:
+                dist.broadcast(t, src=0)
+        # The communication thread's own group: never interleaves with the caller's collectives.
+        group = dist.new_group(backend=dist.get_backend())
+    engine_cls = Stage3Engine if config.stage == 3 else ZeroEngine
+    engine = engine_cls(model, config, optimizer_kwargs, group, world_size, rank)
+    model._cadence_zero_engine = engine  # type: ignore[assignment]  # lives as long as the model
+    return model, ZeroOptimizer(engine)
+
+
+class _CallableModule(types.ModuleType):
+    """`cadence.zero` is both this package and the function: importing any submodule binds the
+    package as the attribute `cadence.zero`, so the package itself must be callable."""
+
+    def __call__(
+        self, model: nn.Module, *args: Any, **kwargs: Any
+    ) -> tuple[nn.Module, ZeroOptimizer]:
+        return zero(model, *args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

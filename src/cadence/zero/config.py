@@ -1,0 +1,59 @@
+"""`ZeroConfig`: what `cadence.zero` shards and how it communicates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cadence.errors import UserError
+
+STAGES = (1, 2, 3)
+COMPRESSIONS = ("none", "fp16", "onebit")
+ZERO_OPTIMIZERS = ("adam", "adamw", "sgd")
+GATHER_DTYPES = ("fp32", "bf16")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ZeroConfig:
+    """One ZeRO job's choices; validated where it is made so bad input fails in one line."""
+
+    stage: int = 2
+    """1: optimizer state sharded; 2: plus gradients; 3: plus parameters (gathered per block)."""
+    optimizer: str = "adam"
+    """One of `ZERO_OPTIMIZERS`; "onebit" compression needs "adam"."""
+    compression: str = "none"
+    """Gradient/momentum traffic: "none" (fp32), "fp16", or "onebit" (1-bit Adam)."""
+    freeze_steps: int = 100
+    """With "onebit": steps of plain Adam (fp32 traffic) before the variance is frozen."""
+    gather_dtype: str = "fp32"
+    """Wire dtype of the parameter all-gather; "bf16" halves it (full params are then rounded)."""
+    prefetch: bool = True
+    """Stage 3: gather the next block's parameters while the current block computes."""
+
+    def __post_init__(self) -> None:
+        if self.stage not in STAGES:
+            raise UserError(f"ZeRO stage must be 1, 2 or 3 (got {self.stage})")
+        if self.compression not in COMPRESSIONS:
+            raise UserError(
+                f"unknown compression '{self.compression}': choose one of {', '.join(COMPRESSIONS)}"
+            )
+        if self.optimizer not in ZERO_OPTIMIZERS:
+            raise UserError(
+                f"unknown ZeRO optimizer '{self.optimizer}': "
+                f"choose one of {', '.join(ZERO_OPTIMIZERS)}"
+            )
+        if self.compression == "onebit" and self.optimizer != "adam":
+            raise UserError(
+                f"onebit compression is 1-bit Adam: it needs optimizer adam, not {self.optimizer}"
+            )
+        if self.freeze_steps < 1 and self.compression == "onebit":
+            raise UserError(
+                f"--freeze-steps must be at least 1 with onebit (got {self.freeze_steps}): "
+                "1-bit Adam needs warm-up steps to learn the variance"
+            )
+        if self.freeze_steps < 0:
+            raise UserError(f"--freeze-steps must be non-negative (got {self.freeze_steps})")
+        if self.gather_dtype not in GATHER_DTYPES:
+            raise UserError(
+                f"unknown gather dtype '{self.gather_dtype}': choose one of "
+                f"{', '.join(GATHER_DTYPES)}"
+            )

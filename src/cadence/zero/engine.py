@@ -1,0 +1,312 @@
+"""The ZeRO runtime: flat buffers per bucket, gradient reduction, parameter gathers, the step.
+
+Every collective runs on one communication thread with a process group of its own, in the
+order the main thread submits them (forward/backward order, then bucket order at the step),
+which is the same on every rank. Stages 2 and 3 reduce a bucket from a post-accumulate-grad
+hook as soon as all of its gradients exist, so reduction overlaps the rest of the backward
+pass; stage 3's gather/release hooks live in `params3.py`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from cadence.comm import collectives
+from cadence.errors import UserError
+from cadence.zero.compress import encode
+from cadence.zero.config import ZeroConfig
+from cadence.zero.layout import Bucket, ZeroLayout, bucket_params, build_layout
+from cadence.zero.onebit import decode_all, gather_wires, onebit_all_reduce, onebit_reduce_scatter
+
+_TORCH_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
+    "adam": torch.optim.Adam,
+    "adamw": torch.optim.AdamW,
+    "sgd": torch.optim.SGD,
+}
+
+
+@dataclass(eq=False)
+class BucketState:
+    """Run-time state of one bucket on this rank."""
+
+    spec: Bucket
+    block: nn.Module
+    params: list[nn.Parameter]
+    flat: torch.Tensor
+    """Full padded parameters; the model's parameters are views into it."""
+    shard: nn.Parameter
+    """This rank's master piece, the parameter the optimizer updates."""
+    grad: torch.Tensor | None = None
+    """Reduced gradient of the piece (1-bit Adam: the momentum increment) since zero_grad."""
+    ready: int = 0
+    reduced: bool = False
+    gathered: bool = True
+    pending: Future[None] | None = None
+    sender_error: torch.Tensor | None = None
+    reducer_error: torch.Tensor | None = None
+    momentum_wire: torch.Tensor | None = None
+    """Stage 1 with onebit: every rank's encoded momentum piece, as last all-gathered."""
+    in_flight: list[Future[None]] = field(default_factory=list)
+
+
+class ZeroEngine:
+    """Shards one model's training state over the ranks of the current process group."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        config: ZeroConfig,
+        optimizer_kwargs: dict[str, Any],
+        group: dist.ProcessGroup | None,
+        world_size: int,
+        rank: int,
+    ) -> None:
+        self.config, self.group, self.p, self.rank = config, group, world_size, rank
+        entries = [e for e in bucket_params(model) if e[2]]
+        self.layout: ZeroLayout = build_layout(
+            [(name, [(n, tuple(p.shape)) for n, p in params]) for name, _, params in entries],
+            world_size,
+        )
+        self.states = [
+            self._make_state(spec, block, [p for _, p in params])
+            for spec, (_, block, params) in zip(self.layout.buckets, entries, strict=True)
+        ]
+        try:
+            self.inner = _TORCH_OPTIMIZERS[config.optimizer](
+                [st.shard for st in self.states], **optimizer_kwargs
+            )
+        except TypeError as exc:
+            raise UserError(f"bad arguments for optimizer {config.optimizer}: {exc}") from None
+        self.steps_done = 0
+        self._lock = threading.Lock()
+        self._bytes = {"gradients": 0, "parameters": 0}
+        self.bytes_sent_last_step = {"gradients": 0, "parameters": 0, "total": 0}
+        self.peak = {"parameters": 0, "gradients": 0, "optimizer_state": 0, "total": 0}
+        self._pool = ThreadPoolExecutor(1, "cadence-zero") if world_size > 1 else None
+        if config.stage >= 2:
+            for st in self.states:
+                for p in st.params:
+                    p.register_post_accumulate_grad_hook(self._grad_hook(st))
+
+    def _make_state(
+        self, spec: Bucket, block: nn.Module, params: list[nn.Parameter]
+    ) -> BucketState:
+        dtypes = {p.dtype for p in params}
+        if dtypes != {torch.float32}:
+            raise UserError(
+                f"cadence.zero trains float32 parameters; block {spec.name} has {dtypes}"
+            )
+        flat = torch.zeros(spec.padded, dtype=torch.float32, device=params[0].device)
+        with torch.no_grad():
+            for slot, p in zip(spec.slots, params, strict=True):
+                view = flat[slot.offset : slot.offset + slot.numel]
+                view.copy_(p.detach().reshape(-1))
+                p.data = view.view(slot.shape)
+        lo, hi = spec.piece_range(self.rank)
+        # Stages 1-2 in fp32 update the model's own piece in place: no second copy.
+        own = self.config.stage < 3 and self.config.gather_dtype == "fp32"
+        shard = nn.Parameter(flat[lo:hi] if own else flat[lo:hi].clone())
+        return BucketState(spec, block, params, flat, shard)
+
+    # ----------------------------------------------------------------- communication thread
+    def submit(self, fn: Callable[[], None], kind: str) -> Future[None]:
+        """Run `fn` on the communication thread, counting the bytes it sends under `kind`."""
+
+        def task() -> None:
+            with collectives.count_bytes() as counter:
+                fn()
+            with self._lock:
+                self._bytes[kind] += counter.bytes_sent
+
+        if self._pool is None:
+            done: Future[None] = Future()
+            task()
+            done.set_result(None)
+            return done
+        return self._pool.submit(task)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+    @property
+    def compressed_phase(self) -> bool:
+        """1-bit Adam after warm-up: variance frozen, momentum travels as signs."""
+        return self.config.compression == "onebit" and self.steps_done >= self.config.freeze_steps
+
+    # ----------------------------------------------------------------- gradients
+    def _grad_hook(self, st: BucketState) -> Callable[[torch.Tensor], None]:
+        def hook(_param: torch.Tensor) -> None:
+            st.ready += 1
+            if st.ready == len(st.params):
+                self.reduce_bucket(st)
+
+        return hook
+
+    def _flat_grad(self, st: BucketState, keep: bool) -> torch.Tensor:
+        g = torch.zeros(st.spec.padded, dtype=torch.float32, device=st.shard.device)
+        for slot, p in zip(st.spec.slots, st.params, strict=True):
+            if p.grad is not None:
+                g[slot.offset : slot.offset + slot.numel].copy_(p.grad.reshape(-1))
+                if not keep:
+                    p.grad = None
+        return g
+
+    def reduce_bucket(self, st: BucketState) -> None:
+        """Hand this bucket's local gradients to the communication thread (main thread)."""
+        self.sample_memory()
+        st.ready = 0
+        flat_grad = self._flat_grad(st, keep=self.config.stage == 1)
+        st.reduced = True
+        if self.config.stage == 3:
+            self.on_bucket_backward_done(st)
+        compressed = self.compressed_phase
+        st.in_flight.append(
+            self.submit(lambda: self._reduce(st, flat_grad, compressed), "gradients")
+        )
+
+    def on_bucket_backward_done(self, st: BucketState) -> None:
+        """Stage 3 overrides this to release the bucket's parameters."""
+
+    def _accumulate(self, st: BucketState, piece: torch.Tensor) -> None:
+        if st.grad is None:
+            st.grad = piece.clone()
+        else:
+            st.grad.add_(piece)
+
+    def _reduce(self, st: BucketState, flat_grad: torch.Tensor, compressed: bool) -> None:
+        """Communication thread: reduce one bucket's gradients into this rank's piece."""
+        lo, hi = st.spec.piece_range(self.rank)
+        if compressed and self.config.stage == 1:
+            self._onebit_all_reduce(st, flat_grad)
+            return
+        if compressed:  # stages 2-3: the momentum increment, 1-bit reduce-scattered
+            if st.sender_error is None:
+                st.sender_error = torch.zeros_like(flat_grad)
+            beta1 = self.inner.param_groups[0]["betas"][0]
+            x = flat_grad.mul_(1 - beta1)
+            self._accumulate(st, onebit_reduce_scatter(x, st.sender_error, self.p, self.group))
+            return
+        wire = flat_grad.half() if self.config.compression == "fp16" else flat_grad
+        if self.p > 1 and self.config.stage == 1:
+            collectives.all_reduce(wire, op="avg", group=self.group)
+            out = wire[lo:hi]
+        elif self.p > 1:
+            out = torch.empty(st.spec.piece, dtype=wire.dtype)
+            collectives.reduce_scatter_tensor(out, wire, op="avg", group=self.group)
+        else:
+            out = wire
+        self._accumulate(st, out.float())
+
+    def _onebit_all_reduce(self, st: BucketState, flat_grad: torch.Tensor) -> None:
+        """Stage 1, 1-bit Adam: every rank's local momentum, 1-bit all-reduced."""
+        group = self.inner.param_groups[0]
+        beta1, wd = group["betas"][0], group["weight_decay"]
+        state = self.inner.state[st.shard]
+        lo, hi = st.spec.piece_range(self.rank)
+        if st.momentum_wire is None:  # switch-over: publish the fp32 momentum once, encoded
+            wire, decoded = encode(state["exp_avg"])
+            st.reducer_error = state["exp_avg"] - decoded
+            st.sender_error = torch.zeros_like(flat_grad)
+            st.momentum_wire = gather_wires(wire, self.p, self.group)
+        assert st.sender_error is not None and st.reducer_error is not None
+        if wd:
+            flat_grad.add_(st.flat.detach(), alpha=wd)
+        x = decode_all(st.momentum_wire, self.p).mul_(beta1).add_(flat_grad, alpha=1 - beta1)
+        m, st.momentum_wire = onebit_all_reduce(
+            x, st.sender_error, st.reducer_error, self.p, self.group
+        )
+        state["exp_avg"].copy_(m[lo:hi])
+
+    def finish_reductions(self) -> None:
+        """Reduce buckets no hook reduced (stage 1: all of them), then wait for every one."""
+        for st in self.states:
+            if not st.reduced:
+                self.reduce_bucket(st)
+        for st in self.states:
+            for fut in st.in_flight:
+                fut.result()
+            st.in_flight.clear()
+            st.reduced = False
+
+    # ----------------------------------------------------------------- parameters
+    def gather_task(self, st: BucketState) -> None:
+        """Communication thread: fill the bucket's full buffer from every rank's piece."""
+        if st.flat.untyped_storage().nbytes() == 0:
+            st.flat.untyped_storage().resize_(st.spec.padded * st.flat.element_size())
+        src = st.shard.detach()
+        if self.p == 1:
+            st.flat.copy_(src.to(torch.bfloat16) if self.config.gather_dtype == "bf16" else src)
+        elif self.config.gather_dtype == "bf16":
+            out = torch.empty(st.spec.padded, dtype=torch.bfloat16)
+            collectives.all_gather_into_tensor(out, src.to(torch.bfloat16), group=self.group)
+            st.flat.copy_(out)
+        else:
+            collectives.all_gather_into_tensor(st.flat, src, group=self.group)
+
+    def gather_all(self) -> None:
+        futures = [self.submit(self._gather_fn(st), "parameters") for st in self.states]
+        for fut in futures:
+            fut.result()
+        for st in self.states:
+            st.gathered = True
+
+    def _gather_fn(self, st: BucketState) -> Callable[[], None]:
+        return lambda: self.gather_task(st)
+
+    # ----------------------------------------------------------------- memory
+    def sample_memory(self) -> None:
+        """Record the bytes this rank holds in parameters, gradients and optimizer state."""
+        params = sum(st.flat.untyped_storage().nbytes() for st in self.states)
+        params += sum(
+            st.shard.untyped_storage().nbytes()
+            for st in self.states
+            if st.shard.untyped_storage().data_ptr() != st.flat.untyped_storage().data_ptr()
+        )
+        grads = sum(
+            p.grad.numel() * p.grad.element_size()
+            for st in self.states
+            for p in st.params
+            if p.grad is not None
+        )
+        grads += sum(
+            st.grad.numel() * st.grad.element_size() for st in self.states if st.grad is not None
+        )
+        opt = sum(
+            t.numel() * t.element_size()
+            for s in self.inner.state.values()
+            for t in s.values()
+            if isinstance(t, torch.Tensor) and t.dim() > 0
+        )
+        for st in self.states:
+            for t in (st.sender_error, st.reducer_error, st.momentum_wire):
+                if t is not None:
+                    opt += t.numel() * t.element_size()
+        now = {"parameters": params, "gradients": grads, "optimizer_state": opt}
+        now["total"] = params + grads + opt
+        for key, value in now.items():
+            self.peak[key] = max(self.peak[key], value)
+
+    def after_update(self) -> None:
+        """Bring every rank's full parameters up to date (stage 3 defers this to the hooks)."""
+        self.gather_all()
+
+    def zero_grad(self) -> None:
+        for st in self.states:
+            st.grad = None
+            for p in st.params:
+                p.grad = None
+
+    def end_step_bytes(self) -> None:
+        with self._lock:
+            total = sum(self._bytes.values())
+            self.bytes_sent_last_step = {**self._bytes, "total": total}
+            self._bytes = {"gradients": 0, "parameters": 0}

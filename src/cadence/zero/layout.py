@@ -1,0 +1,173 @@
+"""The shard plan, as data: which parameters form each bucket and which slice each rank owns.
+
+A bucket is one block of the model (`BlockModel.blocks()`, else the model's children, else the
+model itself). Its trainable parameters are flattened in registration order and padded to a
+multiple of 8p elements, so every rank owns an equal, contiguous, byte-balanced piece whose
+sign bits pack into whole bytes. Stages 2 and 3 reduce a bucket as soon as its backward is done,
+and stage 3 gathers parameters one bucket at a time. Pure: no process group in here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+from cadence.errors import UserError
+
+FP32 = 4
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One parameter's place inside its bucket's flat buffer."""
+
+    name: str
+    """Qualified parameter name in the model."""
+    shape: tuple[int, ...]
+    """The parameter's shape."""
+    offset: int
+    """First element inside the bucket's flat buffer."""
+    numel: int
+    """Number of elements."""
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One block's parameters, flattened and split into `world_size` equal pieces."""
+
+    index: int
+    """Position in forward order."""
+    name: str
+    """Block name (for reports)."""
+    slots: tuple[Slot, ...]
+    """The parameters, in order."""
+    numel: int
+    """Elements of real parameters."""
+    padded: int
+    """`numel` rounded up to a multiple of 8 * world_size."""
+    world_size: int
+    """Number of pieces."""
+
+    @property
+    def piece(self) -> int:
+        """Elements each rank owns (a multiple of 8)."""
+        return self.padded // self.world_size
+
+    def piece_range(self, rank: int) -> tuple[int, int]:
+        return rank * self.piece, (rank + 1) * self.piece
+
+
+@dataclass(frozen=True)
+class ZeroLayout:
+    """Every bucket of the model, in forward order."""
+
+    buckets: tuple[Bucket, ...]
+    """Buckets in forward (block) order."""
+    world_size: int
+    """Ranks sharing the state."""
+
+    @property
+    def numel(self) -> int:
+        return sum(b.numel for b in self.buckets)
+
+    @property
+    def padded(self) -> int:
+        return sum(b.padded for b in self.buckets)
+
+    def fingerprint(self) -> list[tuple[str, int]]:
+        """What a checkpoint must match: bucket names and sizes."""
+        return [(b.name, b.numel) for b in self.buckets]
+
+
+def round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def model_blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The units ZeRO buckets and (in stage 3) gathers: blocks, else children, else the model."""
+    children = list(model.named_children())
+    return children if children else [("model", model)]
+
+
+def bucket_params(model: nn.Module) -> list[tuple[str, nn.Module, list[tuple[str, nn.Parameter]]]]:
+    """(block name, block, its trainable parameters); a shared parameter goes to its first block."""
+    seen: set[int] = set()
+    out = []
+    for block_name, block in model_blocks(model):
+        prefix = "" if block is model else f"{block_name}."
+        params = []
+        for name, p in block.named_parameters():
+            if p.requires_grad and id(p) not in seen:
+                seen.add(id(p))
+                params.append((prefix + name, p))
+        out.append((block_name, block, params))
+    stray = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in seen]
+    if stray:
+        raise UserError(
+            f"cadence.zero needs every parameter inside a block (child module); "
+            f"found {', '.join(stray[:3])} on the model itself"
+        )
+    return out
+
+
+def build_layout(
+    blocks: list[tuple[str, list[tuple[str, tuple[int, ...]]]]], world_size: int
+) -> ZeroLayout:
+    """Lay out (block name, [(param name, shape)]) lists; blocks without parameters are skipped."""
+    buckets: list[Bucket] = []
+    for block_name, params in blocks:
+        slots: list[Slot] = []
+        offset = 0
+        for name, shape in params:
+            numel = 1
+            for d in shape:
+                numel *= d
+            slots.append(Slot(name, tuple(shape), offset, numel))
+            offset += numel
+        if offset == 0:
+            continue
+        padded = round_up(offset, 8 * world_size)
+        buckets.append(Bucket(len(buckets), block_name, tuple(slots), offset, padded, world_size))
+    if not buckets:
+        raise UserError("cadence.zero found no trainable parameters in the model")
+    return ZeroLayout(tuple(buckets), world_size)
+
+
+def comm_bytes_per_step(
+    layout: ZeroLayout, stage: int, compression: str, compressed_phase: bool, gather_bytes: int = 4
+) -> dict[str, int]:
+    """Exact payload bytes each rank sends in one training step, by purpose.
+
+    Stage 1 all-reduces gradients (ring: 2(p-1) pieces); stages 2 and 3 reduce-scatter them
+    ((p-1) pieces). With onebit after warm-up, the momentum goes as sign bits plus one fp32 scale
+    per piece: all-to-all ((p-1) pieces) and, in stage 1, an all-gather of the re-compressed
+    result ((p-1) pieces). Parameters are all-gathered once per step in stages 1 and 2; stage 3
+    gathers every bucket before its forward and again before its backward, except the last
+    bucket, which stays gathered from forward to backward.
+    """
+    p = layout.world_size
+    grads = params = 0
+    for b in layout.buckets:
+        if compression == "onebit" and compressed_phase:
+            wire = (p - 1) * (b.piece // 8 + FP32)
+            grads += 2 * wire if stage == 1 else wire
+        else:
+            elem = 2 if compression == "fp16" else FP32
+            grads += (2 if stage == 1 else 1) * (p - 1) * b.piece * elem
+        gathers = 1 if stage < 3 else (1 if b.index == len(layout.buckets) - 1 else 2)
+        params += gathers * (p - 1) * b.piece * gather_bytes
+    if p == 1:
+        grads = params = 0
+    return {"gradients": grads, "parameters": params, "total": grads + params}
+
+
+def state_bytes(layout: ZeroLayout, stage: int, optimizer: str) -> dict[str, int]:
+    """ZeRO's per-rank memory formula for params, grads and optimizer state (fp32)."""
+    p, n = layout.world_size, layout.padded
+    slots = {"sgd": 1, "adam": 2, "adamw": 2}[optimizer]
+    return {
+        "parameters": FP32 * (n // p if stage == 3 else n),
+        "gradients": FP32 * (n if stage == 1 else n // p),
+        "optimizer_state": FP32 * slots * n // p,
+    }
