@@ -48,7 +48,11 @@ def balance(costs: Sequence[float], num_stages: int) -> tuple[tuple[int, int], .
 
 def even_split(num_blocks: int, num_stages: int) -> tuple[tuple[int, int], ...]:
     """Equal block counts per stage (the first stages take one more when it does not divide)."""
-    return balance([1.0] * num_blocks, num_stages)
+    balance([1.0] * num_blocks, num_stages)  # same checks and errors as a balanced split
+    base, extra = divmod(num_blocks, num_stages)
+    sizes = [base + (1 if s < extra else 0) for s in range(num_stages)]
+    starts = [sum(sizes[:s]) for s in range(num_stages)]
+    return tuple((a, a + n) for a, n in zip(starts, sizes, strict=True))
 
 
 @dataclass(frozen=True)
