@@ -5,7 +5,7 @@ profile, a cost model and the same plan objects the executors run.
 other plan types (parameter server, pipeline, ZeRO) build their adapters on.
 """
 
-from cadence.sim.api import DDP_BUCKET_BYTES, simulate_ddp, simulate_dp
+from cadence.sim.api import DDP_BUCKET_BYTES, plan_dp, simulate_ddp, simulate_dp
 from cadence.sim.engine import Schedule, run
 from cadence.sim.graph import LINK, STREAM, Resource, Task, TaskGraph
 from cadence.sim.metrics import SimResult
@@ -21,6 +21,7 @@ __all__ = [
     "SimResult",
     "Task",
     "TaskGraph",
+    "plan_dp",
     "run",
     "simulate_ddp",
     "simulate_dp",

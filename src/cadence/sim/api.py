@@ -5,10 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cadence.comm.cost import AlphaBeta
-from cadence.dp.plan import DPPlan, ParamInfo
+from cadence.dp.plan import DPPlan, ParamInfo, build_plan
 from cadence.errors import UserError
 from cadence.profile import Profile
-from cadence.sim.compute import block_costs, block_params, link_model
+from cadence.sim.compute import (
+    backward_steps,
+    block_costs,
+    block_params,
+    link_model,
+    param_blocks,
+)
 from cadence.sim.dp_adapter import build_ddp, build_dp
 from cadence.sim.engine import run
 from cadence.sim.metrics import SimResult, analyse
@@ -62,3 +68,36 @@ def simulate_ddp(
     infos = list(params) if params is not None else block_params(costs)
     built = build_ddp(costs, infos, world_size, link_model(link), bucket_bytes, iterations, options)
     return analyse(built, run(built.graph), sum(costs.param_bytes))
+
+
+def plan_dp(
+    profile: Profile,
+    params: Sequence[ParamInfo],
+    threshold_bytes: int,
+    credit_bytes: int,
+    world_size: int,
+    link: AlphaBeta | float,
+    options: SimOptions | None = None,
+) -> DPPlan:
+    """The plan the runtime would build after warm-up: gradient ready times from the profile's
+    backward (ordinary order), link rate = all-reduce payload bytes per second on `link`."""
+    if threshold_bytes < 1 or credit_bytes < 1:
+        raise UserError(
+            f"threshold and credit must be >= 1 byte, got {threshold_bytes}, {credit_bytes}"
+        )
+    options = options or SimOptions()
+    costs = block_costs(profile, options.calibrate_compute)
+    blocks = param_blocks(costs, params)
+    done: dict[int, float] = {}
+    clock = 0.0
+    for kind, b in backward_steps(len(costs.forward_s), None):
+        clock += costs.input_grad_s[b] if kind == "I" else costs.weight_grad_s[b]
+        if kind == "W":
+            done[b] = clock
+    ready = [0.0] * len(params)
+    for p in params:
+        ready[p.index] = done[blocks[p.index]]
+    total = sum(p.nbytes for p in params)
+    seconds = link_model(link).time("allreduce", "ring", total, world_size)
+    rate = total / seconds if seconds > 0 else None
+    return build_plan(params, threshold_bytes, credit_bytes, ready_s=ready, link_bytes_per_s=rate)

@@ -1,0 +1,291 @@
+"""`cadence simulate` and `cadence plan dp`: predictions for a zoo model from a profile."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cadence.comm.cost import AlphaBeta
+from cadence.dp.plan import DPPlan, ParamInfo
+from cadence.errors import UserError
+from cadence.profile import Profile
+from cadence.sim.api import DDP_BUCKET_BYTES, plan_dp, simulate_ddp, simulate_dp
+from cadence.sim.metrics import SimResult
+from cadence.sim.options import SimOptions
+
+STRATEGIES = ("cadence-dp", "ddp")
+PLAN_THRESHOLDS = ("256kib", "1mib", "4mib", "16mib")
+_SIZE = re.compile(r"^(\d+(?:\.\d*)?)\s*(b|kb|mb|gb|kib|mib|gib)?$", re.IGNORECASE)
+_SCALE = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def parse_size(text: str, what: str = "size") -> int:
+    """Bytes in `text`: a number with an optional unit (b, kb, mb, gb, kib, mib, gib)."""
+    match = _SIZE.match(text.strip()) if isinstance(text, str) else None
+    if match is not None:
+        value = float(match.group(1)) * _SCALE[(match.group(2) or "b").lower()]
+        if value >= 1 and math.isfinite(value):
+            return int(value)
+    raise UserError(
+        f"bad {what} {text!r}: use a positive number of bytes, optionally with kb, mb, gb, "
+        "kib, mib or gib (e.g. 4mib)"
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setup:
+    """A model, its profile and parameters, and the cluster to predict for."""
+
+    profile: Profile
+    """Per-block costs."""
+    params: tuple[ParamInfo, ...]
+    """The model's parameters as the data-parallel runtime sees them."""
+    world_size: int
+    """Workers."""
+    link: AlphaBeta
+    """Network model of each worker's link."""
+    description: str
+    """One line naming model, workers and link, for headers."""
+
+
+def _model_params(model: str) -> tuple[ParamInfo, ...]:
+    import torch
+
+    from cadence.dp.layers import model_layout
+    from cadence.models import get_model_spec
+
+    spec = get_model_spec(model)  # unknown names: a UserError listing the zoo
+    torch.manual_seed(0)
+    return model_layout(spec.build()).infos
+
+
+def make_setup(
+    *,
+    model: str,
+    workers: int,
+    bandwidth: str,
+    latency_s: float = 0.0,
+    calibration: str | None = None,
+    profile_path: str | None = None,
+    batch_size: int = 32,
+    profile_iterations: int = 5,
+    echo: Callable[[str], None] = print,
+) -> Setup:
+    """Check the arguments (one-line UserErrors), then load or measure the profile."""
+    from cadence.netem import format_bandwidth, parse_bandwidth
+
+    if workers < 1:
+        raise UserError(f"--workers must be >= 1, got {workers}")
+    if not (math.isfinite(latency_s) and latency_s >= 0):
+        raise UserError(f"--latency must be >= 0 seconds, got {latency_s}")
+    bps = parse_bandwidth(bandwidth)
+    params = _model_params(model)
+    if calibration is not None:
+        from cadence.comm.calibrate import Calibration
+
+        link = Calibration.load(calibration).model
+        net = f"calibrated link ({calibration})"
+    else:
+        link = AlphaBeta(alpha_s=latency_s, beta_s_per_byte=8.0 / bps)
+        net = f"{format_bandwidth(bps)} links" + (
+            f", {latency_s * 1e6:g} us latency" * (latency_s > 0)
+        )
+    if profile_path is not None:
+        profile = Profile.load(profile_path, expected_model=model)
+    else:
+        from cadence.profile import profile_command
+
+        echo(
+            f"profiling {model} (batch {batch_size}, {profile_iterations} iterations); "
+            "save it with `cadence profile --out FILE` and pass --profile to skip this"
+        )
+        profile = profile_command(
+            model, batch_size=batch_size, iterations=profile_iterations, echo=lambda _: None
+        )
+    description = f"{model}, batch {profile.batch_size} per worker, {workers} workers, {net}"
+    return Setup(
+        profile=profile, params=params, world_size=workers, link=link, description=description
+    )
+
+
+def run_strategy(
+    setup: Setup,
+    strategy: str,
+    threshold_bytes: int,
+    credit_bytes: int | None,
+    bucket_bytes: int,
+    options: SimOptions,
+    iterations: int = 3,
+) -> tuple[SimResult, DPPlan | None]:
+    """Simulate one strategy; cadence-dp is planned the way the runtime replans after warm-up."""
+    if strategy == "ddp":
+        result = simulate_ddp(
+            setup.profile,
+            setup.world_size,
+            setup.link,
+            bucket_bytes,
+            iterations,
+            setup.params,
+            options,
+        )
+        return result, None
+    if strategy != "cadence-dp":
+        raise UserError(f"unknown strategy {strategy!r}; accepted: {', '.join(STRATEGIES)}")
+    credit = credit_bytes if credit_bytes is not None else 2 * threshold_bytes
+    plan = plan_dp(
+        setup.profile, setup.params, threshold_bytes, credit, setup.world_size, setup.link
+    )
+    return simulate_dp(setup.profile, plan, setup.world_size, setup.link, iterations, options), plan
+
+
+def result_lines(result: SimResult) -> list[str]:
+    ms = 1e3
+    return [
+        f"predicted iteration {result.iteration_s * ms:.1f} ms  "
+        f"(compute {result.compute_s * ms:.1f} ms, wire {result.wire_s * ms:.1f} ms, "
+        f"bound {result.bound_s * ms:.1f} ms, "
+        f"ratio {result.iteration_s / max(result.bound_s, 1e-30):.3f})",
+        f"overlap {result.overlap_ratio:.2f}, efficiency E {result.efficiency:.2f}, "
+        f"peak memory {result.peak_memory_bytes / 1e6:.1f} MB per worker, "
+        f"{result.wire_bytes / 1e6:.1f} MB on each NIC per iteration",
+    ]
+
+
+def rank_dp(
+    setup: Setup,
+    thresholds: Sequence[int],
+    options: SimOptions,
+    bucket_bytes: int = DDP_BUCKET_BYTES,
+) -> list[dict[str, Any]]:
+    """DDP and cadence-dp at each threshold, fastest first."""
+    rows: list[dict[str, Any]] = []
+    ddp, _ = run_strategy(setup, "ddp", 0, None, bucket_bytes, options)
+    rows.append({"strategy": "ddp", "setting": f"bucket {_fmt(bucket_bytes)}", **ddp.summary()})
+    for threshold in thresholds:
+        result, plan = run_strategy(setup, "cadence-dp", threshold, None, bucket_bytes, options)
+        assert plan is not None
+        rows.append(
+            {
+                "strategy": "cadence-dp",
+                "setting": f"threshold {_fmt(threshold)}, credit {_fmt(plan.credit_bytes)}",
+                "threshold_bytes": threshold,
+                "chunks": len(plan.chunks),
+                **result.summary(),
+            }
+        )
+    rows.sort(key=lambda r: r["iteration_time_s"])
+    return rows
+
+
+def why(rows: Sequence[dict[str, Any]]) -> str:
+    """One sentence on the winner against DDP."""
+    best = rows[0]
+    ddp = next(r for r in rows if r["strategy"] == "ddp")
+    if best is ddp:
+        return (
+            f"ddp is fastest: nothing left to overlap (ratio to bound {ddp['ratio_to_bound']:.3f})"
+        )
+    gain = 1 - best["iteration_time_s"] / ddp["iteration_time_s"]
+    return (
+        f"best: {best['strategy']} ({best['setting']}), {gain * 100:.1f}% faster than ddp: "
+        f"it overlaps {best['overlap_ratio'] * 100:.0f}% of the wire time with compute "
+        f"(ddp {ddp['overlap_ratio'] * 100:.0f}%), {best['ratio_to_bound']:.3f}x the bound "
+        f"max(compute, wire) vs {ddp['ratio_to_bound']:.3f}x"
+    )
+
+
+def table_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    lines = [f"{'strategy':<11}{'setting':<32}{'iter ms':>9}{'x bound':>9}{'overlap':>9}{'E':>7}"]
+    for r in rows:
+        lines.append(
+            f"{r['strategy']:<11}{r['setting']:<32}{r['iteration_time_s'] * 1e3:>9.1f}"
+            f"{r['ratio_to_bound']:>9.3f}{r['overlap_ratio']:>9.2f}{r['efficiency']:>7.2f}"
+        )
+    return lines
+
+
+def _fmt(nbytes: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:g}{unit}"
+    return f"{nbytes}B"
+
+
+def _setup_from(args: Any) -> Setup:
+    return make_setup(
+        model=args.model,
+        workers=args.workers,
+        bandwidth=args.bandwidth,
+        latency_s=args.latency,
+        calibration=args.calibration,
+        profile_path=args.profile,
+        batch_size=args.batch_size,
+        profile_iterations=args.profile_iterations,
+    )
+
+
+def _options(args: Any) -> SimOptions:
+    if args.replicas < 1:
+        raise UserError(f"--replicas must be >= 1, got {args.replicas}")
+    return SimOptions(replicas=args.replicas)
+
+
+def simulate_command(args: Any) -> int:
+    """`cadence simulate`: predict one strategy, print it, write the requested files."""
+    if args.strategy not in STRATEGIES:
+        raise UserError(f"unknown strategy {args.strategy!r}; accepted: {', '.join(STRATEGIES)}")
+    threshold = parse_size(args.threshold, "--threshold")
+    credit = parse_size(args.credit, "--credit") if args.credit else None
+    bucket = parse_size(args.bucket, "--bucket")
+    options = _options(args)
+    setup = _setup_from(args)
+    result, plan = run_strategy(
+        setup, args.strategy, threshold, credit, bucket, options, args.iterations
+    )
+    print(f"{args.strategy}: {setup.description}")
+    if plan is not None:
+        print(
+            f"plan: {len(plan.chunks)} chunks, threshold {_fmt(plan.threshold_bytes)}, "
+            f"credit {_fmt(plan.credit_bytes)}"
+        )
+    for line in result_lines(result):
+        print(line)
+    if args.trace:
+        result.write_trace(args.trace)
+        print(f"trace: {args.trace} (open in https://ui.perfetto.dev)")
+    if args.png:
+        result.write_png(args.png)
+        print(f"timeline: {args.png}")
+    if args.json:
+        result.write_json(args.json, {"model": args.model, "setup": setup.description})
+    return 0
+
+
+def plan_command(args: Any) -> int:
+    """`cadence plan dp`: rank DDP and cadence-dp thresholds by predicted iteration time."""
+    thresholds = [parse_size(t, "--thresholds") for t in args.thresholds.split(",") if t.strip()]
+    if not thresholds:
+        raise UserError("--thresholds needs at least one size, e.g. 1mib,4mib")
+    options = _options(args)
+    setup = _setup_from(args)
+    rows = rank_dp(setup, thresholds, options, parse_size(args.bucket, "--bucket"))
+    print(setup.description)
+    for line in table_lines(rows):
+        print(line)
+    print(why(rows))
+    if args.json:
+        from cadence.sim.metrics import _write
+
+        data = {
+            "model": args.model,
+            "setup": setup.description,
+            "best": rows[0],
+            "rows": rows,
+            "why": why(rows),
+        }
+        _write(args.json, json.dumps(data, indent=2) + "\n")
+    return 0

@@ -1,0 +1,163 @@
+"""`cadence simulate` and `cadence plan dp` on saved profiles; bad input; simulator speed."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from cadence.cli import main
+from cadence.comm.cost import AlphaBeta
+from cadence.dp.layers import model_layout
+from cadence.models import get_model_spec
+from cadence.profile import BlockProfile, Profile
+from cadence.sim import SimOptions, plan_dp, simulate_dp
+from tests.cli_helpers import assert_one_line_error, run_cadence
+
+
+def zoo_profile(model: str, block_s: float = 0.01) -> Profile:
+    """A profile of zoo `model` with real sizes and made-up, equal block times."""
+    net = get_model_spec(model).build()
+    blocks = tuple(
+        BlockProfile(
+            name,
+            block_s,
+            block_s if i else 0.0,
+            block_s,
+            sum(p.nbytes for p in block.parameters()),
+            1000,
+            100,
+            0,
+        )
+        for i, (name, block) in enumerate(zip(net.block_names(), net.blocks(), strict=True))
+    )
+    total = sum(b.total_s for b in blocks) + 0.001
+    return Profile(
+        model, 32, (1,), blocks, total, 0.001, 1, 0, "cpu", 1, torch.__version__, 0, "cpu_accounted"
+    )
+
+
+@pytest.fixture(scope="module")
+def cnn_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("prof") / "cnn.json"
+    zoo_profile("cnn").save(path)
+    return path
+
+
+def test_simulate_writes_json_trace_and_png(
+    cnn_profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "r.json"
+    args = [
+        "simulate",
+        "--model",
+        "cnn",
+        "--profile",
+        str(cnn_profile),
+        "--workers",
+        "8",
+        "--bandwidth",
+        "100kbit",
+        "--threshold",
+        "16kib",
+        "--json",
+        str(out),
+        "--trace",
+        str(tmp_path / "t.json"),
+        "--png",
+        str(tmp_path / "t.png"),
+    ]
+    assert main(args) == 0
+    data = json.loads(out.read_text())
+    assert data["strategy"] == "cadence-dp" and data["world_size"] == 8
+    # 116264 B of gradients; a ring on 8 workers moves 7/4 of them at 12.5 kB/s: wire-bound.
+    assert data["wire_s"] == pytest.approx(116264 * 7 / 4 / 12500, rel=1e-6)
+    assert data["wire_s"] <= data["iteration_time_s"] < 1.2 * data["wire_s"]
+    assert "traceEvents" in json.loads((tmp_path / "t.json").read_text())
+    assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
+    assert "predicted iteration" in capsys.readouterr().out
+    assert main([*args[:-6], "--strategy", "ddp", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["iteration_time_s"] > data["iteration_time_s"]
+
+
+def test_plan_ranks_strategies_and_names_the_best(
+    cnn_profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "plan.json"
+    assert (
+        main(
+            [
+                "plan",
+                "dp",
+                "--model",
+                "cnn",
+                "--profile",
+                str(cnn_profile),
+                "--workers",
+                "4",
+                "--bandwidth",
+                "1mbit",
+                "--thresholds",
+                "4kib,64kib",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    data = json.loads(out.read_text())
+    times = [r["iteration_time_s"] for r in data["rows"]]
+    assert times == sorted(times) and len(times) == 3
+    assert {r["strategy"] for r in data["rows"]} == {"ddp", "cadence-dp"}
+    assert data["best"] == data["rows"][0]
+    printed = capsys.readouterr().out
+    assert "best: " in printed or "ddp is fastest" in printed
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--workers", "0"], "--workers must be >= 1"),
+        (["--bandwidth", "fast"], "bad bandwidth 'fast'"),
+        (["--model", "resnet9000"], "unknown model 'resnet9000'"),
+        (["--strategy", "pipeline"], "unknown strategy 'pipeline'; accepted: cadence-dp, ddp"),
+        (["--threshold", "4mbps"], "bad --threshold '4mbps'"),
+        (["--model", "mlp"], "is of model 'cnn', expected 'mlp'"),
+    ],
+)
+def test_bad_input_is_one_line(
+    cnn_profile: Path, extra: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["simulate", "--model", "cnn", "--profile", str(cnn_profile), *extra]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+
+
+def test_unreadable_profile_from_the_real_command(tmp_path: Path) -> None:
+    bad = tmp_path / "p.json"
+    bad.write_text("{not json")
+    proc = run_cadence("simulate", "--model", "cnn", "--profile", str(bad), cwd=tmp_path)
+    assert_one_line_error(proc, f"cannot read profile {bad}")
+
+
+def test_vgg16_on_64_workers_simulates_fast() -> None:
+    profile = zoo_profile("vgg16", block_s=0.03)
+    params = model_layout(get_model_spec("vgg16").build()).infos
+    link = AlphaBeta.from_bandwidth(10e9, alpha_s=20e-6)
+    plan = plan_dp(profile, params, 1 << 20, 2 << 20, 64, link)
+    assert len(plan.chunks) > 50  # chunk-level: ~60 MB of gradients in 1 MiB pieces
+    start = time.perf_counter()
+    one = simulate_dp(profile, plan, 64, link, iterations=1)
+    assert time.perf_counter() - start < 1.0  # the simulator's own cost, generous bound
+    start = time.perf_counter()
+    every = simulate_dp(
+        profile, plan, 64, link, iterations=1, options=SimOptions(replicas=64, warmup_iterations=0)
+    )
+    elapsed = time.perf_counter() - start
+    assert len(every.busy_s) == 3 * 64
+    assert elapsed < 10.0  # all 64 workers one by one; about 0.4 s on an idle core
+    assert one.iteration_s > 0
