@@ -1,0 +1,140 @@
+"""One rank of `cadence bench collectives`: `python -m cadence.bench._collectives_worker
+CONFIG.json RESULT.json`, started inside an emulated host's namespace with torchrun-style
+environment variables. Calibrates alpha-beta on gloo's all-reduce, then times every
+(size, variant) and, on rank 0, writes the slowest rank's medians to RESULT.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from cadence.bench.collectives import CollectivesBenchConfig
+from cadence.comm import collectives as ours
+from cadence.comm import destroy, init_from_env
+from cadence.comm.calibrate import calibrate
+from cadence.errors import UserError
+from cadence.launch.env import LOG_FILE_ENV
+from cadence.launch.errors import record_error
+
+# A timed block repeats a call until ~1 MB has moved (1 to 8 calls): single calls of small
+# messages are too short for the clock, and the median of several drops scheduler hiccups.
+_BLOCK_BYTES = 1 << 20
+# torch 2.13 deprecates reduce_scatter_tensor in favour of reduce_scatter_single.
+_gloo_reduce_scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+
+
+def elements(nbytes: int, world_size: int) -> int:
+    """float32 elements of a `nbytes` vector, a multiple of `world_size` (>= one per rank)."""
+    return max(world_size, nbytes // 4 // world_size * world_size)
+
+
+def make_op(collective: str, implementation: str, algorithm: str, elems: int) -> Callable[[], None]:
+    """A thunk issuing one call; buffers are zeros, so repeated reductions stay finite."""
+    p = dist.get_world_size()
+    gloo = implementation == "gloo"
+    if collective in ("all_reduce", "broadcast"):
+        buf = torch.zeros(elems)
+        if collective == "all_reduce":
+            return (lambda: dist.all_reduce(buf)) if gloo else (
+                lambda: ours.all_reduce(buf, algorithm=algorithm))  # fmt: skip
+        return (lambda: dist.broadcast(buf, 0)) if gloo else (
+            lambda: ours.broadcast(buf, 0, algorithm=algorithm))  # fmt: skip
+    if collective == "reduce_scatter":
+        full, block = torch.zeros(elems), torch.zeros(elems // p)
+        return (lambda: _gloo_reduce_scatter(block, full)) if gloo else (
+            lambda: ours.reduce_scatter_tensor(block, full, algorithm=algorithm))  # fmt: skip
+    if collective == "all_gather":
+        full, block = torch.zeros(elems), torch.zeros(elems // p)
+        return (lambda: dist.all_gather_into_tensor(full, block)) if gloo else (
+            lambda: ours.all_gather_into_tensor(full, block, algorithm=algorithm))  # fmt: skip
+    if collective == "all_to_all":
+        src, dst = torch.zeros(elems), torch.zeros(elems)
+        srcs, dsts = list(src.chunk(p)), list(dst.chunk(p))
+        return (lambda: dist.all_to_all_single(dst, src)) if gloo else (
+            lambda: ours.all_to_all(dsts, srcs, algorithm=algorithm))  # fmt: skip
+    raise ValueError(f"unsupported collective {collective!r}")
+
+
+def measure(config: CollectivesBenchConfig) -> list[dict[str, object]]:
+    """Median seconds per call of every (variant, size), the slowest rank's, on every rank.
+
+    Rounds interleave all sizes and variants (A/B side by side), so load from elsewhere on the
+    machine lands on all of them alike instead of on whichever ran last.
+    """
+    p = dist.get_world_size()
+    keys = [(v, elements(n, p)) for n in config.sizes for v in config.variants()]
+    samples: list[list[float]] = [[] for _ in keys]
+    for rnd in range(config.warmup + config.repeats):
+        for (variant, elems), out in zip(keys, samples, strict=True):
+            op = make_op(*variant, elems)
+            calls = max(1, min(8, _BLOCK_BYTES // (4 * elems)))
+            dist.barrier()
+            for _ in range(calls):
+                start = time.perf_counter()
+                op()
+                if rnd >= config.warmup:
+                    out.append(time.perf_counter() - start)
+    agreed = torch.tensor([statistics.median(s) for s in samples], dtype=torch.float64)
+    dist.all_reduce(agreed, op=dist.ReduceOp.MAX)  # a collective ends when its last rank does
+    return [
+        {
+            "collective": c,
+            "implementation": impl,
+            "algorithm": alg,
+            "nbytes": 4 * elems,
+            "measured_s": float(t),
+        }
+        for ((c, impl, alg), elems), t in zip(keys, agreed.tolist(), strict=True)
+    ]
+
+
+def run(config: CollectivesBenchConfig, result: Path) -> None:
+    torch.set_num_threads(config.threads)
+    ctx = init_from_env()
+    try:
+        sizes = config.sizes if len(config.sizes) >= 2 else (config.sizes[0], 4 * config.sizes[0])
+        cal = calibrate(sizes=sizes, repeats=config.calibration_repeats, warmup=1)
+        measured = measure(config)
+        if ctx.rank == 0:
+            data = {"calibration": json.loads(cal.to_json()), "measured": measured}
+            result.write_text(json.dumps(data, indent=2) + "\n")
+    finally:
+        destroy()
+
+
+def main(argv: list[str]) -> int:
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        raw = json.loads(Path(argv[0]).read_text())
+        raw["sizes"], raw["collectives"] = tuple(raw["sizes"]), tuple(raw["collectives"])
+        run(CollectivesBenchConfig(**raw), Path(argv[1]))
+    except BaseException as exc:  # record every cause for the parent, then die
+        record_error(rank, exc, isinstance(exc, UserError))
+        log = os.environ.get(LOG_FILE_ENV)
+        if log:
+            with open(log, "a") as stream:
+                traceback.print_exc(file=stream)
+        else:
+            traceback.print_exc()
+        return 130 if isinstance(exc, KeyboardInterrupt) else 1
+    return 0
+
+
+def config_json(config: CollectivesBenchConfig) -> str:
+    """The config as the worker reads it back."""
+    return json.dumps(asdict(config))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,79 @@
+"""Run one worker module per host of an emulated cluster and supervise it.
+
+Workers get torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR on host 0) plus the
+launcher's per-rank error and log files, so a failure is reported the way `cadence train`
+reports it: the earliest recorded cause, in one line.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cadence
+from cadence.errors import WorkerFailed
+from cadence.launch.env import ERROR_FILE_ENV, LOG_FILE_ENV, THREADS_ENV
+
+# The launcher's supervision (earliest recorded failure, SIGTERM then SIGKILL) is reused as is.
+from cadence.launch.local import POLL_S, _failure, _stop_all
+from cadence.netem import EmulatedCluster
+
+_MASTER_PORT = 29500  # every port is free inside a fresh namespace
+
+
+def _env(cluster: EmulatedCluster, rank: int, logs: Path, threads: int) -> dict[str, str]:
+    env = dict(os.environ)
+    src = str(Path(cadence.__file__).resolve().parents[1])  # workers import this very copy
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    env.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(len(cluster.hosts)),
+        MASTER_ADDR=cluster.hosts[0].ip,
+        MASTER_PORT=str(_MASTER_PORT),
+        GLOO_SOCKET_IFNAME=cluster.hosts[rank].iface,
+        OMP_NUM_THREADS=str(threads),
+        PYTHONUNBUFFERED="1",
+    )
+    env[THREADS_ENV] = str(threads)
+    env[ERROR_FILE_ENV] = str(logs / f"rank{rank}.error.json")
+    env[LOG_FILE_ENV] = str(logs / f"rank{rank}.log")
+    env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10d warns about every reverse-DNS miss
+    return env
+
+
+def run_workers(
+    cluster: EmulatedCluster, module: str, args: list[str], run_dir: Path, threads: int,
+    timeout_s: float,
+) -> None:  # fmt: skip
+    """`python -m module *args` on every host; returns when all exit 0, else raises."""
+    logs = run_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    procs: list[subprocess.Popen[bytes]] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        for rank in range(len(cluster.hosts)):
+            cmd = [*cluster.exec_prefix(rank), sys.executable, "-m", module, *args]
+            with open(logs / f"rank{rank}.log", "ab") as stream:
+                procs.append(
+                    subprocess.Popen(
+                        cmd, env=_env(cluster, rank, logs, threads), stdout=stream, stderr=stream
+                    )
+                )
+        while True:
+            codes = [p.poll() for p in procs]
+            dead = [rank for rank, c in enumerate(codes) if c not in (None, 0)]
+            if dead:
+                time.sleep(POLL_S)  # let the root cause finish writing its error file
+                _stop_all(procs)
+                raise _failure(procs, logs, dead[0])
+            if all(c == 0 for c in codes):
+                return
+            if time.monotonic() > deadline:
+                raise WorkerFailed(f"workers did not finish in {timeout_s:.0f} s (logs in {logs})")
+            time.sleep(POLL_S)
+    finally:
+        _stop_all(procs)

@@ -1,0 +1,303 @@
+"""`cadence bench collectives`: cadence's collective algorithms against gloo's, in an emulated
+cluster, each measurement next to the alpha-beta prediction calibrated in the same run.
+
+The parent process builds the cluster, starts one worker per host inside its namespace
+(`cadence.bench._collectives_worker`), and turns rank 0's raw table into rows with ratios
+(ours / gloo, measured / predicted), a JSON file, a PNG and a printed table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import re
+import tempfile
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cadence.comm.cost import AlphaBeta
+from cadence.errors import UserError
+from cadence.netem import format_bandwidth
+
+SUPPORTED = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
+DEFAULT_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+DEFAULT_SIZES: tuple[int, ...] = tuple(1024 * 4**i for i in range(9))  # 1 KB .. 64 MB
+MAX_BYTES = 1 << 30
+
+# cadence algorithm names per collective (cadence.comm.collectives.ALGORITHMS, repeated here so
+# the CLI validates input without importing torch).
+OURS: dict[str, tuple[str, ...]] = {
+    "all_reduce": ("ring", "halving_doubling", "tree"),
+    "reduce_scatter": ("ring",),
+    "all_gather": ("ring", "bruck"),
+    "broadcast": ("binomial", "ring"),
+    "all_to_all": ("pairwise",),
+}
+# gloo's CPU algorithm in cost-model terms. Its reduce-scatter all-reduces the whole input and
+# keeps one block, so it costs a ring all-reduce of the full vector.
+_GLOO_MODEL: dict[str, tuple[str, str]] = {
+    "all_reduce": ("allreduce", "ring"),
+    "reduce_scatter": ("allreduce", "ring"),
+    "all_gather": ("allgather", "ring"),
+    "broadcast": ("broadcast", "binomial"),
+    "all_to_all": ("all_to_all", "pairwise"),
+}
+# cadence (collective, algorithm) -> cost model (collective, algorithm) where the names differ.
+_OURS_MODEL: dict[tuple[str, str], tuple[str, str]] = {
+    ("broadcast", "ring"): ("broadcast", "chain"),
+}
+_COST_NAME = {"all_reduce": "allreduce", "all_gather": "allgather"}
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20,
+          "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}  # fmt: skip
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """'64KB' -> 65536 (KB, MB, GB are powers of 1024; a bare number is bytes)."""
+    match = _SIZE.match(text.lower())
+    if not match or match.group(2) not in _UNITS:
+        raise UserError(f"bad size {text!r}: use e.g. 1KB, 256KB, 4MB or a number of bytes")
+    return int(float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """Comma-separated sizes, e.g. '1KB,1MB,64MB', sorted and without duplicates."""
+    return tuple(sorted({parse_size(part) for part in text.split(",") if part.strip()}))
+
+
+def format_size(nbytes: int) -> str:
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if nbytes >= scale:
+            value = nbytes / scale
+            return f"{value:.0f}{unit}" if value == int(value) else f"{value:.1f}{unit}"
+    return f"{nbytes}B"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectivesBenchConfig:
+    """What `cadence bench collectives` measures and where it writes."""
+
+    sizes: tuple[int, ...] = DEFAULT_SIZES
+    """Message sizes in bytes, as the cost model counts them: the whole vector (all-gather:
+    the gathered output; reduce-scatter and all-to-all: one rank's full input)."""
+    collectives: tuple[str, ...] = DEFAULT_COLLECTIVES
+    """Collectives to measure, each with gloo's and every cadence algorithm."""
+    hosts: int = 4
+    """Hosts (one rank each) of the emulated cluster."""
+    bandwidth_bps: float = 1e9
+    """Link cap of every host, bits per second."""
+    repeats: int = 5
+    """Timed rounds; every round times each (size, variant) 1-8 times; medians are reported."""
+    warmup: int = 1
+    """Untimed rounds first (connections, allocator)."""
+    calibration_repeats: int = 3
+    """Rounds of the all-reduce calibration that fits alpha and beta for the predictions."""
+    threads: int = 1
+    """Intra-op CPU threads per worker."""
+    out: str = "results/bench-collectives.json"
+    """JSON result file; the PNG goes next to it (same name, .png)."""
+
+    def __post_init__(self) -> None:
+        bad = [c for c in self.collectives if c not in SUPPORTED]
+        if bad or not self.collectives:
+            raise UserError(f"bad collectives {list(bad)}: choose from {', '.join(SUPPORTED)}")
+        if not self.sizes or min(self.sizes) < 4 or max(self.sizes) > MAX_BYTES:
+            raise UserError(f"bad sizes {list(self.sizes)}: use 4 B to 1 GB")
+        if not 2 <= self.hosts <= 16:
+            raise UserError(f"bad host count {self.hosts}: use 2 to 16")
+        if self.repeats < 1 or self.warmup < 0 or self.calibration_repeats < 1 or self.threads < 1:
+            raise UserError("repeats, calibration repeats and threads must be >= 1, warmup >= 0")
+        if not (self.bandwidth_bps > 0 and math.isfinite(self.bandwidth_bps)):
+            raise UserError(f"bad bandwidth {self.bandwidth_bps}: must be positive and finite")
+
+    def variants(self) -> list[tuple[str, str, str]]:
+        """(collective, implementation, algorithm) in measuring order; gloo first."""
+        return [
+            (c, impl, alg)
+            for c in self.collectives
+            for impl, alg in [("gloo", "gloo"), *(("cadence", a) for a in OURS[c])]
+        ]
+
+
+def cost_key(collective: str, implementation: str, algorithm: str) -> tuple[str, str]:
+    """The cost model's (collective, algorithm) that prices a measured variant."""
+    if implementation == "gloo":
+        return _GLOO_MODEL[collective]
+    if (collective, algorithm) in _OURS_MODEL:
+        return _OURS_MODEL[(collective, algorithm)]
+    return _COST_NAME.get(collective, collective), algorithm
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    """One measured (collective, variant, size) point."""
+
+    collective: str
+    """torch.distributed name, e.g. "reduce_scatter"."""
+    implementation: str
+    """"gloo" (torch.distributed on gloo) or "cadence" (cadence.comm.collectives)."""
+    algorithm: str
+    """cadence's algorithm name; "gloo" for gloo's own."""
+    nbytes: int
+    """Bytes of the whole vector (see `CollectivesBenchConfig.sizes`)."""
+    measured_s: float
+    """Median seconds per call, slowest rank's."""
+    predicted_s: float
+    """Alpha-beta prediction with this run's calibrated alpha and beta."""
+    bound_s: float
+    """Bandwidth-only time (alpha = 0, beta = 1 / link rate). Messages that fit in the tbf
+    burst (~5 ms of traffic) can beat it; larger ones cannot."""
+    measured_over_predicted: float
+    """measured_s / predicted_s."""
+    ours_over_gloo: float | None = field(default=None)
+    """measured_s / gloo's measured_s at the same size; None for gloo's own rows."""
+
+
+def build_rows(
+    config: CollectivesBenchConfig, measured: list[dict[str, Any]], model: AlphaBeta
+) -> list[BenchRow]:
+    """Rows with predictions and ratios from the workers' raw (variant, size, seconds) list."""
+    wire = AlphaBeta.from_bandwidth(config.bandwidth_bps)
+    gloo = {(m["collective"], m["nbytes"]): m["measured_s"] for m in measured
+            if m["implementation"] == "gloo"}  # fmt: skip
+    rows = []
+    for m in measured:
+        name, alg = cost_key(m["collective"], m["implementation"], m["algorithm"])
+        predicted = model.time(name, alg, m["nbytes"], config.hosts)
+        base = gloo.get((m["collective"], m["nbytes"]))
+        rows.append(
+            BenchRow(
+                collective=m["collective"],
+                implementation=m["implementation"],
+                algorithm=m["algorithm"],
+                nbytes=m["nbytes"],
+                measured_s=m["measured_s"],
+                predicted_s=predicted,
+                bound_s=wire.time(name, alg, m["nbytes"], config.hosts),
+                measured_over_predicted=m["measured_s"] / predicted if predicted else math.nan,
+                ours_over_gloo=None
+                if m["implementation"] == "gloo" or not base
+                else m["measured_s"] / base,
+            )
+        )
+    return rows
+
+
+def table(rows: list[BenchRow]) -> str:
+    """The rows as a fixed-width table, grouped by collective and size."""
+    head = (f"{'collective':<15}{'size':>7}  {'variant':<25}{'measured ms':>12}"
+            f"{'predicted ms':>13}{'bound ms':>10}{'meas/pred':>10}{'ours/gloo':>10}")  # fmt: skip
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        variant = "gloo" if r.implementation == "gloo" else f"cadence {r.algorithm}"
+        ratio = "" if r.ours_over_gloo is None else f"{r.ours_over_gloo:.2f}"
+        lines.append(
+            f"{r.collective:<15}{format_size(r.nbytes):>7}  {variant:<25}"
+            f"{r.measured_s * 1e3:>12.3f}{r.predicted_s * 1e3:>13.3f}{r.bound_s * 1e3:>10.3f}"
+            f"{r.measured_over_predicted:>10.2f}{ratio:>10}"
+        )
+    return "\n".join(lines)
+
+
+def plot(rows: list[BenchRow], path: str, title: str) -> None:
+    """One panel per collective: measured (solid, dots) and predicted (dashed) time by size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    collectives = list(dict.fromkeys(r.collective for r in rows))
+    fig, axes = plt.subplots(1, len(collectives), figsize=(4.2 * len(collectives), 3.8),
+                             squeeze=False)  # fmt: skip
+    for ax, coll in zip(axes[0], collectives, strict=True):
+        mine = [r for r in rows if r.collective == coll]
+        for i, variant in enumerate(dict.fromkeys((r.implementation, r.algorithm) for r in mine)):
+            pts = [r for r in mine if (r.implementation, r.algorithm) == variant]
+            label = "gloo" if variant[0] == "gloo" else variant[1]
+            color = f"C{i}"
+            xs = [r.nbytes for r in pts]
+            ax.plot(xs, [r.measured_s for r in pts], "o-", color=color, label=label)
+            ax.plot(xs, [r.predicted_s for r in pts], "--", color=color, alpha=0.6)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(coll)
+        ax.set_xlabel("bytes")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("seconds per call (dashed: alpha-beta prediction)")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _check_writable(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a"):
+            pass
+    except OSError as exc:
+        raise UserError(f"cannot write --out file '{path}': {exc.strerror or exc}") from None
+
+
+def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[str, Any]:
+    """Measure in a fresh emulated cluster; write JSON and PNG, print the table, return the JSON.
+
+    Needs root and iproute2 (a one-line UserError otherwise).
+    """
+    from cadence.bench._collectives_worker import config_json
+    from cadence.bench._launch import run_workers
+    from cadence.comm.calibrate import Calibration
+    from cadence.netem import EmulatedCluster, check_netem_available, cleanup_on_signals
+
+    check_netem_available()
+    out = Path(config.out)
+    _check_writable(out)
+    # Transfers of the measured data, times a generous factor for the slow algorithms, the
+    # calibration and a loaded machine; only a hung run should ever reach it.
+    traffic_s = sum(config.sizes) * 8 / config.bandwidth_bps * len(config.variants())
+    timeout_s = 300 + 20 * traffic_s * (config.warmup + config.repeats + config.calibration_repeats)
+    with tempfile.TemporaryDirectory(prefix="cadence-bench-") as tmp:
+        run_dir = Path(tmp)
+        (run_dir / "config.json").write_text(config_json(config))
+        result = run_dir / "result.json"
+        with cleanup_on_signals(), EmulatedCluster(config.hosts, config.bandwidth_bps) as cluster:
+            args = [str(run_dir / "config.json"), str(result)]
+            run_workers(cluster, "cadence.bench._collectives_worker", args, run_dir,
+                        config.threads, timeout_s)  # fmt: skip
+        raw = json.loads(result.read_text())
+    cal = Calibration.from_json(json.dumps(raw["calibration"]))
+    rows = build_rows(config, raw["measured"], cal.model)
+    png = out.with_suffix(".png")
+    data: dict[str, Any] = {
+        "benchmark": "collectives",
+        "command": command,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {"host": platform.node(), "cpus": os.cpu_count(), "system": platform.platform()},
+        "torch_version": cal.torch_version,
+        "config": asdict(config),
+        "calibration": {
+            "alpha_s": cal.model.alpha_s,
+            "beta_s_per_byte": cal.model.beta_s_per_byte,
+            "objective": cal.objective,
+            "max_rel_error": cal.max_rel_error(),
+            "rows": [asdict(r) for r in cal.rows],
+        },
+        "rows": [asdict(r) for r in rows],
+        "png": png.name,  # next to this file
+    }
+    out.write_text(json.dumps(data, indent=2) + "\n")
+    rate_mb_s = 1e-6 / cal.model.beta_s_per_byte if cal.model.beta_s_per_byte else math.inf
+    title = (
+        f"{config.hosts} hosts at {format_bandwidth(config.bandwidth_bps)}; "
+        f"alpha {cal.model.alpha_s * 1e6:.0f} us, 1/beta {rate_mb_s:.0f} MB/s"
+    )
+    plot(rows, str(png), title)
+    print(f"calibrated on gloo all_reduce: {title}")
+    print(table(rows))
+    print(f"wrote {out} and {png}")
+    return data

@@ -1,0 +1,75 @@
+"""`cadence bench collectives`: a tiny run in a real emulated cluster writes JSON and PNG with
+the right fields and sane numbers; bad input and a missing iproute2 end in one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cli_helpers import assert_one_line_error, run_cadence
+from tests.conftest import needs_netem
+
+
+@needs_netem
+def test_tiny_run_writes_sane_results(tmp_path: Path) -> None:
+    # 3 hosts (not a power of two) at 100mbit: 512KB all-reduces take ~56 ms on the wire.
+    proc = run_cadence(
+        "bench", "collectives", "--sizes", "4KB,512KB", "--collectives",
+        "all_reduce,reduce_scatter", "--hosts", "3", "--bandwidth", "100mbit", "--repeats", "1",
+        "--warmup", "0", "--calibration-repeats", "1", "--out", "out/b.json",
+        cwd=tmp_path, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "out/b.json").read_text())
+    assert data["command"].startswith("cadence bench collectives --sizes 4KB,512KB")
+    assert data["config"]["hosts"] == 3 and data["config"]["bandwidth_bps"] == 100e6
+    cal = data["calibration"]
+    assert cal["alpha_s"] >= 0 and cal["beta_s_per_byte"] > 0
+    rows = data["rows"]
+    variants = {(r["collective"], r["implementation"], r["algorithm"]) for r in rows}
+    assert variants == {
+        ("all_reduce", "gloo", "gloo"), ("all_reduce", "cadence", "ring"),
+        ("all_reduce", "cadence", "halving_doubling"), ("all_reduce", "cadence", "tree"),
+        ("reduce_scatter", "gloo", "gloo"), ("reduce_scatter", "cadence", "ring"),
+    }  # fmt: skip
+    # float32 vectors split evenly over 3 ranks: 4KB -> 1023 elements, 512KB -> 131070.
+    assert sorted({r["nbytes"] for r in rows}) == [4092, 524280]
+    gloo = {(r["collective"], r["nbytes"]): r["measured_s"] for r in rows
+            if r["implementation"] == "gloo"}  # fmt: skip
+    for r in rows:
+        assert 0 < r["measured_s"] < 10 and r["predicted_s"] > 0 and r["bound_s"] > 0
+        assert r["measured_over_predicted"] == pytest.approx(r["measured_s"] / r["predicted_s"])
+        if r["implementation"] == "gloo":
+            assert r["ours_over_gloo"] is None
+        else:
+            base = gloo[(r["collective"], r["nbytes"])]
+            assert r["ours_over_gloo"] == pytest.approx(r["measured_s"] / base)
+    big = next(r for r in rows if r["nbytes"] == 524280 and r["algorithm"] == "gloo"
+               and r["collective"] == "all_reduce")  # fmt: skip
+    # The link cap applies: gloo's ring needs at least the wire time, less the tbf burst.
+    assert big["measured_s"] > 0.8 * big["bound_s"] > 0.04
+    assert (tmp_path / "out" / data["png"]).read_bytes().startswith(b"\x89PNG")
+    assert "ours/gloo" in proc.stdout and "reduce_scatter" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--sizes", "4XB"], "bad size '4XB'"),
+        (["--collectives", "all_reduce,allreduce"], "bad collectives ['allreduce']"),
+        (["--hosts", "1"], "bad host count 1"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path: Path, args: list[str], needle: str) -> None:
+    proc = run_cadence("bench", "collectives", *args, cwd=tmp_path, timeout=60)
+    assert_one_line_error(proc, needle)
+
+
+def test_without_iproute2_is_one_line_exit_2(tmp_path: Path) -> None:
+    env = {"PATH": str(Path(sys.executable).parent)}  # hides ip and tc
+    proc = run_cadence("bench", "collectives", "--sizes", "4KB", cwd=tmp_path, env=env, timeout=60)
+    assert_one_line_error(proc, "needs root and iproute2")
+    assert not (tmp_path / "results").exists()  # nothing written before the check
