@@ -8,20 +8,50 @@ reports it: the earliest recorded cause, in one line.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import cadence
-from cadence.errors import WorkerFailed
+from cadence.errors import UserError, WorkerFailed
 from cadence.launch.env import ERROR_FILE_ENV, LOG_FILE_ENV, THREADS_ENV
-
-# The launcher's supervision (earliest recorded failure, SIGTERM then SIGKILL) is reused as is.
-from cadence.launch.local import POLL_S, _failure, _stop_all
+from cadence.launch.errors import read_error
 from cadence.netem import EmulatedCluster
 
 _MASTER_PORT = 29500  # every port is free inside a fresh namespace
+_POLL_S = 0.2
+_GRACE_S = 5.0
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + _GRACE_S
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _failure(procs: list[subprocess.Popen[bytes]], logs: Path, dead: list[int]) -> Exception:
+    """The earliest recorded error (peers fail afterwards on closed sockets); else the first
+    rank seen dying without a record (a native crash)."""
+    records = [read_error(logs / f"rank{rank}.error.json") for rank in range(len(procs))]
+    errors = [e for e in records if e is not None and e.kind != "KeyboardInterrupt"]
+    if errors:
+        first = min(errors, key=lambda e: e.time)
+        if first.user_error:
+            return UserError(first.message)
+        log = logs / f"rank{first.rank}.log"
+        return WorkerFailed(f"rank {first.rank} failed: {first.summary()} (traceback in {log})")
+    code = procs[dead[0]].returncode or 0
+    cause = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+    return WorkerFailed(f"rank {dead[0]} died with {cause} (output in {logs})")
 
 
 def _env(cluster: EmulatedCluster, rank: int, logs: Path, threads: int) -> dict[str, str]:
@@ -67,13 +97,13 @@ def run_workers(
             codes = [p.poll() for p in procs]
             dead = [rank for rank, c in enumerate(codes) if c not in (None, 0)]
             if dead:
-                time.sleep(POLL_S)  # let the root cause finish writing its error file
-                _stop_all(procs)
-                raise _failure(procs, logs, dead[0])
+                time.sleep(_POLL_S)  # let the root cause finish writing its error file
+                _stop(procs)
+                raise _failure(procs, logs, dead)
             if all(c == 0 for c in codes):
                 return
             if time.monotonic() > deadline:
                 raise WorkerFailed(f"workers did not finish in {timeout_s:.0f} s (logs in {logs})")
-            time.sleep(POLL_S)
+            time.sleep(_POLL_S)
     finally:
-        _stop_all(procs)
+        _stop(procs)
