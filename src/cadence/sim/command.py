@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -16,6 +17,7 @@ from cadence.profile import Profile
 from cadence.sim.api import DDP_BUCKET_BYTES, plan_dp, simulate_ddp, simulate_dp
 from cadence.sim.metrics import SimResult
 from cadence.sim.options import SimOptions
+from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION, step_s_per_byte
 
 STRATEGIES = ("cadence-dp", "ddp")
 PLAN_THRESHOLDS = ("256kib", "1mib", "4mib", "16mib")
@@ -50,6 +52,8 @@ class Setup:
     """Network model of each worker's link."""
     description: str
     """One line naming model, workers and link, for headers."""
+    update_s_per_byte: float = 0.0
+    """Optimizer-step seconds per parameter byte."""
 
 
 def _model_params(model: str) -> tuple[ParamInfo, ...]:
@@ -69,6 +73,8 @@ def make_setup(
     workers: int,
     bandwidth: str,
     latency_s: float = 0.0,
+    payload_fraction: float = TCP_PAYLOAD_FRACTION,
+    optimizer: str = "adam",
     calibration: str | None = None,
     profile_path: str | None = None,
     batch_size: int = 32,
@@ -82,15 +88,18 @@ def make_setup(
         raise UserError(f"--workers must be >= 1, got {workers}")
     if not (math.isfinite(latency_s) and latency_s >= 0):
         raise UserError(f"--latency must be >= 0 seconds, got {latency_s}")
+    if not 0 < payload_fraction <= 1:
+        raise UserError(f"--payload-fraction must be in (0, 1], got {payload_fraction}")
     bps = parse_bandwidth(bandwidth)
     params = _model_params(model)
+    update = step_s_per_byte(model, optimizer)
     if calibration is not None:
         from cadence.comm.calibrate import Calibration
 
         link = Calibration.load(calibration).model
         net = f"calibrated link ({calibration})"
     else:
-        link = AlphaBeta(alpha_s=latency_s, beta_s_per_byte=8.0 / bps)
+        link = AlphaBeta(alpha_s=latency_s, beta_s_per_byte=8.0 / (bps * payload_fraction))
         net = f"{format_bandwidth(bps)} links" + (
             f", {latency_s * 1e6:g} us latency" * (latency_s > 0)
         )
@@ -106,9 +115,17 @@ def make_setup(
         profile = profile_command(
             model, batch_size=batch_size, iterations=profile_iterations, echo=lambda _: None
         )
-    description = f"{model}, batch {profile.batch_size} per worker, {workers} workers, {net}"
+    description = (
+        f"{model}, batch {profile.batch_size} per worker, {workers} workers, {net}, "
+        f"{optimizer} step {update * sum(p.nbytes for p in params) * 1e3:.0f} ms"
+    )
     return Setup(
-        profile=profile, params=params, world_size=workers, link=link, description=description
+        profile=profile,
+        params=params,
+        world_size=workers,
+        link=link,
+        description=description,
+        update_s_per_byte=update,
     )
 
 
@@ -122,6 +139,7 @@ def run_strategy(
     iterations: int = 3,
 ) -> tuple[SimResult, DPPlan | None]:
     """Simulate one strategy; cadence-dp is planned the way the runtime replans after warm-up."""
+    options = dataclasses.replace(options, update_s_per_byte=setup.update_s_per_byte)
     if strategy == "ddp":
         result = simulate_ddp(
             setup.profile,
@@ -221,6 +239,8 @@ def _setup_from(args: Any) -> Setup:
         workers=args.workers,
         bandwidth=args.bandwidth,
         latency_s=args.latency,
+        payload_fraction=args.payload_fraction,
+        optimizer=args.optimizer,
         calibration=args.calibration,
         profile_path=args.profile,
         batch_size=args.batch_size,

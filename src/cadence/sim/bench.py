@@ -1,0 +1,205 @@
+"""`cadence bench sim`: predicted vs measured iteration time of real (emulated-cluster) runs.
+
+Each measured run is a `cadence train --json` file: its config names the model, workers,
+global batch, strategy, optimizer and bandwidth cap, and it holds the median iteration. The
+simulator predicts the same setting from a profile at the run's per-worker batch.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from cadence.comm.cost import AlphaBeta
+from cadence.dp.config import DPConfig
+from cadence.errors import UserError
+from cadence.profile import Profile
+from cadence.sim.api import DDP_BUCKET_BYTES
+from cadence.sim.command import STRATEGIES, Setup, _model_params, run_strategy
+from cadence.sim.metrics import _write
+from cadence.sim.options import SimOptions
+from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION, step_s_per_byte
+
+
+def _read_run(path: str) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text())
+        if not (
+            isinstance(data, dict) and "median_iteration_s" in data and "model" in data["config"]
+        ):
+            raise ValueError("no config.model or median_iteration_s")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(
+            f"cannot read run {path}: not a `cadence train --json` file ({exc})"
+        ) from None
+    return data
+
+
+def predict_runs(
+    runs: Sequence[str],
+    profiles: dict[str, Profile],
+    payload_fraction: float = TCP_PAYLOAD_FRACTION,
+    options: SimOptions | None = None,
+) -> list[dict[str, Any]]:
+    """One row per run: measured and predicted median iteration and the relative error."""
+    from cadence.netem import parse_bandwidth
+
+    options = options or SimOptions()
+    steps: dict[tuple[str, str], float] = {}
+    rows = []
+    for path in runs:
+        data = _read_run(path)
+        cfg = data["config"]
+        model, workers, strategy = cfg["model"], int(cfg["workers"]), cfg["strategy"]
+        if strategy not in STRATEGIES:
+            raise UserError(f"run {path} used strategy {strategy!r}; predicted: {STRATEGIES}")
+        if not cfg.get("emulate_bandwidth"):
+            raise UserError(f"run {path} had no --emulate-bandwidth cap: its link is unknown")
+        if model not in profiles:
+            raise UserError(f"run {path} is of model {model!r}; no profile given for it")
+        profile = profiles[model]
+        if profile.batch_size * workers != int(cfg["batch_size"]):
+            raise UserError(
+                f"run {path} used {cfg['batch_size']} samples over {workers} workers but the "
+                f"{model} profile has batch {profile.batch_size} per worker"
+            )
+        key = (model, cfg.get("optimizer", "adam"))
+        if key not in steps:
+            steps[key] = step_s_per_byte(*key)
+        bps = parse_bandwidth(cfg["emulate_bandwidth"])
+        setup = Setup(
+            profile=profile,
+            params=_model_params(model),
+            world_size=workers,
+            link=AlphaBeta(alpha_s=0.0, beta_s_per_byte=8.0 / (bps * payload_fraction)),
+            description=f"{model} {cfg['emulate_bandwidth']}",
+            update_s_per_byte=steps[key],
+        )
+        dp = DPConfig()  # the settings `cadence train --strategy cadence-dp` runs with
+        result, _ = run_strategy(
+            setup, strategy, dp.threshold_bytes, dp.credit, DDP_BUCKET_BYTES, options
+        )
+        measured = float(data["median_iteration_s"])
+        rows.append(
+            {
+                "run": str(path),
+                "model": model,
+                "strategy": strategy,
+                "bandwidth": cfg["emulate_bandwidth"],
+                "workers": workers,
+                "measured_s": measured,
+                "predicted_s": result.iteration_s,
+                "error": (result.iteration_s - measured) / measured,
+                "optimizer_step_s": steps[key] * sum(p.nbytes for p in setup.params),
+                "compute_s": result.compute_s,
+                "wire_s": result.wire_s,
+            }
+        )
+    return rows
+
+
+def summary(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    errors = [abs(r["error"]) for r in rows]
+    return {"mean_abs_error": statistics.fmean(errors), "worst_abs_error": max(errors)}
+
+
+def table_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    lines = [
+        f"{'run':<44}{'strategy':<12}{'cap':>9}{'measured':>10}{'predicted':>11}{'error':>8}"
+        f"{'opt step':>10}"
+    ]
+    for r in rows:
+        lines.append(
+            f"{Path(r['run']).name[:43]:<44}{r['strategy']:<12}{r['bandwidth']:>9}"
+            f"{r['measured_s']:>9.3f}s{r['predicted_s']:>10.3f}s{r['error'] * 100:>7.1f}%"
+            f"{r['optimizer_step_s']:>9.3f}s"
+        )
+    s = summary(rows)
+    lines.append(
+        f"mean |error| {s['mean_abs_error'] * 100:.1f}%, worst {s['worst_abs_error'] * 100:.1f}% "
+        f"over {len(rows)} runs (target: mean <= 5%, worst <= 10%)"
+    )
+    return lines
+
+
+def run_emulated(
+    model: str,
+    caps: Sequence[str],
+    strategies: Sequence[str],
+    steps: int,
+    out_dir: str,
+    workers: int,
+    batch_size: int,
+    echo: Callable[[str], None] = print,
+) -> list[str]:
+    """Train each (cap, strategy) in the emulated cluster, alternating strategies; returns the
+    `--json` files written (`<out_dir>/sim-<model>-<cap>-<strategy>.json`)."""
+    from cadence.config import TrainConfig
+    from cadence.train.run import train
+
+    files = []
+    for cap in caps:
+        for strategy in strategies:
+            path = Path(out_dir) / f"sim-{model}-{cap}-{strategy}.json"
+            echo(f"training {model} {strategy} at {cap} ({steps} steps) -> {path}")
+            config = TrainConfig(
+                model=model,
+                dataset="synthetic",
+                workers=workers,
+                batch_size=batch_size,
+                steps=steps,
+                strategy=strategy,
+                emulate_bandwidth=cap,
+                out="/tmp/cadence-bench-sim",
+            )
+            metrics, _ = train(config)
+            _write(path, json.dumps(metrics, indent=2) + "\n")
+            files.append(str(path))
+    return files
+
+
+def bench_sim_command(args: Any) -> int:
+    """`cadence bench sim`: optionally train in the emulated cluster, then compare."""
+    runs = list(args.runs)
+    if args.run:
+        caps = [c for c in args.caps.split(",") if c.strip()]
+        strategies = [x for x in args.strategies.split(",") if x.strip()]
+        for strategy in strategies:
+            if strategy not in STRATEGIES:
+                raise UserError(f"unknown strategy {strategy!r}; accepted: {', '.join(STRATEGIES)}")
+        runs += run_emulated(
+            args.model, caps, strategies, args.steps, args.out_dir, args.workers, args.batch_size
+        )
+    if not runs:
+        raise UserError("nothing to compare: give `cadence train --json` files or --run")
+    profiles: dict[str, Profile] = {}
+    for path in args.profile or []:
+        profile = Profile.load(path)
+        profiles[profile.model] = profile
+    for path in runs:
+        cfg = _read_run(path)["config"]
+        if cfg["model"] not in profiles:
+            from cadence.profile import profile_command
+
+            per_worker = int(cfg["batch_size"]) // int(cfg["workers"])
+            print(f"profiling {cfg['model']} at batch {per_worker} (pass --profile to skip)")
+            profiles[cfg["model"]] = profile_command(
+                cfg["model"], batch_size=per_worker, iterations=5, echo=lambda _: None
+            )
+    rows = predict_runs(runs, profiles, args.payload_fraction)
+    for line in table_lines(rows):
+        print(line)
+    if args.json:
+        data = {
+            "command": "cadence " + shlex.join(sys.argv[1:]),
+            "rows": rows,
+            **summary(rows),
+            "profiles": sorted(args.profile or []),
+        }
+        _write(args.json, json.dumps(data, indent=2) + "\n")
+    return 0

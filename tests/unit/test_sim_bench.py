@@ -1,0 +1,57 @@
+"""`cadence bench sim` on hand-made `cadence train --json` files (no training here)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from cadence.errors import UserError
+from cadence.sim.bench import predict_runs, summary
+from tests.unit.test_sim_cli import zoo_profile
+
+
+def write_run(path: Path, strategy: str, median: float, cap: str | None = "1mbit") -> str:
+    config = {
+        "model": "cnn",
+        "workers": 2,
+        "batch_size": 64,
+        "strategy": strategy,
+        "optimizer": "sgd",
+        "emulate_bandwidth": cap,
+    }
+    path.write_text(json.dumps({"config": config, "median_iteration_s": median}))
+    return str(path)
+
+
+def test_predictions_and_errors_against_measured_medians(tmp_path: Path) -> None:
+    profiles = {"cnn": zoo_profile("cnn")}
+    runs = [
+        write_run(tmp_path / "a.json", "ddp", 2.0),
+        write_run(tmp_path / "b.json", "cadence-dp", 1.0),
+    ]
+    rows = predict_runs(runs, profiles, payload_fraction=1.0)
+    assert [r["strategy"] for r in rows] == ["ddp", "cadence-dp"]
+    for row, measured in zip(rows, (2.0, 1.0), strict=True):
+        # 116264 B of gradients, ring of 2 moves them once at 125 kB/s: at least 0.93 s.
+        assert row["wire_s"] == pytest.approx(116264 / 125000)
+        assert row["predicted_s"] >= row["wire_s"]
+        assert row["error"] == pytest.approx((row["predicted_s"] - measured) / measured)
+        assert row["optimizer_step_s"] > 0
+    assert summary(rows)["worst_abs_error"] == max(abs(r["error"]) for r in rows)
+
+
+def test_runs_that_cannot_be_predicted_are_user_errors(tmp_path: Path) -> None:
+    profiles = {"cnn": zoo_profile("cnn")}
+    with pytest.raises(UserError, match="no --emulate-bandwidth cap"):
+        predict_runs([write_run(tmp_path / "a.json", "ddp", 1.0, cap=None)], profiles)
+    with pytest.raises(UserError, match="used strategy 'zero'"):
+        predict_runs([write_run(tmp_path / "a.json", "zero", 1.0)], profiles)
+    (tmp_path / "bad.json").write_text("[]")
+    with pytest.raises(UserError, match="not a `cadence train --json` file"):
+        predict_runs([str(tmp_path / "bad.json")], profiles)
+    with pytest.raises(UserError, match="batch 16 per worker"):
+        half = dataclasses.replace(zoo_profile("cnn"), batch_size=16)
+        predict_runs([write_run(tmp_path / "a.json", "ddp", 1.0)], {"cnn": half})
