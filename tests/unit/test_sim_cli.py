@@ -63,6 +63,10 @@ def test_simulate_writes_json_trace_and_png(
         "100kbit",
         "--threshold",
         "16kib",
+        "--payload-fraction",
+        "1",
+        "--optimizer",
+        "none",
         "--json",
         str(out),
         "--trace",
@@ -81,6 +85,11 @@ def test_simulate_writes_json_trace_and_png(
     assert "predicted iteration" in capsys.readouterr().out
     assert main([*args[:-6], "--strategy", "ddp", "--json", str(out)]) == 0
     assert json.loads(out.read_text())["iteration_time_s"] > data["iteration_time_s"]
+    # By default --bandwidth is the line rate: TCP over Ethernet carries 1448 of 1514 bytes.
+    base = args[: args.index("--payload-fraction")]
+    assert main([*base, "--optimizer", "none", "--json", str(out)]) == 0
+    default = json.loads(out.read_text())["wire_s"]
+    assert default == pytest.approx(data["wire_s"] * 1514 / 1448, rel=1e-6)
 
 
 def test_plan_ranks_strategies_and_names_the_best(
