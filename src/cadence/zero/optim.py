@@ -16,6 +16,9 @@ from torch.optim import Optimizer
 
 from cadence.zero.engine import ZeroEngine
 
+VARIANCE_FLOOR = 0.1
+"""1-bit Adam: floor of the frozen sqrt(variance), as a fraction of its mean over the piece."""
+
 
 class ZeroOptimizer(Optimizer):
     """Sharded optimizer: param_groups and state are the inner torch optimizer's (over shards),
@@ -86,8 +89,14 @@ class ZeroOptimizer(Optimizer):
                     m.add_(st.shard, alpha=(1 - beta1) * wd)
             state["step"] += 1
             bias1 = 1 - beta1 ** float(state["step"])
-            denom = (v.sqrt() / math.sqrt(bias2)).add_(eps)
-            st.shard.addcdiv_(m, denom, value=-lr / bias1)
+            root = v.sqrt() / math.sqrt(bias2)
+            # Sign compression gives every entry of a piece the same magnitude, so an entry whose
+            # variance is far below its piece's (a dead input pixel: v = 0) would take a step
+            # of scale / eps. Flooring the frozen root-variance at a fraction of the piece's mean
+            # bounds that amplification; entries at or above the floor are plain 1-bit Adam.
+            floor = VARIANCE_FLOOR * root.mean()
+            step = m / root.clamp_min_(floor).add_(eps)
+            st.shard.add_(step, alpha=-lr / bias1)
 
     def state_dict(self) -> dict[str, Any]:
         from cadence.zero.checkpoint import sharded_state
