@@ -113,23 +113,32 @@ def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
             proc.wait()
 
 
-def _failure(procs: list[subprocess.Popen[bytes]], logs: Path) -> Exception:
-    """The earliest recorded failure is the cause; peers usually fail after it on closed sockets."""
-    recorded = (read_error(_error_file(logs, rank)) for rank in range(len(procs)))
-    errors = [e for e in recorded if e is not None]
+def _failure(procs: list[subprocess.Popen[bytes]], logs: Path, dead: list[int]) -> Exception:
+    """Name the root cause among the ranks in `dead` (seen exiting badly before the supervisor
+    stopped the others, whose SIGTERM is a consequence, not a cause).
+
+    A rank that died without recording anything crashed natively (abort, segfault, OOM kill);
+    errors its peers recorded are then almost always their sockets closing under them. Otherwise
+    the earliest recorded failure is the cause.
+    """
+    records = {rank: read_error(_error_file(logs, rank)) for rank in range(len(procs))}
+    silent = [rank for rank in dead if records[rank] is None]
+    if silent:
+        rank = silent[0]
+        code = procs[rank].returncode or 0
+        cause = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        log = _log_file(logs, rank)
+        where = f" (its output is in {log})" if log.exists() else ""
+        return WorkerFailed(f"rank {rank} died with {cause} before recording an error{where}")
+    errors = [e for e in records.values() if e is not None]
     errors = [e for e in errors if e.kind != "KeyboardInterrupt"] or errors
-    if errors:
-        first: RankError = min(errors, key=lambda e: e.time)
-        if first.user_error:
-            return UserError(first.message)
-        log = _log_file(logs, first.rank)
-        return WorkerFailed(f"rank {first.rank} failed: {first.summary()} (traceback in {log})")
-    for rank, proc in enumerate(procs):
-        code = proc.returncode
-        if code is not None and code != 0:
-            cause = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-            return WorkerFailed(f"rank {rank} died with {cause} before recording an error")
-    return WorkerFailed("a worker failed without a recorded cause")
+    if not errors:
+        return WorkerFailed("a worker failed without a recorded cause")
+    first: RankError = min(errors, key=lambda e: e.time)
+    if first.user_error:
+        return UserError(first.message)
+    log = _log_file(logs, first.rank)
+    return WorkerFailed(f"rank {first.rank} failed: {first.summary()} (traceback in {log})")
 
 
 def launch_local(
@@ -169,10 +178,11 @@ def launch_local(
                 stream.close()  # the child holds its own descriptor
         while True:
             codes = [p.poll() for p in procs]
-            if any(c not in (None, 0) for c in codes):
+            dead = [rank for rank, c in enumerate(codes) if c not in (None, 0)]
+            if dead:
                 time.sleep(POLL_S)  # let the root cause finish writing its error file
                 _stop_all(procs)
-                raise _failure(procs, logs)
+                raise _failure(procs, logs, dead)
             if all(c == 0 for c in codes):
                 break
             time.sleep(POLL_S)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from cadence.comm import destroy, init_from_env
 from cadence.config import TrainConfig
@@ -31,7 +32,12 @@ def run_worker(config: TrainConfig, run_dir: Path | None) -> dict[str, Any]:
     bandwidth = os.environ.get(BANDWIDTH_ENV)
     ctx = init_from_env()
     try:
-        return run_training(config, ctx, run_dir, float(bandwidth) if bandwidth else None)
+        metrics = run_training(config, ctx, run_dir, float(bandwidth) if bandwidth else None)
+        # Leave together: a rank that tears down its process group while rank 0 still writes
+        # outputs can abort inside gloo ("terminate called without an active exception").
+        if dist.is_initialized():
+            dist.barrier()
+        return metrics
     finally:
         destroy()
 
@@ -55,4 +61,11 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    if code == 0:
+        # Everything is written and the group is gone; skip interpreter teardown, where native
+        # threads of torch/gloo have been seen to abort the process after a clean finish.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    sys.exit(code)

@@ -25,19 +25,22 @@ from cadence.models import Dataset, get_model_spec, load_dataset, loss_fn
 from cadence.train.optim import build_optimizer
 from cadence.train.outputs import plot_training, save_checkpoint, write_json
 from cadence.train.sharding import epoch_batches, rank_slice, steps_per_epoch
-from cadence.train.strategies import get_strategy
+from cadence.train.strategies import OwnsStep, get_strategy
 
 EVAL_BATCH = 256
 INJECT_ENV = "CADENCE_INJECT_FAILURE"
-"""`RANK:STEP` makes that rank raise at that step: lets tests check crash handling for real."""
+"""`RANK:STEP` makes that rank raise at that step; `RANK:STEP:abort` makes it die natively
+(SIGABRT, nothing recorded): lets tests check crash handling for real."""
 
 
-def _injected_failure_step(rank: int) -> int | None:
+def _injected_failure(rank: int) -> tuple[int, bool] | None:
+    """(step, abort) for this rank, or None."""
     spec = os.environ.get(INJECT_ENV)
     if not spec:
         return None
-    fail_rank, fail_step = (int(part) for part in spec.split(":"))
-    return fail_step if fail_rank == rank else None
+    parts = spec.split(":")
+    fail_rank, fail_step = int(parts[0]), int(parts[1])
+    return (fail_step, parts[2:] == ["abort"]) if fail_rank == rank else None
 
 
 @torch.no_grad()
@@ -74,8 +77,12 @@ def run_training(
     model: torch.nn.Module = spec.build().to(ctx.device)
     optimizer = build_optimizer(model.parameters(), config)
     strategy = get_strategy(config.strategy)
-    model, optimizer = strategy.wrap(model, optimizer, ctx)
+    model, optimizer = strategy.wrap_for(config)(model, optimizer, ctx)
     plain = strategy.unwrap(model)
+    owner = model if isinstance(model, OwnsStep) else None  # a strategy that runs the step
+    shard_rank, shard_world = (
+        (0, 1) if owner is not None and owner.full_batch else (ctx.rank, ctx.world_size)
+    )
     num_params = sum(p.numel() for p in plain.parameters())
     grad_bytes = sum(p.numel() * p.element_size() for p in plain.parameters() if p.requires_grad)
 
@@ -87,7 +94,7 @@ def run_training(
         )
     total_steps = config.steps if config.steps is not None else per_epoch * config.epochs
     epochs_needed = math.ceil(total_steps / per_epoch) if per_epoch else 0
-    fail_at = _injected_failure_step(ctx.rank)
+    fail_at = _injected_failure(ctx.rank)
 
     metrics: dict[str, Any] = {
         "config": config.to_json(),
@@ -118,17 +125,22 @@ def run_training(
         t_epoch = time.perf_counter()
         t_prev = t_epoch
         for idx in epoch_batches(
-            len(data.train_x), config.batch_size, ctx.rank, ctx.world_size, config.seed, epoch
+            len(data.train_x), config.batch_size, shard_rank, shard_world, config.seed, epoch
         ):
             if step == total_steps:
                 break
-            if fail_at is not None and step == fail_at:
+            if fail_at is not None and step == fail_at[0]:
+                if fail_at[1]:
+                    os.abort()
                 raise RuntimeError(f"injected failure at step {step} ({INJECT_ENV})")
             x, y = data.train_x[idx].to(ctx.device), data.train_y[idx].to(ctx.device)
-            optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            optimizer.step()
+            if owner is not None:
+                loss = owner.train_step(x, y, optimizer)
+            else:
+                optimizer.zero_grad(set_to_none=True)
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
             epoch_losses.append(loss.detach())
             now = time.perf_counter()
             metrics["iteration_times_s"].append(now - t_prev)
@@ -142,6 +154,8 @@ def run_training(
         losses = all_reduce_sum(torch.stack(epoch_losses).float().cpu()) / ctx.world_size
         metrics["step_loss"].extend(losses.tolist())
         last_epoch = epoch == epochs_needed
+        if owner is not None:
+            owner.sync()  # before evaluation and the checkpoint read `plain`
         if config.eval_every_epoch or last_epoch:
             test_loss, test_acc = evaluate(plain, data, ctx)
         else:
