@@ -2,27 +2,55 @@
 (GPipe, 1F1B, kFkB), a validator, a memory model, and an executor.
 
 Plans here are pure data (no torch.distributed) except `executor` and `api`, which run them.
+Names load on first use, so `cadence.pipeline.schedule` stays torch-free for config checks.
 """
 
-from cadence.pipeline.api import model_parallel, pipeline
-from cadence.pipeline.executor import PipelineExecutor, torch_runtime_supports
-from cadence.pipeline.memory import (
-    StageMemory,
-    optimizer_state_factor,
-    peak_in_flight,
-    stage_memory,
-)
-from cadence.pipeline.schedule import (
-    Action,
-    Schedule,
-    build_schedule,
-    gpipe,
-    kfkb,
-    one_f_one_b,
-    parse_schedule_name,
-)
-from cadence.pipeline.stages import StagePlan, balance, even_split, plan_stages, stage_module
-from cadence.pipeline.validate import validate
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cadence.pipeline.api import model_parallel, pipeline
+    from cadence.pipeline.executor import PipelineExecutor, torch_runtime_supports
+    from cadence.pipeline.memory import (
+        StageMemory,
+        optimizer_state_factor,
+        peak_in_flight,
+        stage_memory,
+    )
+    from cadence.pipeline.schedule import (
+        Action,
+        Schedule,
+        build_schedule,
+        gpipe,
+        kfkb,
+        one_f_one_b,
+        parse_schedule_name,
+    )
+    from cadence.pipeline.stages import StagePlan, balance, even_split, plan_stages, stage_module
+    from cadence.pipeline.validation import validate
+
+_LAZY = {
+    "Action": "cadence.pipeline.schedule",
+    "PipelineExecutor": "cadence.pipeline.executor",
+    "Schedule": "cadence.pipeline.schedule",
+    "StageMemory": "cadence.pipeline.memory",
+    "StagePlan": "cadence.pipeline.stages",
+    "balance": "cadence.pipeline.stages",
+    "build_schedule": "cadence.pipeline.schedule",
+    "even_split": "cadence.pipeline.stages",
+    "gpipe": "cadence.pipeline.schedule",
+    "kfkb": "cadence.pipeline.schedule",
+    "model_parallel": "cadence.pipeline.api",
+    "one_f_one_b": "cadence.pipeline.schedule",
+    "optimizer_state_factor": "cadence.pipeline.memory",
+    "parse_schedule_name": "cadence.pipeline.schedule",
+    "peak_in_flight": "cadence.pipeline.memory",
+    "pipeline": "cadence.pipeline.api",
+    "plan_stages": "cadence.pipeline.stages",
+    "stage_memory": "cadence.pipeline.memory",
+    "stage_module": "cadence.pipeline.stages",
+    "torch_runtime_supports": "cadence.pipeline.executor",
+    "validate": "cadence.pipeline.validation",
+}
 
 __all__ = [
     "Action",
@@ -47,3 +75,11 @@ __all__ = [
     "torch_runtime_supports",
     "validate",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'cadence.pipeline' has no attribute '{name}'")
+    import importlib
+
+    return getattr(importlib.import_module(_LAZY[name]), name)

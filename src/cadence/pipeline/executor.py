@@ -22,7 +22,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from cadence.pipeline.schedule import FORWARD, Action, Schedule
-from cadence.pipeline.validate import validate
+from cadence.pipeline.validation import validate
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
 BACKENDS = ("auto", "cadence", "torch")

@@ -1,0 +1,128 @@
+"""`--strategy pipeline` in `cadence train`: rank s trains stage s, the loop hands it each step.
+
+Every rank builds the whole model (same seed) and keeps it, but computes and updates only its
+stage's blocks; the optimizer the loop built over all parameters skips the others (their
+gradients stay None). Before each evaluation and checkpoint, `sync` broadcasts every stage's
+parameters and buffers from its owner, so the plain module is the trained model on every rank.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.optim import Optimizer
+
+from cadence.comm import DistContext, broadcast_object
+from cadence.config import TrainConfig
+from cadence.errors import UserError
+from cadence.models import get_model_spec, loss_fn
+from cadence.models.blocks import BlockModel
+from cadence.pipeline.executor import PipelineExecutor
+from cadence.pipeline.schedule import build_schedule
+from cadence.pipeline.stages import balance, stage_module
+
+_PROFILE_ITERATIONS = 3
+
+
+def profiled_ranges(
+    model: BlockModel, model_name: str, num_stages: int, microbatch: int
+) -> tuple[tuple[int, int], ...]:
+    """Stage ranges balanced on a quick profile of `model` (a copy) at the micro-batch size."""
+    from cadence.profile import profile_model
+
+    with torch.random.fork_rng():
+        batch = get_model_spec(model_name).synthetic_batch(microbatch)
+        profile = profile_model(copy.deepcopy(model), batch, _PROFILE_ITERATIONS, 1, model_name)
+    return balance([b.total_s for b in profile.blocks], num_stages)
+
+
+class PipelineTrainer(nn.Module):
+    """This rank's stage plus the hooks the training loop calls (`train_step`, `sync`)."""
+
+    full_batch = True
+    """Every rank reads the whole global batch: the first stage its inputs, the last its
+    targets (micro-batches are cut from it)."""
+
+    def __init__(
+        self, model: BlockModel, executor: PipelineExecutor, ranges: tuple[tuple[int, int], ...],
+        world_size: int,
+    ) -> None:
+        super().__init__()
+        self.stage = executor.module  # registered: this rank's trained parameters
+        self.executor = executor
+        self.ranges = ranges
+        self.world_size = world_size
+        self._full = [model]  # a list keeps the whole model out of this module's parameters
+
+    @property
+    def full_model(self) -> BlockModel:
+        return self._full[0]
+
+    def forward(self, x: Tensor) -> Tensor:
+        raise RuntimeError("a pipeline stage is trained with train_step, evaluated via sync")
+
+    def train_step(self, x: Tensor, y: Tensor, optimizer: Optimizer) -> Tensor:
+        """One optimizer step on the batch. Returns this rank's share of the batch loss: the
+        loop averages shares over ranks, so the last stage reports loss x world size and the
+        other stages zero."""
+        optimizer.zero_grad(set_to_none=True)
+        ex = self.executor
+        loss = ex.step(x if ex.is_first else None, y if ex.is_last else None)
+        optimizer.step()
+        if loss is None:
+            return torch.zeros(())
+        return loss * self.world_size
+
+    @torch.no_grad()
+    def sync(self) -> None:
+        """Make the whole model equal to the trained stages on every rank (a collective)."""
+        if not dist.is_initialized():
+            return
+        for s in range(len(self.ranges)):
+            piece = stage_module(self.full_model, self.ranges, s)
+            tensors = [*piece.parameters(), *piece.buffers()]
+            floats = [t for t in tensors if t.is_floating_point()]
+            if floats:
+                flat = torch.cat([t.reshape(-1) for t in floats])
+                dist.broadcast(flat, src=self.executor.ranks[s])
+                for t, value in zip(floats, flat.split([t.numel() for t in floats]), strict=True):
+                    t.copy_(value.view_as(t))
+            for t in tensors:  # integer buffers (e.g. BatchNorm's batch counter)
+                if not t.is_floating_point():
+                    dist.broadcast(t, src=self.executor.ranks[s])
+
+
+def pipeline_wrap_for(
+    config: TrainConfig,
+) -> Callable[[nn.Module, Optimizer, DistContext], tuple[nn.Module, Optimizer]]:
+    """The `Strategy.configure` of `--strategy pipeline`."""
+
+    def wrap(
+        model: nn.Module, optimizer: Optimizer, ctx: DistContext
+    ) -> tuple[nn.Module, Optimizer]:
+        if not isinstance(model, BlockModel):
+            raise UserError(f"model {config.model} is not a BlockModel: it cannot be pipelined")
+        balance([1.0] * len(model.blocks()), config.stages)  # every rank: too many stages?
+        if ctx.world_size != config.stages:
+            raise UserError(
+                f"--strategy pipeline runs one stage per worker: {config.stages} stages need "
+                f"--workers {config.stages} (got {ctx.world_size})"
+            )
+        microbatch = config.batch_size // config.microbatches
+        ranges = None
+        if ctx.is_main:
+            ranges = profiled_ranges(model, config.model, config.stages, microbatch)
+        ranges = broadcast_object(ranges)
+        schedule = build_schedule(
+            config.schedule, config.stages, config.microbatches, config.recompute
+        )
+        executor = PipelineExecutor(
+            stage_module(model, ranges, ctx.rank), schedule, ctx.rank, loss_fn
+        )
+        return PipelineTrainer(model, executor, ranges, ctx.world_size), optimizer
+
+    return wrap

@@ -1,0 +1,31 @@
+"""`TrainConfig` checks of the pipeline settings: one line naming what is possible instead."""
+
+import pytest
+
+from cadence.config import TrainConfig
+from cadence.errors import UserError
+
+
+@pytest.mark.parametrize(
+    ("fields", "needle"),
+    [
+        ({"stages": 3}, r"--stages 3 needs --workers 3 \(got 2\)"),
+        ({"microbatches": 5}, "--microbatches 5 does not divide --batch-size 64: use one of 1, 2"),
+        ({"microbatches": 0}, "--microbatches 0 does not divide"),
+        ({"schedule": "zb"}, "unknown pipeline schedule 'zb': choose gpipe, 1f1b or kfkb:K"),
+        ({"schedule": "kfkb:3"}, r"kfkb:3 needs K to divide the 4 micro-batches: use K in \[1"),
+    ],
+)
+def test_bad_pipeline_settings(fields: dict[str, object], needle: str) -> None:
+    with pytest.raises(UserError, match=needle) as info:
+        TrainConfig(strategy="pipeline", **fields)  # type: ignore[arg-type]
+    assert "\n" not in str(info.value)
+
+
+def test_pipeline_batch_need_not_divide_by_workers() -> None:
+    # Pipeline ranks share one batch (not 1/W each): 3 stages with batch 64 is fine.
+    config = TrainConfig(strategy="pipeline", workers=3, stages=3, batch_size=64, microbatches=8)
+    assert config.schedule == "1f1b"
+    with pytest.raises(UserError, match="not divisible by --workers 3"):
+        TrainConfig(strategy="ddp", workers=3, batch_size=64)
+    TrainConfig(strategy="ddp", stages=5, schedule="zb")  # ignored by other strategies
