@@ -1,16 +1,19 @@
 """Tensor-parallel gpt_mini equals single-process training: same seed and data, loss step for
 step, gradients of every shard equal to the matching slice of the full model's gradients, and
-one all-reduce per attention / MLP forward."""
+one all-reduce per attention / MLP forward; and so does 2 x 2 hybrid tensor + data parallel."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
 
+from cadence.errors import UserError
 from cadence.models.gpt import build_gpt_mini
 from cadence.testing import run_ranks
-from cadence.tp import count_collectives, local_slice, parallelize_gpt, shard_dims
+from cadence.tp import count_collectives, hybrid_groups, local_slice, parallelize_gpt, shard_dims
 
 STEPS = 4
 LAYERS = 2
@@ -68,11 +71,32 @@ def _run_tp(group: dist.ProcessGroup | None, tied: bool) -> dict[str, object]:
     }
 
 
+def _run_hybrid(tp_group: dist.ProcessGroup, dp_group: dist.ProcessGroup) -> dict[str, object]:
+    """TP inside DDP: each data-parallel replica (a TP pair) trains on half of every batch."""
+    dp_rank = dist.get_rank(dp_group)
+    model = DDP(parallelize_gpt(_model(False), tp_group), process_group=dp_group)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    losses = []
+    for x, y in _batches():
+        half = slice(2 * dp_rank, 2 * dp_rank + 2)
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x[half]).flatten(0, 1), y[half].flatten())
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    params = {n: p.detach().clone() for n, p in model.module.named_parameters()}
+    return {"losses": losses, "params": params, "rank": dist.get_rank(tp_group), "size": 2}
+
+
 def _tp_rank(rank: int, world_size: int) -> list[dict[str, object]]:
-    # One spawn serves both cases (starting ranks dominates the cost): tensor-parallel size 2
-    # on subgroups {0, 1} and {2, 3}, untied; then size 4 on the whole world, tied head.
-    pairs = [dist.new_group([0, 1]), dist.new_group([2, 3])]
-    return [_run_tp(pairs[rank // 2], tied=False), _run_tp(None, tied=True)]
+    # One spawn serves all cases (starting ranks dominates the cost): tensor-parallel size 2
+    # on {0, 1} and {2, 3}, untied; size 4 on the whole world, tied head; then 2 x 2 hybrid
+    # with data parallelism across {0, 2} and {1, 3}.
+    with pytest.raises(UserError, match="size 3 does not divide the world size 4"):
+        hybrid_groups(3)  # checked before any group is made, so no rank is left waiting
+    tp_group, dp_group = hybrid_groups(2)
+    pair, whole = _run_tp(tp_group, tied=False), _run_tp(None, tied=True)
+    return [pair, whole, _run_hybrid(tp_group, dp_group)]
 
 
 def _check(res: dict[str, object], tied: bool) -> None:
@@ -99,7 +123,21 @@ def _check(res: dict[str, object], tied: bool) -> None:
 
 def test_tensor_parallel_gpt_equals_single_process() -> None:
     results = run_ranks(_tp_rank, 4, timeout=150)
-    for rank, (pair, whole) in enumerate(results):
+    for rank, (pair, whole, _) in enumerate(results):
         assert (pair["rank"], pair["size"], whole["rank"], whole["size"]) == (rank % 2, 2, rank, 4)
         _check(pair, tied=False)
         _check(whole, tied=True)
+
+    # Hybrid: the mean of the two replicas' half-batch losses is the full-batch loss, and every
+    # rank's shards equal the single-process model's slices after the same steps.
+    full = _model(False)
+    ref_losses, _ = _train(full)
+    replicas = [results[0][2]["losses"], results[2][2]["losses"]]
+    torch.testing.assert_close([sum(pair) / 2 for pair in zip(*replicas, strict=True)],
+                               ref_losses, rtol=1e-5, atol=1e-6)  # fmt: skip
+    dims = results[0][0]["dims"]
+    for rank, (_, _, hybrid) in enumerate(results):
+        assert hybrid["rank"] == rank % 2
+        for name, param in full.named_parameters():
+            want = local_slice(param.detach(), dims[name], rank % 2, 2)
+            torch.testing.assert_close(hybrid["params"][name], want, rtol=1e-5, atol=1e-6)

@@ -5,7 +5,13 @@ attention block with one all-reduce per forward each, and `parallelize_gpt`, whi
 zoo's gpt_mini into a tensor-parallel model whose shards are copied from the full model.
 """
 
-from cadence.tp.functions import copy_to_tp, count_collectives, gather_from_tp, reduce_from_tp
+from cadence.tp.functions import (
+    copy_to_tp,
+    count_collectives,
+    gather_from_tp,
+    hybrid_groups,
+    reduce_from_tp,
+)
 from cadence.tp.layers import (
     ColumnParallelLinear,
     RowParallelLinear,
@@ -22,6 +28,7 @@ __all__ = [
     "copy_to_tp",
     "count_collectives",
     "gather_from_tp",
+    "hybrid_groups",
     "local_slice",
     "parallelize_gpt",
     "reduce_from_tp",

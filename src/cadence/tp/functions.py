@@ -23,6 +23,8 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.autograd.function import FunctionCtx
 
+from cadence.errors import UserError
+
 Group = dist.ProcessGroup | None
 
 # Open `count_collectives()` counters; every collective below adds itself to each of them.
@@ -120,3 +122,18 @@ def gather_from_tp(x: Tensor, group: Group = None) -> Tensor:
     """Concatenate every rank's slice along the last dimension; backward keeps this rank's."""
     out: Tensor = _GatherFromTP.apply(x, group)
     return out
+
+
+def hybrid_groups(tp_size: int) -> tuple[Group, Group]:
+    """(tensor-parallel group, data-parallel group) of this rank for a world of
+    W = tp_size x dp_size ranks: consecutive ranks share a model (TP, the chattiest traffic,
+    stays among neighbours, e.g. on one machine), ranks with equal TP rank form a DP group.
+
+    Call it on every rank, in the same order as any other `new_group` call.
+    """
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if tp_size < 1 or world % tp_size:
+        raise UserError(f"tensor-parallel size {tp_size} does not divide the world size {world}")
+    tp_groups = [dist.new_group(list(range(s, s + tp_size))) for s in range(0, world, tp_size)]
+    dp_groups = [dist.new_group(list(range(j, world, tp_size))) for j in range(tp_size)]
+    return tp_groups[rank // tp_size], dp_groups[rank % tp_size]
