@@ -8,6 +8,7 @@ simulator predicts the same setting from a profile at the run's per-worker batch
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import statistics
 import sys
@@ -166,6 +167,7 @@ def run_emulated(
 def bench_sim_command(args: Any) -> int:
     """`cadence bench sim`: optionally train in the emulated cluster, then compare."""
     runs = list(args.runs)
+    load_before = os.getloadavg()  # predictions assume a core per worker: record contention
     if args.run:
         caps = [c for c in args.caps.split(",") if c.strip()]
         strategies = [x for x in args.strategies.split(",") if x.strip()]
@@ -200,6 +202,8 @@ def bench_sim_command(args: Any) -> int:
             "rows": rows,
             **summary(rows),
             "profiles": sorted(args.profile or []),
+            "load_average_1m_before_after": [load_before[0], os.getloadavg()[0]],
+            "cpu_count": os.cpu_count(),
         }
         _write(args.json, json.dumps(data, indent=2) + "\n")
     return 0
