@@ -13,7 +13,14 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from cadence.errors import UserError
 from cadence.models.gpt import build_gpt_mini
 from cadence.testing import run_ranks
-from cadence.tp import count_collectives, hybrid_groups, local_slice, parallelize_gpt, shard_dims
+from cadence.tp import (
+    count_collectives,
+    gpt_tp_plan,
+    hybrid_groups,
+    local_slice,
+    parallelize_gpt,
+    shard_dims,
+)
 
 STEPS = 4
 LAYERS = 2
@@ -68,6 +75,7 @@ def _run_tp(group: dist.ProcessGroup | None, tied: bool) -> dict[str, object]:
         "dims": shard_dims(tp),
         "fwd": dict(fwd),
         "bwd": dict(bwd),
+        "calls": fwd.calls + bwd.calls,
     }
 
 
@@ -119,6 +127,9 @@ def _check(res: dict[str, object], tied: bool) -> None:
     assert res["fwd"] == {"all_reduce": 1 + 2 * LAYERS, "all_gather": 1}
     # Backward: one per attention and MLP input and one for the head's input.
     assert res["bwd"] == {"all_reduce": 2 * LAYERS + 1}
+    # The plan (data the cost model prices) is exactly what the layers issued, bytes included.
+    plan = gpt_tp_plan(_model(tied), batch=4, seq=16, tp_size=size)
+    assert res["calls"] == [(c.collective, c.nbytes) for c in plan]
 
 
 def test_tensor_parallel_gpt_equals_single_process() -> None:

@@ -27,25 +27,36 @@ from cadence.errors import UserError
 
 Group = dist.ProcessGroup | None
 
-# Open `count_collectives()` counters; every collective below adds itself to each of them.
-_COUNTERS: list[Counter[str]] = []
+
+class CollectiveLog(Counter[str]):
+    """Collectives issued, counted by name, plus `calls`: (name, bytes) in issue order, bytes
+    as the cost model counts them (all-gather: the gathered output)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, int]] = []
+
+
+# Open `count_collectives()` logs; every collective below adds itself to each of them.
+_LOGS: list[CollectiveLog] = []
 
 
 @contextlib.contextmanager
-def count_collectives() -> Iterator[Counter[str]]:
-    """Count the collectives tensor-parallel layers issue inside the block ("all_reduce",
+def count_collectives() -> Iterator[CollectiveLog]:
+    """Record the collectives tensor-parallel layers issue inside the block ("all_reduce",
     "all_gather"), e.g. to check that a transformer MLP costs one all-reduce per forward."""
-    counter: Counter[str] = Counter()
-    _COUNTERS.append(counter)
+    log = CollectiveLog()
+    _LOGS.append(log)
     try:
-        yield counter
+        yield log
     finally:
-        _COUNTERS.remove(counter)
+        _LOGS.remove(log)
 
 
-def _note(name: str) -> None:
-    for counter in _COUNTERS:
-        counter[name] += 1
+def _note(name: str, nbytes: int) -> None:
+    for log in _LOGS:
+        log[name] += 1
+        log.calls.append((name, nbytes))
 
 
 def group_rank_size(group: Group) -> tuple[int, int]:
@@ -59,7 +70,7 @@ def _all_reduce(x: Tensor, group: Group) -> Tensor:
     if group_rank_size(group)[1] == 1:
         return x
     out = x.contiguous().clone()  # never reduce into a tensor autograd may still read
-    _note("all_reduce")
+    _note("all_reduce", out.numel() * out.element_size())
     dist.all_reduce(out, group=group)
     return out
 
@@ -93,7 +104,7 @@ class _GatherFromTP(torch.autograd.Function):
         if size == 1:
             return x
         parts = [torch.empty_like(x) for _ in range(size)]
-        _note("all_gather")
+        _note("all_gather", size * x.numel() * x.element_size())
         dist.all_gather(parts, x.contiguous(), group=group)
         return torch.cat(parts, dim=-1)
 

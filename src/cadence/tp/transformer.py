@@ -69,7 +69,7 @@ def tp_mlp(full: nn.Sequential, group: Group = None) -> nn.Sequential:
     )
 
 
-def _gpt_parts(model: nn.Module) -> tuple[Embedding, list[TransformerBlock], nn.Sequential]:
+def gpt_parts(model: nn.Module) -> tuple[Embedding, list[TransformerBlock], nn.Sequential]:
     """(embedding, transformer blocks, final LayerNorm + head) of a gpt_mini-style model."""
     blocks = list(model.children())
     embed, layers, final = (blocks[0], blocks[1:-1], blocks[-1]) if blocks else (None, [], None)
@@ -98,12 +98,12 @@ def parallelize_gpt(model: BlockModel, group: Group = None) -> BlockModel:
     names are the same as in `model`. A tied head keeps sharing the token-embedding shard
     (both are split along the vocabulary). Call it on every rank of `group`.
     """
-    embed, layers, final = _gpt_parts(model)
+    embed, layers, final = gpt_parts(model)
     full_head = final[1]
-    assert isinstance(full_head, nn.Linear)  # checked by _gpt_parts; narrows the type
+    assert isinstance(full_head, nn.Linear)  # checked by gpt_parts; narrows the type
     tied = full_head.weight is embed.tok.weight
     tp = copy.deepcopy(model)
-    tp_embed, tp_layers, tp_final = _gpt_parts(tp)
+    tp_embed, tp_layers, tp_final = gpt_parts(tp)
     tok = VocabParallelEmbedding.from_full(embed.tok, group)
     tp_embed.tok = tok  # type: ignore[assignment]  # a drop-in for nn.Embedding
     for full_block, block in zip(layers, tp_layers, strict=True):
