@@ -1,4 +1,5 @@
-"""Pipeline training at 2 and 4 stages equals single-process training on the full batch.
+"""Pipeline training at 2 and 4 stages, and hybrid 2 replicas x 2 stages, equals
+single-process training on the full batch.
 
 Each rank runs every schedule in turn (GPipe and 1F1B on torch's runtime and on ours, kFkB
 with K = 2, with and without recomputation, and M = 1 model parallel); after several SGD steps
@@ -78,11 +79,25 @@ def _train_all(rank: int, world: int, model_name: str) -> dict[str, Any]:
             opt.step()
             losses.append(None if loss is None else loss.item())
         names = set(ex.module.state_dict())
-        params = {
-            k: v.clone() for k, v in model.state_dict().items() if k in names
-        }
+        params = {k: v.clone() for k, v in model.state_dict().items() if k in names}
         out[f"{schedule}/{backend}/{recompute}"] = (losses, params)
     return out
+
+
+def _check_hybrid(results: list[Any], ref_losses: list[float], ref_params: Any) -> None:
+    for schedule, _ in HYBRID:
+        covered = set()
+        for rank, result in enumerate(results):
+            losses, params = result[schedule]
+            for key, value in params.items():  # both replicas hold the reference parameters
+                torch.testing.assert_close(value, ref_params[key], rtol=1e-4, atol=1e-5,
+                                           msg=f"hybrid {schedule} rank {rank} {key}")
+            covered |= set(params)
+        assert covered == set(ref_params)
+        # Ranks 1 and 3 end replicas 0 and 1: their half-batch losses average to the batch's.
+        ends = zip(results[1][schedule][0], results[3][schedule][0], strict=True)
+        mean = [(a + b) / 2 for a, b in ends]
+        torch.testing.assert_close(mean, ref_losses, rtol=1e-5, atol=1e-6)
 
 
 def _tied_refused() -> str:
@@ -95,18 +110,44 @@ def _tied_refused() -> str:
     return "accepted"
 
 
-def _rank_main(rank: int, world: int, model_name: str) -> tuple[dict[str, Any], str]:
+HYBRID = [("1f1b", "torch"), ("kfkb:2", "cadence")]
+
+
+def _train_hybrid(rank: int, model_name: str) -> dict[str, Any]:
+    # 4 ranks as 2 replicas x 2 stages; each replica trains on half of every batch.
+    out = {}
+    for schedule, backend in HYBRID:
+        model = _build(model_name)
+        ex = pipeline(model, loss_fn, schedule, 2, backend=backend, data_parallel=2)
+        opt = _optimizer(ex.module.parameters())
+        losses = []
+        for x, y in _batches(model_name):
+            opt.zero_grad()
+            x, y = ex.shard(x), ex.shard(y)
+            loss = ex.step(x if ex.is_first else None, y if ex.is_last else None)
+            opt.step()
+            losses.append(None if loss is None else loss.item())
+        names = set(ex.module.state_dict())
+        params = {k: v.clone() for k, v in model.state_dict().items() if k in names}
+        out[schedule] = (losses, params)
+    return out
+
+
+def _rank_main(rank: int, world: int, model_name: str) -> tuple[dict[str, Any], str, Any]:
     # One spawn per world size runs every case (spawning ranks costs more than the cases).
-    return _train_all(rank, world, model_name), _tied_refused()
+    hybrid = _train_hybrid(rank, model_name) if world == 4 else None
+    return _train_all(rank, world, model_name), _tied_refused(), hybrid
 
 
 @pytest.mark.parametrize(("world", "model_name"), [(2, "mlp"), (4, "gpt_mini")])
 def test_every_schedule_equals_single_process(world: int, model_name: str) -> None:
     ref_losses, ref_params = _reference(model_name)
     outcomes = run_ranks(_rank_main, world, model_name, timeout=240)
-    results = [result for result, _ in outcomes]
+    results = [result for result, _, _ in outcomes]
     # A model whose embedding and head share weights cannot be cut between them.
-    assert all("share a parameter (tied weights)" in refusal for _, refusal in outcomes)
+    assert all("share a parameter (tied weights)" in refusal for _, refusal, _ in outcomes)
+    if world == 4:
+        _check_hybrid([hybrid for _, _, hybrid in outcomes], ref_losses, ref_params)
     ranges = even_split(len(_build(model_name).blocks()), world)
     names = _build(model_name).block_names()
     for case in results[0]:
@@ -116,8 +157,9 @@ def test_every_schedule_equals_single_process(world: int, model_name: str) -> No
             start, end = ranges[rank]
             assert {k.split(".")[0] for k in params} == set(names[start:end]), case
             for key, value in params.items():
-                torch.testing.assert_close(value, ref_params[key], rtol=1e-4, atol=1e-5,
-                                           msg=f"{case} {key}")
+                torch.testing.assert_close(
+                    value, ref_params[key], rtol=1e-4, atol=1e-5, msg=f"{case} {key}"
+                )
             covered |= set(params)
             if rank == world - 1:
                 torch.testing.assert_close(losses, ref_losses, rtol=1e-5, atol=1e-6, msg=case)
@@ -127,4 +169,3 @@ def test_every_schedule_equals_single_process(world: int, model_name: str) -> No
     # The steps moved the parameters, so equality above is not vacuous.
     start = _build(model_name).state_dict()
     assert all(not torch.equal(start[k], ref_params[k]) for k in ref_params if "weight" in k)
-

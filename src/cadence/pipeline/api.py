@@ -19,8 +19,13 @@ def pipeline(
     ranges: tuple[tuple[int, int], ...] | None = None,
     recompute: bool = False,
     backend: str = "auto",
+    data_parallel: int = 1,
 ) -> PipelineExecutor:
     """Pipeline-parallel training of `model` over all ranks: rank s runs stage s.
+
+    With `data_parallel` D > 1 it is hybrid data x pipeline: the W ranks form a (D, S) mesh,
+    rank d * S + s runs stage s of replica d, each replica trains on its 1/D of the batch
+    (`executor.shard(batch)`), and each stage's gradients are averaged over its D replicas.
 
     Every rank passes the same (identically initialised) `model`; each keeps only its stage's
     blocks, `ranges[s]` (default: equal block counts). Call `executor.step(x, y)` every step
@@ -29,14 +34,26 @@ def pipeline(
     """
     world = dist.get_world_size() if dist.is_initialized() else 1
     rank = dist.get_rank() if dist.is_initialized() else 0
-    num_blocks = len(model.blocks())
-    ranges = ranges if ranges is not None else even_split(num_blocks, world)
-    if len(ranges) != world:
-        raise UserError(f"{len(ranges)} stage ranges for {world} ranks: give one per rank")
+    if data_parallel < 1 or world % data_parallel:
+        raise UserError(f"data parallel size {data_parallel} does not divide {world} ranks")
+    stages = world // data_parallel
+    ranges = ranges if ranges is not None else even_split(len(model.blocks()), stages)
+    if len(ranges) != stages:
+        raise UserError(f"{len(ranges)} stage ranges for {stages} stages: give one per stage")
     _check_untied(model, ranges)
-    plan = build_schedule(schedule, world, microbatches, recompute)
-    return PipelineExecutor(stage_module(model, ranges, rank), plan, rank, loss_fn,
-                            backend=backend)
+    plan = build_schedule(schedule, stages, microbatches, recompute)
+    replica, stage = divmod(rank, stages)
+    pp_group = dp_group = None
+    if data_parallel > 1:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh("cpu", (data_parallel, stages), mesh_dim_names=("dp", "pp"))
+        pp_group, dp_group = mesh.get_group("pp"), mesh.get_group("dp")
+    return PipelineExecutor(
+        stage_module(model, ranges, stage), plan, stage, loss_fn,
+        ranks=[replica * stages + s for s in range(stages)], backend=backend,
+        pp_group=pp_group, dp_group=dp_group,
+    )
 
 
 def _check_untied(model: BlockModel, ranges: tuple[tuple[int, int], ...]) -> None:

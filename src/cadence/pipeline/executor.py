@@ -62,6 +62,9 @@ class PipelineExecutor:
 
     Gradients accumulate into the stage module's parameters (the caller zeroes them and steps
     the optimizer, as in ordinary training). `ranks[s]` is the global rank running stage s.
+    Hybrid data x pipeline: `pp_group` holds this replica's stages (ranks `ranks`, needed by
+    torch's runtime) and `dp_group` this stage's replicas, over which gradients are averaged
+    at the end of each step.
     """
 
     def __init__(
@@ -72,6 +75,8 @@ class PipelineExecutor:
         loss_fn: LossFn,
         ranks: Sequence[int] | None = None,
         backend: str = "auto",
+        pp_group: dist.ProcessGroup | None = None,
+        dp_group: dist.ProcessGroup | None = None,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -86,6 +91,8 @@ class PipelineExecutor:
         self.loss_fn = loss_fn
         self.backend = backend
         self.ranks = list(ranks) if ranks is not None else list(range(schedule.num_stages))
+        self.pp_group = pp_group
+        self.dp_group = dp_group
         self.is_first = stage == 0
         self.is_last = stage == schedule.num_stages - 1
         # dtype and shape of one micro-batch's stage input (learnt from the first message)
@@ -106,9 +113,9 @@ class PipelineExecutor:
         )
 
         S, M = self.schedule.num_stages, self.schedule.num_microbatches
-        group = None
-        if dist.get_world_size() != S or self.ranks != list(range(S)):
-            group = dist.new_group(self.ranks)
+        if self.pp_group is None and self.ranks != list(range(dist.get_world_size())):
+            raise ValueError("torch's runtime needs pp_group when the stages are not all ranks")
+        group = self.pp_group
         device = next(self.module.parameters()).device
         stage = PipelineStage(self.module, self.stage, S, device, group=group)
         runtime = _PipelineScheduleRuntime([stage], M, loss_fn=self.loss_fn, scale_grads=True)
@@ -147,8 +154,32 @@ class PipelineExecutor:
         """
         if self.is_first and x is None or self.is_last and y is None:
             raise ValueError("the first stage needs the inputs x and the last the targets y")
-        if self._torch_schedule is not None:
-            return self._step_torch(x, y)
+        loss = self._step_torch(x, y) if self._torch_schedule is not None else self._step(x, y)
+        if self.dp_group is not None:
+            self._average_grads(self.dp_group)
+        return loss
+
+    def shard(self, batch: Tensor) -> Tensor:
+        """This replica's contiguous 1/D share of a global batch (all of it without data
+        parallelism): replica d feeds rows [d B/D, (d+1) B/D) to its pipeline."""
+        if self.dp_group is None:
+            return batch
+        return torch.tensor_split(batch, dist.get_world_size(self.dp_group))[
+            dist.get_rank(self.dp_group)
+        ]
+
+    def _average_grads(self, group: dist.ProcessGroup) -> None:
+        # One flat all-reduce per step: the stage's gradients averaged over its replicas.
+        grads = [p.grad for p in self.module.parameters() if p.grad is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, group=group)
+        flat /= dist.get_world_size(group)
+        for g, value in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
+            g.copy_(value.view_as(g))
+
+    def _step(self, x: Tensor | None, y: Tensor | None) -> Tensor | None:
         M = self.schedule.num_microbatches
         xs = list(torch.tensor_split(x, M)) if x is not None else []
         ys = list(torch.tensor_split(y, M)) if y is not None else []
