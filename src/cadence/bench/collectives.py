@@ -238,10 +238,14 @@ def plot(rows: list[BenchRow], path: str, title: str) -> None:
 
 
 def _check_writable(path: Path) -> None:
+    """Fail before minutes of measuring, not after; leave no empty file behind."""
+    existed = path.exists()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a"):
             pass
+        if not existed:
+            path.unlink()
     except OSError as exc:
         raise UserError(f"cannot write --out file '{path}': {exc.strerror or exc}") from None
 
@@ -256,9 +260,9 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
     from cadence.comm.calibrate import Calibration
     from cadence.netem import EmulatedCluster, check_netem_available, cleanup_on_signals
 
-    check_netem_available()
     out = Path(config.out)
     _check_writable(out)
+    check_netem_available()
     # Transfers of the measured data, times a generous factor for the slow algorithms, the
     # calibration and a loaded machine; only a hung run should ever reach it.
     traffic_s = sum(config.sizes) * 8 / config.bandwidth_bps * len(config.variants())
