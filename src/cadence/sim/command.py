@@ -164,7 +164,8 @@ def result_lines(result: SimResult) -> list[str]:
     ms = 1e3
     return [
         f"predicted iteration {result.iteration_s * ms:.1f} ms  "
-        f"(compute {result.compute_s * ms:.1f} ms, wire {result.wire_s * ms:.1f} ms, "
+        f"(compute {result.compute_s * ms:.1f} ms, optimizer {result.update_s * ms:.1f} ms, "
+        f"wire {result.wire_s * ms:.1f} ms, "
         f"bound {result.bound_s * ms:.1f} ms, "
         f"ratio {result.iteration_s / max(result.bound_s, 1e-30):.3f})",
         f"overlap {result.overlap_ratio:.2f}, efficiency E {result.efficiency:.2f}, "
@@ -212,7 +213,7 @@ def why(rows: Sequence[dict[str, Any]]) -> str:
         f"best: {best['strategy']} ({best['setting']}), {gain * 100:.1f}% faster than ddp: "
         f"it overlaps {best['overlap_ratio'] * 100:.0f}% of the wire time with compute "
         f"(ddp {ddp['overlap_ratio'] * 100:.0f}%), {best['ratio_to_bound']:.3f}x the bound "
-        f"max(compute, wire) vs {ddp['ratio_to_bound']:.3f}x"
+        f"(its busiest resource: compute + optimizer, or wire) vs {ddp['ratio_to_bound']:.3f}x"
     )
 
 

@@ -105,12 +105,21 @@ class _CommThread:
         self.gates: list[list[list[int]]] = []
 
     def step(
-        self, w: int, name: str, kind: str, seconds: float, deps: Sequence[int], mem: int = 0
+        self,
+        w: int,
+        name: str,
+        kind: str,
+        seconds: float,
+        deps: Sequence[int],
+        mem: int = 0,
+        stream: int | None = None,
     ) -> int:
+        """The thread's next step; it runs on `stream` (default: the thread's own)."""
         tid = self.graph.add(
             name,
             kind,
-            resources=(self.streams[w],),
+            resources=(self.streams[w] if stream is None else stream,),
+            priority=-1.0,  # on a shared stream, ahead of compute at the next task boundary
             duration_s=seconds,
             deps=[self.prev[w], *deps],
             worker=w,
@@ -127,13 +136,15 @@ class _CommThread:
         layer_block: Sequence[int],
         layer_bytes: Sequence[int],
         update_s_per_byte: float,
+        update_streams: Sequence[int] | None,
     ) -> None:
         for w in range(len(self.streams)):
             self.step(w, f"done c{c}", "complete", 0.0, [self.flows[c]], -_packed(self.plan, c))
             for layer in layers:
                 seconds = update_s_per_byte * layer_bytes[layer]
                 # The update frees the layer's gradients and gates its next forward.
-                t = self.step(w, f"U{layer}", "update", seconds, [], -layer_bytes[layer])
+                stream = None if update_streams is None else update_streams[w]
+                t = self.step(w, f"U{layer}", "update", seconds, [], -layer_bytes[layer], stream)
                 self.gates[w][layer_block[layer]].append(t)
 
 
@@ -165,6 +176,8 @@ def build_dp(
     workers = [_resources(graph, w, link) for w in range(options.replicas)]
     nics = [nic for _, _, nic in workers]
     comm = _CommThread(graph, plan, [c for _, c, _ in workers])
+    shared = options.updates_share_compute
+    update_streams = [compute for compute, _, _ in workers] if shared else None
     total = options.warmup_iterations + iterations
     starts: list[int] = []
     compute_prev: list[int | None] = [None] * options.replicas
@@ -191,7 +204,9 @@ def build_dp(
 
         def complete(c: int) -> None:
             layers = updates_at.get(c, [])
-            comm.complete(c, layers, layer_block, layer_bytes, options.update_s_per_byte)
+            comm.complete(
+                c, layers, layer_block, layer_bytes, options.update_s_per_byte, update_streams
+            )
 
         window: deque[int] = deque()
         in_flight = 0
@@ -219,7 +234,7 @@ def build_dp(
             in_flight += nbytes
         while window:
             complete(window.popleft())
-    starts.append(_marker(graph, compute_prev[0], gates[0][0], total))
+    starts.append(_marker(graph, workers[0][0], compute_prev[0], gates[0][0], total))
     return Built(graph, tuple(starts), options.warmup_iterations, "cadence-dp", world_size)
 
 
@@ -229,9 +244,14 @@ def _packed(plan: DPPlan, c: int) -> int:
     return chunk.nbytes if len(chunk.segments) > 1 else 0
 
 
-def _marker(graph: TaskGraph, after: int | None, gate: Sequence[int], iteration: int) -> int:
-    """Zero-time task at the moment the next iteration's first forward could start."""
-    return graph.add("next", "marker", deps=[after, *gate], iteration=iteration)
+def _marker(
+    graph: TaskGraph, stream: int, after: int | None, gate: Sequence[int], iteration: int
+) -> int:
+    """Zero-time task where the next iteration's first forward would start: on the compute
+    stream, so it also waits for work queued there ahead of a forward."""
+    return graph.add(
+        "next", "marker", resources=(stream,), deps=[after, *gate], iteration=iteration
+    )
 
 
 def ddp_buckets(params: Sequence[ParamInfo], bucket_bytes: int) -> list[list[ParamInfo]]:
@@ -312,5 +332,5 @@ def build_ddp(
                 duration_s=options.update_s_per_byte * total_bytes,
                 mem_end=-total_bytes,
             )
-    starts.append(_marker(graph, prev[0], [], total))
+    starts.append(_marker(graph, workers[0][0], prev[0], [], total))
     return Built(graph, tuple(starts), options.warmup_iterations, "ddp", world_size)

@@ -4,9 +4,10 @@ Definitions (all per iteration, averaged over the measured iterations):
 - iteration time T: time between the starts of consecutive iterations' first forwards;
 - busy time of a stream: the time its tasks run; of a link: the time it moves bytes;
 - overlap ratio: the share of the link's busy time during which compute is busy too;
-- U: every operation one after another (compute + every collective alone, latency included +
-  communication-thread work); L: max over resources of the work each must do (compute, bytes
-  at full bandwidth, communication-thread work); efficiency E = (U - T) / (U - L), 1 = perfect.
+- U: every operation one after another (all stream work + every collective alone, latency
+  included); L: max over a worker's resources of the work each must do (its compute stream,
+  including optimizer work placed there, its communication thread, its NIC's bytes at full
+  bandwidth); efficiency E = (U - T) / (U - L), 1 = perfect.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from cadence.sim.engine import Schedule
 from cadence.sim.graph import LINK
 
 Interval = tuple[float, float]
+COMPUTE_KINDS = frozenset({"forward", "loss", "input_grad", "weight_grad"})
 
 
 def _union(intervals: Sequence[Interval]) -> list[Interval]:
@@ -67,7 +69,9 @@ class SimResult:
     iteration_s: float
     """Predicted iteration time."""
     compute_s: float
-    """Compute time of one worker (forward, loss, backward, and DDP's optimizer step)."""
+    """Forward, loss and backward time of one worker."""
+    update_s: float
+    """Optimizer-step time of one worker (DDP: one step; cadence-dp: the per-layer updates)."""
     wire_s: float
     """Time one NIC needs for an iteration's bytes at full bandwidth."""
     serial_s: float
@@ -100,6 +104,7 @@ class SimResult:
             "strategy": self.strategy,
             "world_size": self.world_size,
             "compute_s": self.compute_s,
+            "update_s": self.update_s,
             "wire_s": self.wire_s,
             "bound_s": self.bound_s,
             "serial_s": self.serial_s,
@@ -187,21 +192,19 @@ def analyse(built: Built, schedule: Schedule, base_memory: int) -> SimResult:
     compute = [r for r, res in enumerate(graph.resources) if res.name == "w0.compute"][0]
     nic = [r for r, res in enumerate(graph.resources) if res.name == "w0.nic"][0]
     link = graph.resources[nic]
-    compute_s = sum(t.duration_s for t in measured if t.resources == (compute,)) / n
+    mine = [t for t in measured if t.worker == 0 and t.resources]
+    stream_work: dict[int, float] = {}
+    for t in mine:
+        if graph.resources[t.resources[0]].kind != LINK:
+            stream_work[t.resources[0]] = stream_work.get(t.resources[0], 0.0) + t.duration_s / n
+    compute_s = sum(t.duration_s for t in mine if t.kind in COMPUTE_KINDS) / n
+    update_s = sum(t.duration_s for t in mine if t.kind == "update") / n
     flows = [t for t in measured if t.resources and graph.resources[t.resources[0]].kind == LINK]
     wire_bytes = sum(t.nbytes for t in flows) / n
     wire_s = wire_bytes / link.bytes_per_s
     latency_s = sum(t.duration_s for t in flows) / n
-    comm_thread_s = (
-        sum(
-            t.duration_s
-            for t in measured
-            if t.worker == 0 and t.resources and t.kind == "update" and t.resources != (compute,)
-        )
-        / n
-    )
-    serial = compute_s + wire_s + latency_s + comm_thread_s
-    bound = max(compute_s, wire_s, comm_thread_s)
+    serial = sum(stream_work.values()) + wire_s + latency_s
+    bound = max([wire_s, *stream_work.values()])
     period = (hi - lo) / n
     if serial - bound > 1e-12 * max(serial, 1e-30):
         efficiency = (serial - period) / (serial - bound)
@@ -215,6 +218,7 @@ def analyse(built: Built, schedule: Schedule, base_memory: int) -> SimResult:
         world_size=built.world_size,
         iteration_s=period,
         compute_s=compute_s,
+        update_s=update_s,
         wire_s=wire_s,
         serial_s=serial,
         bound_s=bound,

@@ -17,6 +17,10 @@ class SimOptions:
     update_s_per_byte: float = 0.0
     """Optimizer-step seconds per parameter byte (the profile does not time the step):
     charged per layer on the communication thread for cadence-dp, after backward for DDP."""
+    updates_share_compute: bool = True
+    """cadence-dp's per-layer optimizer updates (issued by the communication thread) run on the
+    worker's compute (its one CPU thread, or its GPU), taking turns with forward and backward
+    at task boundaries; False gives them a processor of their own."""
     calibrate_compute: bool = True
     """Scale block times so that blocks + loss equal the profile's measured iteration."""
     warmup_iterations: int = 1
