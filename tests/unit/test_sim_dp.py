@@ -172,3 +172,25 @@ def test_bad_input_is_a_user_error() -> None:
         simulate_dp(TWO, plan, 0, LINK)
     with pytest.raises(UserError, match="positive bytes/s"):
         simulate_ddp(TWO, 2, -1.0)
+
+
+def test_optimizer_updates_take_compute_time_and_are_charged_where_they_run() -> None:
+    plan = build_plan(params_of(TWO), threshold_bytes=400, credit_bytes=800)
+    one_second_per_layer = SimOptions(update_s_per_byte=1 / 400)
+    dp = simulate_dp(TWO, plan, 2, LINK, options=one_second_per_layer)
+    # c0 ends at 13 -> U1 13..14 on the (idle) compute stream; c1 ends at 14 -> U0 14..15.
+    assert dp.iteration_s == pytest.approx(15.0)
+    assert (dp.compute_s, dp.update_s) == pytest.approx((5.0, 2.0))
+    assert dp.busy_s["w0.compute"] == pytest.approx(7.0) and dp.busy_s["w0.comm"] == 0.0
+    assert (dp.serial_s, dp.bound_s) == pytest.approx((17.0, 10.0))
+    assert dp.efficiency == pytest.approx(2 / 7)
+    apart = simulate_dp(
+        TWO,
+        plan,
+        2,
+        LINK,
+        options=SimOptions(update_s_per_byte=1 / 400, updates_share_compute=False),
+    )
+    assert apart.busy_s["w0.comm"] == pytest.approx(2.0)
+    ddp = simulate_ddp(TWO, 2, LINK, params=plan.params, options=one_second_per_layer)
+    assert ddp.iteration_s == pytest.approx(17.0)  # the whole step after the last bucket
