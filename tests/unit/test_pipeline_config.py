@@ -9,8 +9,10 @@ from cadence.errors import UserError
 @pytest.mark.parametrize(
     ("fields", "needle"),
     [
-        ({"stages": 3}, r"--stages 3 needs --workers 3 \(got 2\)"),
-        ({"microbatches": 5}, "--microbatches 5 does not divide --batch-size 64: use one of 1, 2"),
+        ({"stages": 3}, "--stages 3 does not divide --workers 2"),
+        ({"stages": 1, "batch_size": 63}, "--batch-size 63 does not split over 2 pipeline rep"),
+        ({"microbatches": 5}, "--microbatches 5 does not divide the 64 samples per replica"),
+        ({"stages": 1, "microbatches": 64}, "does not divide the 32 samples per replica: use"),
         ({"microbatches": 0}, "--microbatches 0 does not divide"),
         ({"schedule": "zb"}, "unknown pipeline schedule 'zb': choose gpipe, 1f1b or kfkb:K"),
         ({"schedule": "kfkb:3"}, r"kfkb:3 needs K to divide the 4 micro-batches: use K in \[1"),

@@ -1,5 +1,7 @@
 """`--strategy pipeline` in `cadence train`: rank s trains stage s, the loop hands it each step.
 
+With W = D x S workers it is hybrid data x pipeline: rank d * S + s runs stage s of replica d.
+
 Every rank builds the whole model (same seed) and keeps it, but computes and updates only its
 stage's blocks; the optimizer the loop built over all parameters skips the others (their
 gradients stay None). Before each evaluation and checkpoint, `sync` broadcasts every stage's
@@ -21,8 +23,8 @@ from cadence.config import TrainConfig
 from cadence.errors import UserError
 from cadence.models import get_model_spec, loss_fn
 from cadence.models.blocks import BlockModel
+from cadence.pipeline.api import pipeline
 from cadence.pipeline.executor import PipelineExecutor
-from cadence.pipeline.schedule import build_schedule
 from cadence.pipeline.stages import balance, stage_module
 
 _PROFILE_ITERATIONS = 3
@@ -48,14 +50,12 @@ class PipelineTrainer(nn.Module):
     targets (micro-batches are cut from it)."""
 
     def __init__(
-        self, model: BlockModel, executor: PipelineExecutor, ranges: tuple[tuple[int, int], ...],
-        world_size: int,
+        self, model: BlockModel, executor: PipelineExecutor, ranges: tuple[tuple[int, int], ...]
     ) -> None:
         super().__init__()
         self.stage = executor.module  # registered: this rank's trained parameters
         self.executor = executor
         self.ranges = ranges
-        self.world_size = world_size
         self._full = [model]  # a list keeps the whole model out of this module's parameters
 
     @property
@@ -66,16 +66,17 @@ class PipelineTrainer(nn.Module):
         raise RuntimeError("a pipeline stage is trained with train_step, evaluated via sync")
 
     def train_step(self, x: Tensor, y: Tensor, optimizer: Optimizer) -> Tensor:
-        """One optimizer step on the batch. Returns this rank's share of the batch loss: the
-        loop averages shares over ranks, so the last stage reports loss x world size and the
-        other stages zero."""
+        """One optimizer step on the batch (this replica's share of it). Returns this rank's
+        share of the batch loss: the loop averages shares over all D x S ranks, so the last
+        stage of each replica reports its loss x S and the other stages zero."""
         optimizer.zero_grad(set_to_none=True)
         ex = self.executor
+        x, y = ex.shard(x), ex.shard(y)
         loss = ex.step(x if ex.is_first else None, y if ex.is_last else None)
         optimizer.step()
         if loss is None:
             return torch.zeros(())
-        return loss * self.world_size
+        return loss * len(self.ranges)
 
     @torch.no_grad()
     def sync(self) -> None:
@@ -88,12 +89,12 @@ class PipelineTrainer(nn.Module):
             floats = [t for t in tensors if t.is_floating_point()]
             if floats:
                 flat = torch.cat([t.reshape(-1) for t in floats])
-                dist.broadcast(flat, src=self.executor.ranks[s])
+                dist.broadcast(flat, src=s)  # replica 0's stage s; replicas are equal
                 for t, value in zip(floats, flat.split([t.numel() for t in floats]), strict=True):
                     t.copy_(value.view_as(t))
             for t in tensors:  # integer buffers (e.g. BatchNorm's batch counter)
                 if not t.is_floating_point():
-                    dist.broadcast(t, src=self.executor.ranks[s])
+                    dist.broadcast(t, src=s)
 
 
 def pipeline_wrap_for(
@@ -107,22 +108,21 @@ def pipeline_wrap_for(
         if not isinstance(model, BlockModel):
             raise UserError(f"model {config.model} is not a BlockModel: it cannot be pipelined")
         balance([1.0] * len(model.blocks()), config.stages)  # every rank: too many stages?
-        if ctx.world_size != config.stages:
+        if ctx.world_size % config.stages:
             raise UserError(
-                f"--strategy pipeline runs one stage per worker: {config.stages} stages need "
-                f"--workers {config.stages} (got {ctx.world_size})"
+                f"--strategy pipeline needs --workers a multiple of --stages {config.stages} "
+                f"(replicas x stages), got {ctx.world_size}"
             )
-        microbatch = config.batch_size // config.microbatches
+        replicas = ctx.world_size // config.stages
+        microbatch = config.batch_size // (replicas * config.microbatches)
         ranges = None
         if ctx.is_main:
             ranges = profiled_ranges(model, config.model, config.stages, microbatch)
         ranges = broadcast_object(ranges)
-        schedule = build_schedule(
-            config.schedule, config.stages, config.microbatches, config.recompute
+        executor = pipeline(
+            model, loss_fn, config.schedule, config.microbatches, ranges, config.recompute,
+            data_parallel=replicas,
         )
-        executor = PipelineExecutor(
-            stage_module(model, ranges, ctx.rank), schedule, ctx.rank, loss_fn
-        )
-        return PipelineTrainer(model, executor, ranges, ctx.world_size), optimizer
+        return PipelineTrainer(model, executor, ranges), optimizer
 
     return wrap
