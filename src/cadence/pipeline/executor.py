@@ -9,7 +9,14 @@ Two runtimes execute the same `Schedule`:
   concatenated into ONE message, which torch's runtime cannot express) and for recomputation.
 
 Both scale each micro-batch's loss by 1/M, so the accumulated gradients are those of the mean
-loss over the full batch: single-process training on the same batch gives the same step.
+loss over the full batch: single-process training on the same batch gives the same step
+(models with BatchNorm see per-micro-batch statistics, as in any pipeline).
+
+Message order needs no agreement beyond the schedule: every message is tagged with its first
+micro-batch id and direction, sends are asynchronous, and the validator has already replayed
+the schedule under exactly these rules. Recomputation re-runs a stage's forward in backward, so
+BatchNorm running statistics update twice and dropout would draw new masks (no zoo model has
+dropout).
 """
 
 from __future__ import annotations
@@ -28,6 +35,16 @@ LossFn = Callable[[Tensor, Tensor], Tensor]
 BACKENDS = ("auto", "cadence", "torch")
 _META_LEN = 10  # dtype code, ndim, then up to 8 dims of one micro-batch's activation
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64)
+
+
+def _torch_runtime() -> bool:
+    # The runtime that takes custom action lists is private in torch: fall back to ours
+    # should a torch release move it.
+    try:
+        from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def torch_runtime_supports(schedule: Schedule) -> bool:
@@ -82,7 +99,8 @@ class PipelineExecutor:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         validate(schedule)
         if backend == "auto":
-            backend = "torch" if torch_runtime_supports(schedule) else "cadence"
+            usable = torch_runtime_supports(schedule) and _torch_runtime()
+            backend = "torch" if usable else "cadence"
         if backend == "torch" and not torch_runtime_supports(schedule):
             raise ValueError(f"torch's runtime cannot run {schedule.name} (grouped or recompute)")
         self.module = module
@@ -154,6 +172,12 @@ class PipelineExecutor:
         """
         if self.is_first and x is None or self.is_last and y is None:
             raise ValueError("the first stage needs the inputs x and the last the targets y")
+        for t in (x, y):
+            if t is not None and t.shape[0] % self.schedule.num_microbatches:
+                raise ValueError(
+                    f"batch of {t.shape[0]} does not split into "
+                    f"{self.schedule.num_microbatches} equal micro-batches"
+                )
         loss = self._step_torch(x, y) if self._torch_schedule is not None else self._step(x, y)
         if self.dp_group is not None:
             self._average_grads(self.dp_group)
