@@ -44,13 +44,23 @@ def reference(name: str, optimizer: str, steps: int) -> dict[str, torch.Tensor]:
 
 
 def train_zero(
-    rank: int, world_size: int, name: str, optimizer: str, stage: int, compression: str,
-    steps: int, freeze_steps: int = 100,
+    rank: int,
+    world_size: int,
+    name: str,
+    optimizer: str,
+    stage: int,
+    compression: str,
+    steps: int,
+    freeze_steps: int = 100,
 ) -> tuple[dict[str, torch.Tensor], list[float], list[dict[str, int]], dict[str, int]]:
     """(final full state dict, global losses, bytes per step, peak memory) of one ZeRO run."""
     model, opt = cadence.zero(
-        make_model(name), stage=stage, optimizer=optimizer, compression=compression,
-        freeze_steps=freeze_steps, **opt_kwargs(optimizer),
+        make_model(name),
+        stage=stage,
+        optimizer=optimizer,
+        compression=compression,
+        freeze_steps=freeze_steps,
+        **opt_kwargs(optimizer),
     )
     losses, sent = [], []
     for step in range(steps):
@@ -69,3 +79,105 @@ def train_zero(
 def parity_runs(rank: int, world_size: int, runs: list[tuple[str, int, str]], steps: int) -> list:
     """Several (optimizer, stage, compression) runs in one process group."""
     return [train_zero(rank, world_size, "mlp", o, s, c, steps)[0] for o, s, c in runs]
+
+
+def digits_run(
+    rank: int, world_size: int, stage: int, compression: str, steps: int, freeze_steps: int
+) -> tuple[list[float], list[dict[str, int]], float, dict[str, int]]:
+    """mlp on digits (global batch 64): (global mean losses, bytes per step, test accuracy,
+    sizes of this rank's error buffers)."""
+    import torch.distributed as dist
+
+    from cadence.models import load_dataset
+
+    spec = get_model_spec("mlp")
+    data = load_dataset("digits", spec, seed=0)
+    model, opt = cadence.zero(
+        make_model("mlp"),
+        stage=stage,
+        compression=compression,
+        freeze_steps=freeze_steps,
+        lr=2e-3,
+    )
+    per = 64 // world_size
+    gen = torch.Generator().manual_seed(0)
+    losses, sent = [], []
+    for _ in range(steps):
+        idx = torch.randperm(len(data.train_x), generator=gen)[:64][rank * per : (rank + 1) * per]
+        opt.zero_grad()
+        loss = loss_fn(model(data.train_x[idx]), data.train_y[idx])
+        loss.backward()
+        opt.step()
+        total = loss.detach().clone()
+        dist.all_reduce(total)
+        losses.append(total.item() / world_size)
+        sent.append(opt.bytes_sent_last_step)
+    model.eval()
+    with torch.no_grad():
+        acc = (model(data.test_x).argmax(-1) == data.test_y).float().mean().item()
+    engine = opt.engine
+    errors = {
+        "sender": sum(
+            st.sender_error.numel() for st in engine.states if st.sender_error is not None
+        ),
+        "reducer": sum(
+            st.reducer_error.numel() for st in engine.states if st.reducer_error is not None
+        ),
+        "padded": engine.layout.padded,
+    }
+    return losses, sent, acc, errors
+
+
+def memory_run(rank: int, world_size: int, stages: list[int]) -> list[dict[str, int]]:
+    """Peak bytes per stage after two Adam steps of a 6-hidden-layer mlp (equal blocks)."""
+    out = []
+    for stage in stages:
+        torch.manual_seed(0)
+        model = get_model_spec("mlp").build(hidden=(128,) * 6)
+        model, opt = cadence.zero(model, stage=stage, lr=1e-3)
+        for step in range(2):
+            x, y = batch("mlp", step, rank, world_size)
+            opt.zero_grad()
+            loss_fn(model(x), y).backward()
+            opt.step()
+        out.append(
+            {
+                **opt.peak_memory,
+                "padded": opt.engine.layout.padded,
+                "largest": max(b.padded for b in opt.engine.layout.buckets),
+            }
+        )
+    return out
+
+
+def checkpoint_run(rank: int, world_size: int, directory: str, stages: list[int]) -> list:
+    """Per stage: train 3 steps, save, train 2 more; then a fresh model loads and trains the
+    same 2 steps. Returns both final state dicts per stage."""
+    return [_checkpoint_stage(rank, world_size, f"{directory}{s}", s) for s in stages]
+
+
+def _checkpoint_stage(rank: int, world_size: int, directory: str, stage: int) -> list[dict]:
+    results = []
+    for resume in (False, True):
+        model, opt = cadence.zero(
+            make_model("mlp"), stage=stage, compression="onebit", freeze_steps=2, lr=3e-3
+        )
+        if resume:
+            cadence.zero.load(directory, opt)
+        for step in range(5):
+            if resume and step < 3:
+                continue
+            x, y = batch("mlp", step, rank, world_size)
+            opt.zero_grad()
+            loss_fn(model(x), y).backward()
+            opt.step()
+            if step == 2 and not resume:
+                cadence.zero.save(directory, opt)
+        model.eval()
+        results.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+    return results
+
+
+def digits_pair(rank: int, world_size: int, stage: int, steps: int, freeze_steps: int) -> list:
+    """`digits_run` without compression, then with onebit, in one process group."""
+    return [digits_run(rank, world_size, stage, c, steps, freeze_steps) for c in ("none", "onebit")]

@@ -1,8 +1,10 @@
-"""1-bit compression: sign bits packed 8 per byte plus one fp32 scale per piece.
+"""1-bit compression: sign bits packed 8 per byte plus one fp32 scale per chunk.
 
-The scale is the mean absolute value, the least-squares best single magnitude for a sign
-vector. A piece travels as one uint8 buffer: `numel / 8` bytes of signs, then the scale's
-4 bytes, so one message carries both.
+A chunk is `SCALE_CHUNK` consecutive elements; its scale is their mean absolute value, the
+least-squares best single magnitude for a sign vector. Small chunks follow the magnitude of
+nearby entries (a layer's rows differ a lot), at 4 bytes per 256 elements: the wire then costs
+1/8 + 1/64 bytes per element, 1/28 of fp32. A piece travels as one uint8 buffer, signs then
+scales, so one message carries both.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ import torch
 _SHIFTS = torch.arange(8, dtype=torch.uint8)
 _WEIGHTS = (1 << _SHIFTS).to(torch.uint8)
 SCALE_BYTES = 4
+SCALE_CHUNK = 256
+"""Elements per fp32 scale; pieces are padded to a multiple of it."""
 
 
 def wire_bytes(numel: int) -> int:
-    """Size of one encoded piece of `numel` elements (a multiple of 8)."""
-    return numel // 8 + SCALE_BYTES
+    """Size of one encoded piece of `numel` elements (a multiple of `SCALE_CHUNK`)."""
+    return numel // 8 + SCALE_BYTES * (numel // SCALE_CHUNK)
 
 
 def pack_signs(x: torch.Tensor) -> torch.Tensor:
@@ -31,17 +35,22 @@ def unpack_signs(packed: torch.Tensor, dtype: torch.dtype = torch.float32) -> to
     return bits.reshape(-1).to(dtype) * 2 - 1
 
 
+def _expand(scales: torch.Tensor) -> torch.Tensor:
+    return scales.repeat_interleave(SCALE_CHUNK)
+
+
 def encode(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(wire buffer, what the receiver will decode) for a 1-D float piece."""
-    scale = x.abs().mean().reshape(1).to(torch.float32) if x.numel() else x.new_zeros(1)
-    wire = torch.cat([pack_signs(x), scale.view(torch.uint8)])
-    return wire, unpack_signs(wire[:-SCALE_BYTES]) * scale
+    scales = x.reshape(-1, SCALE_CHUNK).abs().mean(dim=1).to(torch.float32)
+    wire = torch.cat([pack_signs(x), scales.view(torch.uint8)])
+    return wire, unpack_signs(wire[: x.numel() // 8]) * _expand(scales)
 
 
 def decode(wire: torch.Tensor) -> torch.Tensor:
     """The float piece a wire buffer stands for."""
-    scale = wire[-SCALE_BYTES:].clone().view(torch.float32)
-    return unpack_signs(wire[:-SCALE_BYTES]) * scale
+    numel = wire.numel() * 8 * SCALE_CHUNK // (SCALE_CHUNK + 8 * SCALE_BYTES)
+    scales = wire[numel // 8 :].clone().view(torch.float32)
+    return unpack_signs(wire[: numel // 8]) * _expand(scales)
 
 
 def encode_with_feedback(x: torch.Tensor, error: torch.Tensor) -> torch.Tensor:

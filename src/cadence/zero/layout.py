@@ -2,9 +2,10 @@
 
 A bucket is one block of the model (`BlockModel.blocks()`, else the model's children, else the
 model itself). Its trainable parameters are flattened in registration order and padded to a
-multiple of 8p elements, so every rank owns an equal, contiguous, byte-balanced piece whose
-sign bits pack into whole bytes. Stages 2 and 3 reduce a bucket as soon as its backward is done,
-and stage 3 gathers parameters one bucket at a time. Pure: no process group in here.
+multiple of p x `SCALE_CHUNK` elements, so every rank owns an equal, contiguous, byte-balanced
+piece whose sign bits pack into whole bytes and whose 1-bit scales cover whole chunks.
+Stages 2 and 3 reduce a bucket as soon as its backward is done, and stage 3 gathers
+parameters one bucket at a time. Pure: no process group in here.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from cadence.errors import UserError
+from cadence.zero.compress import SCALE_CHUNK, wire_bytes
 
 FP32 = 4
 
@@ -45,13 +47,13 @@ class Bucket:
     numel: int
     """Elements of real parameters."""
     padded: int
-    """`numel` rounded up to a multiple of 8 * world_size."""
+    """`numel` rounded up to a multiple of SCALE_CHUNK * world_size."""
     world_size: int
     """Number of pieces."""
 
     @property
     def piece(self) -> int:
-        """Elements each rank owns (a multiple of 8)."""
+        """Elements each rank owns (a multiple of SCALE_CHUNK)."""
         return self.padded // self.world_size
 
     def piece_range(self, rank: int) -> tuple[int, int]:
@@ -127,7 +129,7 @@ def build_layout(
             offset += numel
         if offset == 0:
             continue
-        padded = round_up(offset, 8 * world_size)
+        padded = round_up(offset, SCALE_CHUNK * world_size)
         buckets.append(Bucket(len(buckets), block_name, tuple(slots), offset, padded, world_size))
     if not buckets:
         raise UserError("cadence.zero found no trainable parameters in the model")
@@ -141,7 +143,7 @@ def comm_bytes_per_step(
 
     Stage 1 all-reduces gradients (ring: 2(p-1) pieces); stages 2 and 3 reduce-scatter them
     ((p-1) pieces). With onebit after warm-up, the momentum goes as sign bits plus one fp32 scale
-    per piece: all-to-all ((p-1) pieces) and, in stage 1, an all-gather of the re-compressed
+    per chunk: all-to-all ((p-1) pieces) and, in stage 1, an all-gather of the re-compressed
     result ((p-1) pieces). Parameters are all-gathered once per step in stages 1 and 2; stage 3
     gathers every bucket before its forward and again before its backward, except the last
     bucket, which stays gathered from forward to backward.
@@ -150,7 +152,7 @@ def comm_bytes_per_step(
     grads = params = 0
     for b in layout.buckets:
         if compression == "onebit" and compressed_phase:
-            wire = (p - 1) * (b.piece // 8 + FP32)
+            wire = (p - 1) * wire_bytes(b.piece)
             grads += 2 * wire if stage == 1 else wire
         else:
             elem = 2 if compression == "fp16" else FP32

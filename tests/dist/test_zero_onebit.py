@@ -1,0 +1,51 @@
+"""1-bit Adam under ZeRO at world size 2: bytes on the wire equal the layout's formula (warm-up
+in fp32, then signs + scales at <= 1/16 of fp32), error buffers are sharded with the stage,
+and training on digits tracks plain Adam (loss and test accuracy)."""
+
+import pytest
+
+from cadence.testing import run_ranks
+from cadence.zero import build_layout, comm_bytes_per_step
+from tests.dist.zero_helpers import digits_pair, make_model
+
+STEPS, FREEZE = 40, 15
+
+
+def _layout(world_size):
+    from cadence.zero.layout import bucket_params
+
+    entries = [e for e in bucket_params(make_model("mlp")) if e[2]]
+    return build_layout(
+        [(name, [(n, tuple(p.shape)) for n, p in params]) for name, _, params in entries],
+        world_size,
+    )
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_onebit_bytes_errors_and_accuracy_track_adam(stage):
+    pairs = run_ranks(digits_pair, 2, stage, STEPS, FREEZE, timeout=180)
+    base, onebit = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
+    layout = _layout(2)
+    for rank in range(2):
+        _, sent, _, errors = onebit[rank]
+        warm = comm_bytes_per_step(layout, stage, "onebit", compressed_phase=False)
+        hot = comm_bytes_per_step(layout, stage, "onebit", compressed_phase=True)
+        assert sent[FREEZE - 1] == warm  # the last plain-Adam step
+        assert all(s == hot for s in sent[FREEZE + 1 :]), sent[FREEZE + 1 :]
+        # Switching over, stage 1 publishes each rank's momentum piece once, encoded.
+        switch = hot["gradients"] + (hot["gradients"] // 2 if stage == 1 else 0)
+        assert sent[FREEZE]["gradients"] == switch
+        # The momentum's share after warm-up: signs + one scale per piece, <= 1/16 of fp32.
+        assert hot["gradients"] * 16 <= warm["gradients"]
+        assert base[rank][1][-1] == comm_bytes_per_step(layout, stage, "none", False)
+        # Sender error covers what this rank sends (all of it); reducer error only its piece.
+        assert errors["sender"] == layout.padded
+        assert errors["reducer"] == (layout.padded // 2 if stage == 1 else 0)
+    losses_adam, _, acc_adam, _ = base[0]
+    losses_1bit, _, acc_1bit, _ = onebit[0]
+    assert losses_1bit == onebit[1][0]  # every rank saw the same global loss
+    tail_adam = sum(losses_adam[-10:]) / 10
+    tail_1bit = sum(losses_1bit[-10:]) / 10
+    assert tail_1bit < 0.5 * sum(losses_1bit[:5]) / 5  # it keeps learning after the freeze
+    assert tail_1bit < tail_adam + 0.1, (tail_1bit, tail_adam)
+    assert acc_1bit > acc_adam - 0.05, (acc_1bit, acc_adam)  # short run: 25 compressed steps

@@ -1,0 +1,102 @@
+"""1-bit compression, the ZeRO shard layout and its byte/memory formulas, config validation."""
+
+import pytest
+import torch
+
+from cadence.errors import UserError
+from cadence.zero import ZeroConfig, build_layout, comm_bytes_per_step, state_bytes
+from cadence.zero.compress import (
+    SCALE_CHUNK,
+    decode,
+    encode,
+    encode_with_feedback,
+    pack_signs,
+    unpack_signs,
+    wire_bytes,
+)
+
+
+def test_sign_packing_round_trips_eight_per_byte():
+    x = torch.tensor([1.0, -2.0, 0.0, -0.5, 3.0, 3.0, -1.0, -1.0] * 3)
+    packed = pack_signs(x)
+    assert packed.dtype == torch.uint8 and packed.numel() == 3
+    assert packed[0].item() == 0b00110101  # bits 0,2,4,5 set: x >= 0 there
+    torch.testing.assert_close(unpack_signs(packed), torch.where(x >= 0, 1.0, -1.0))
+
+
+def test_encode_is_signs_times_chunk_mean_magnitude_in_one_buffer():
+    x = torch.randn(2 * SCALE_CHUNK, generator=torch.Generator().manual_seed(0))
+    x[SCALE_CHUNK:] *= 100  # the second chunk gets a scale of its own
+    wire, decoded = encode(x)
+    assert wire.numel() == wire_bytes(2 * SCALE_CHUNK) == 2 * SCALE_CHUNK // 8 + 2 * 4
+    scales = x.view(2, -1).abs().mean(dim=1).repeat_interleave(SCALE_CHUNK)
+    expected = torch.where(x >= 0, 1.0, -1.0) * scales
+    torch.testing.assert_close(decoded, expected)
+    torch.testing.assert_close(decode(wire), expected)
+
+
+def test_error_feedback_keeps_what_compression_lost():
+    gen = torch.Generator().manual_seed(1)
+    error = torch.zeros(SCALE_CHUNK)
+    total_in, total_out = torch.zeros(SCALE_CHUNK), torch.zeros(SCALE_CHUNK)
+    for _ in range(50):
+        x = torch.randn(SCALE_CHUNK, generator=gen)
+        before = error.clone()
+        wire = encode_with_feedback(x, error)
+        torch.testing.assert_close(decode(wire) + error, x + before)
+        total_in += x
+        total_out += decode(wire)
+    # What was sent plus what is still owed equals everything fed in: nothing is lost.
+    torch.testing.assert_close(total_out + error, total_in, atol=1e-4, rtol=1e-5)
+
+
+def test_layout_pads_each_block_to_equal_chunk_aligned_pieces():
+    blocks = [("a", [("w", (10, 3)), ("b", (10,))]), ("empty", []), ("c", [("w", (5,))])]
+    layout = build_layout(blocks, 4)
+    assert [b.name for b in layout.buckets] == ["a", "c"]
+    a, c = layout.buckets
+    assert (a.numel, a.padded, a.piece) == (40, 4 * SCALE_CHUNK, SCALE_CHUNK)
+    assert c.numel == 5 and c.piece == SCALE_CHUNK
+    assert [s.offset for s in a.slots] == [0, 30]
+    assert a.piece_range(3) == (3 * SCALE_CHUNK, 4 * SCALE_CHUNK)
+
+
+def test_comm_bytes_formula_by_stage_and_compression():
+    k = SCALE_CHUNK
+    layout = build_layout([("a", [("w", (2 * k,))]), ("b", [("w", (4 * k,))])], 2)
+    fp32 = 4 * (k + 2 * k)  # (p - 1) = 1 piece of every bucket, fp32
+    assert comm_bytes_per_step(layout, 1, "none", False) == {
+        "gradients": 2 * fp32,
+        "parameters": fp32,
+        "total": 3 * fp32,
+    }
+    assert comm_bytes_per_step(layout, 2, "fp16", False)["gradients"] == fp32 // 2
+    # Stage 3 gathers every bucket twice except the last, which stays from forward to backward.
+    assert comm_bytes_per_step(layout, 3, "none", False)["parameters"] == 4 * (2 * k + 2 * k)
+    onebit = (k // 8 + 4) + (2 * k // 8 + 2 * 4)
+    assert comm_bytes_per_step(layout, 2, "onebit", True)["gradients"] == onebit
+    assert comm_bytes_per_step(layout, 1, "onebit", True)["gradients"] == 2 * onebit
+    assert comm_bytes_per_step(layout, 2, "onebit", False)["gradients"] == fp32
+
+
+def test_state_bytes_fall_as_one_over_n():
+    layout = build_layout([("a", [("w", (4 * SCALE_CHUNK,))])], 4)
+    s1, s2, s3 = (sum(state_bytes(layout, s, "adam").values()) for s in (1, 2, 3))
+    n = 4 * 4 * SCALE_CHUNK
+    assert (s1, s2, s3) == (n + n + 2 * n // 4, n + n // 4 + 2 * n // 4, 4 * n // 4)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"stage": 4}, "stage must be 1, 2 or 3"),
+        ({"compression": "twobit"}, "unknown compression 'twobit'"),
+        ({"optimizer": "lamb"}, "unknown ZeRO optimizer 'lamb'"),
+        ({"compression": "onebit", "optimizer": "sgd"}, "needs optimizer adam"),
+        ({"compression": "onebit", "freeze_steps": 0}, "at least 1"),
+        ({"gather_dtype": "fp8"}, "unknown gather dtype"),
+    ],
+)
+def test_bad_zero_config_is_a_user_error(kwargs, needle):
+    with pytest.raises(UserError, match=needle):
+        ZeroConfig(**kwargs)
