@@ -135,6 +135,7 @@ def test_plan_ranks_strategies_and_names_the_best(
         (["--strategy", "pipeline"], "unknown strategy 'pipeline'; accepted: cadence-dp, ddp"),
         (["--threshold", "4mbps"], "bad --threshold '4mbps'"),
         (["--model", "mlp"], "is of model 'cnn', expected 'mlp'"),
+        (["--reorder-k", "first"], "bad reordering point 'first'"),
     ],
 )
 def test_bad_input_is_one_line(

@@ -15,7 +15,7 @@ from cadence.dp.plan import DPPlan, ParamInfo, build_plan
 from cadence.errors import UserError
 from cadence.profile import BlockProfile, Profile
 from cadence.sim import SimOptions, simulate_ddp, simulate_dp
-from cadence.sim.compute import backward_steps
+from cadence.sim.compute import backward_steps, reordered_blocks
 from cadence.sim.dp_adapter import ddp_buckets
 
 LINK = 80.0  # bytes/s
@@ -129,9 +129,16 @@ def test_issue_order_decides_which_chunk_goes_first_and_the_time() -> None:
 
 
 def test_backward_steps_reordered_at_k() -> None:
-    assert backward_steps(3, None) == [("I", 2), ("W", 2), ("I", 1), ("W", 1), ("I", 0), ("W", 0)]
-    assert backward_steps(3, 0) == [("I", 2), ("I", 1), ("I", 0), ("W", 0), ("W", 2), ("W", 1)]
-    assert backward_steps(3, 2) == backward_steps(3, None)
+    assert backward_steps(3) == [("I", 2), ("W", 2), ("I", 1), ("W", 1), ("I", 0), ("W", 0)]
+    # One layer per block: K=2 runs weight gradients 2, 1 then 3 (1-based), after all inputs.
+    order = reordered_blocks([0, 1, 2], 3, 2)
+    assert order == [1, 0, 2]
+    assert backward_steps(3, order) == [("I", 2), ("I", 1), ("I", 0), ("W", 1), ("W", 0), ("W", 2)]
+    assert (
+        reordered_blocks([0, 1, 2], 3, 3) is None and reordered_blocks([0, 1, 2], 3, None) is None
+    )
+    # Two layers per block (conv + bn): K=3 is block 1's conv; block 0 follows, then the rest.
+    assert reordered_blocks([0, 0, 1, 1, 2, 2], 4, 3) == [1, 0, 2, 3]
 
 
 def test_reordering_makes_the_front_layer_ready_first() -> None:

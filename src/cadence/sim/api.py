@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from cadence.comm.cost import AlphaBeta
@@ -14,6 +15,7 @@ from cadence.sim.compute import (
     block_params,
     link_model,
     param_blocks,
+    reordered_blocks,
 )
 from cadence.sim.dp_adapter import build_ddp, build_dp
 from cadence.sim.engine import run
@@ -78,9 +80,11 @@ def plan_dp(
     world_size: int,
     link: AlphaBeta | float,
     options: SimOptions | None = None,
+    reorder_k: int | None = None,
 ) -> DPPlan:
     """The plan the runtime would build after warm-up: gradient ready times from the profile's
-    backward (ordinary order), link rate = all-reduce payload bytes per second on `link`."""
+    backward (reordered at `reorder_k` if given), link rate = all-reduce payload bytes per
+    second on `link`."""
     if threshold_bytes < 1 or credit_bytes < 1:
         raise UserError(
             f"threshold and credit must be >= 1 byte, got {threshold_bytes}, {credit_bytes}"
@@ -88,9 +92,14 @@ def plan_dp(
     options = options or SimOptions()
     costs = block_costs(profile, options.calibrate_compute)
     blocks = param_blocks(costs, params)
+    num_layers = 1 + max((p.layer for p in params), default=-1)
+    layer_block = [0] * num_layers
+    for p in params:
+        layer_block[p.layer] = blocks[p.index]
+    nb = len(costs.forward_s)
     done: dict[int, float] = {}
     clock = 0.0
-    for kind, b in backward_steps(len(costs.forward_s), None):
+    for kind, b in backward_steps(nb, reordered_blocks(layer_block, nb, reorder_k)):
         clock += costs.input_grad_s[b] if kind == "I" else costs.weight_grad_s[b]
         if kind == "W":
             done[b] = clock
@@ -100,4 +109,10 @@ def plan_dp(
     total = sum(p.nbytes for p in params)
     seconds = link_model(link).time("allreduce", "ring", total, world_size)
     rate = total / seconds if seconds > 0 else None
-    return build_plan(params, threshold_bytes, credit_bytes, ready_s=ready, link_bytes_per_s=rate)
+    if reorder_k is None:
+        return build_plan(params, threshold_bytes, credit_bytes, ready, rate)
+    if "reorder_k" not in {f.name for f in dataclasses.fields(DPPlan)}:
+        raise UserError("this cadence.dp has no backward reordering (reorder_k)")
+    return build_plan(  # type: ignore[call-arg,unused-ignore]
+        params, threshold_bytes, credit_bytes, ready, rate, reorder_k=reorder_k
+    )

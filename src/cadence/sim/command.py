@@ -137,6 +137,7 @@ def run_strategy(
     bucket_bytes: int,
     options: SimOptions,
     iterations: int = 3,
+    reorder_k: int | None = None,
 ) -> tuple[SimResult, DPPlan | None]:
     """Simulate one strategy; cadence-dp is planned the way the runtime replans after warm-up."""
     options = dataclasses.replace(options, update_s_per_byte=setup.update_s_per_byte)
@@ -155,7 +156,14 @@ def run_strategy(
         raise UserError(f"unknown strategy {strategy!r}; accepted: {', '.join(STRATEGIES)}")
     credit = credit_bytes if credit_bytes is not None else 2 * threshold_bytes
     plan = plan_dp(
-        setup.profile, setup.params, threshold_bytes, credit, setup.world_size, setup.link
+        setup.profile,
+        setup.params,
+        threshold_bytes,
+        credit,
+        setup.world_size,
+        setup.link,
+        options,
+        reorder_k,
     )
     return simulate_dp(setup.profile, plan, setup.world_size, setup.link, iterations, options), plan
 
@@ -179,25 +187,45 @@ def rank_dp(
     thresholds: Sequence[int],
     options: SimOptions,
     bucket_bytes: int = DDP_BUCKET_BYTES,
+    reorder_ks: Sequence[int | None] = (None,),
 ) -> list[dict[str, Any]]:
-    """DDP and cadence-dp at each threshold, fastest first."""
+    """DDP, and cadence-dp at each threshold and reordering point, fastest first (ties: in
+    the order tried)."""
     rows: list[dict[str, Any]] = []
     ddp, _ = run_strategy(setup, "ddp", 0, None, bucket_bytes, options)
     rows.append({"strategy": "ddp", "setting": f"bucket {_fmt(bucket_bytes)}", **ddp.summary()})
-    for threshold in thresholds:
-        result, plan = run_strategy(setup, "cadence-dp", threshold, None, bucket_bytes, options)
-        assert plan is not None
-        rows.append(
-            {
-                "strategy": "cadence-dp",
-                "setting": f"threshold {_fmt(threshold)}, credit {_fmt(plan.credit_bytes)}",
-                "threshold_bytes": threshold,
-                "chunks": len(plan.chunks),
-                **result.summary(),
-            }
-        )
+    for k in reorder_ks:
+        for threshold in thresholds:
+            result, plan = run_strategy(
+                setup, "cadence-dp", threshold, None, bucket_bytes, options, reorder_k=k
+            )
+            assert plan is not None
+            setting = f"threshold {_fmt(threshold)}, credit {_fmt(plan.credit_bytes)}"
+            rows.append(
+                {
+                    "strategy": "cadence-dp",
+                    "setting": setting + ("" if k is None else f", K {k}"),
+                    "threshold_bytes": threshold,
+                    "reorder_k": k,
+                    "chunks": len(plan.chunks),
+                    **result.summary(),
+                }
+            )
     rows.sort(key=lambda r: r["iteration_time_s"])
     return rows
+
+
+def parse_reorder_ks(text: str) -> list[int | None]:
+    """`none,1,8` -> [None, 1, 8]; K must be a positive layer number."""
+    out: list[int | None] = []
+    for item in (t.strip().lower() for t in text.split(",")):
+        if item == "none":
+            out.append(None)
+        elif item.isdigit() and int(item) >= 1:
+            out.append(int(item))
+        elif item:
+            raise UserError(f"bad reordering point {item!r}: use 'none' or a layer number >= 1")
+    return out or [None]
 
 
 def why(rows: Sequence[dict[str, Any]]) -> str:
@@ -264,14 +292,15 @@ def simulate_command(args: Any) -> int:
     bucket = parse_size(args.bucket, "--bucket")
     options = _options(args)
     setup = _setup_from(args)
+    reorder_k = parse_reorder_ks(args.reorder_k)[0]
     result, plan = run_strategy(
-        setup, args.strategy, threshold, credit, bucket, options, args.iterations
+        setup, args.strategy, threshold, credit, bucket, options, args.iterations, reorder_k
     )
     print(f"{args.strategy}: {setup.description}")
     if plan is not None:
         print(
             f"plan: {len(plan.chunks)} chunks, threshold {_fmt(plan.threshold_bytes)}, "
-            f"credit {_fmt(plan.credit_bytes)}"
+            f"credit {_fmt(plan.credit_bytes)}, reordering K {reorder_k or 'none'}"
         )
     for line in result_lines(result):
         print(line)
@@ -293,7 +322,8 @@ def plan_command(args: Any) -> int:
         raise UserError("--thresholds needs at least one size, e.g. 1mib,4mib")
     options = _options(args)
     setup = _setup_from(args)
-    rows = rank_dp(setup, thresholds, options, parse_size(args.bucket, "--bucket"))
+    ks = parse_reorder_ks(args.reorder_ks)
+    rows = rank_dp(setup, thresholds, options, parse_size(args.bucket, "--bucket"), ks)
     print(setup.description)
     for line in table_lines(rows):
         print(line)

@@ -116,20 +116,37 @@ def allreduce_flow(model: AlphaBeta, nbytes: int, world_size: int) -> tuple[floa
     return latency, terms.wire_bytes
 
 
-def backward_steps(num_blocks: int, split_block: int | None) -> list[tuple[str, int]]:
+def backward_steps(
+    num_blocks: int, weight_order: Sequence[int] | None = None
+) -> list[tuple[str, int]]:
     """Order of ("I", b) input-gradient and ("W", b) weight-gradient steps in one backward.
 
-    Ordinary order (`split_block` None): each block's input gradient then its weight gradient,
-    back to front. Reordered at block k: input gradients of the blocks after k first, then
-    blocks k..0 as usual, then the deferred weight gradients back to front, so the weight
-    gradients run k, k-1, ..., 0, then last, ..., k+1.
+    Ordinary order (`weight_order` None): each block's input gradient then its weight gradient,
+    back to front (autograd computes both in one node; the gradients are ready at its end).
+    Reordered (cadence.dp's backward reordering): every input gradient first, back to front,
+    then the weight gradients in `weight_order`.
     """
-    if split_block is None or split_block >= num_blocks - 1:
+    if weight_order is None:
         return [s for b in reversed(range(num_blocks)) for s in (("I", b), ("W", b))]
-    late = range(num_blocks - 1, split_block, -1)
-    steps = [("I", b) for b in late]
-    steps += [s for b in range(split_block, -1, -1) for s in (("I", b), ("W", b))]
-    return steps + [("W", b) for b in late]
+    if sorted(weight_order) != list(range(num_blocks)):
+        raise ValueError(f"weight_order must list every block once, got {list(weight_order)}")
+    return [("I", b) for b in reversed(range(num_blocks))] + [("W", b) for b in weight_order]
+
+
+def reordered_blocks(
+    layer_block: Sequence[int], num_blocks: int, k: int | None
+) -> list[int] | None:
+    """Block order of the weight gradients with backward reordering at layer K (1-based):
+    layers K..1 then L..K+1, a block taking the place of its first layer in that order.
+    None for ordinary order (no K, or K at least the number of layers)."""
+    num_layers = len(layer_block)
+    if k is None or k >= num_layers:
+        return None
+    if k < 1:
+        raise ValueError(f"reorder_k must be in 1..{num_layers}, got {k}")
+    layers = [*range(k - 1, -1, -1), *range(num_layers - 1, k - 1, -1)]
+    order = list(dict.fromkeys(layer_block[layer] for layer in layers))
+    return order + [b for b in range(num_blocks) if b not in set(order)]  # parameter-free blocks
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ Both follow what the executors do, step by step:
   flight plus the chunk's would exceed `plan.credit_bytes`, completes the *oldest* in-flight
   chunk (waits for it, unpacks it, updates every layer whose chunks are now all in). The
   remaining chunks are completed in order after the last issue. Layer b's next forward waits
-  for its update only. Backward runs in ordinary order, or reordered at `plan.reorder_k`.
+  for its update only. Backward runs in ordinary order, or reordered at `plan.reorder_k`
+  (all input gradients first, then weight gradients of layers K..1, L..K+1).
 - DDP: gradients are bucketed in reverse registration order (first bucket 1 MiB, then
   `bucket_bytes`), a bucket's all-reduce is launched once it is ready and every earlier bucket
   is launched, the optimizer steps after backward once all are done, and the next forward
@@ -28,6 +29,7 @@ from cadence.sim.compute import (
     allreduce_flow,
     backward_steps,
     param_blocks,
+    reordered_blocks,
 )
 from cadence.sim.graph import LINK, STREAM, TaskGraph
 from cadence.sim.options import SimOptions
@@ -57,17 +59,6 @@ def _resources(graph: TaskGraph, worker: int, link: AlphaBeta) -> tuple[int, int
     comm = graph.resource(f"w{worker}.comm", STREAM, worker=worker)
     nic = graph.resource(f"w{worker}.nic", LINK, bytes_per_s=rate, worker=worker)
     return compute, comm, nic
-
-
-def _split_block(plan: DPPlan, blocks: Sequence[int]) -> int | None:
-    """Block holding layer K (1-based) of a plan reordered at K; None for ordinary order."""
-    k = getattr(plan, "reorder_k", None)
-    num_layers = len(plan.layer_chunks)
-    if k is None or k >= num_layers:
-        return None
-    if k < 1:
-        raise ValueError(f"reorder_k must be in 1..{num_layers}, got {k}")
-    return max(blocks[p.index] for p in plan.params if p.layer == k - 1)
 
 
 def _flow(
@@ -159,12 +150,14 @@ def build_dp(
     """Graph of `options.warmup_iterations + iterations` iterations of cadence-dp."""
     graph = TaskGraph()
     blocks = param_blocks(costs, plan.params)
-    steps = backward_steps(len(costs.forward_s), _split_block(plan, blocks))
     layer_block = [0] * len(plan.layer_chunks)
     layer_bytes = [0] * len(plan.layer_chunks)
     for p in plan.params:
         layer_block[p.layer] = blocks[p.index]
         layer_bytes[p.layer] += p.nbytes
+    nb = len(costs.forward_s)
+    k = getattr(plan, "reorder_k", None)
+    steps = backward_steps(nb, reordered_blocks(layer_block, nb, k))
     chunk_blocks = [sorted({blocks[s.param] for s in c.segments}) for c in plan.chunks]
     position = {c: i for i, c in enumerate(plan.issue_order)}
     # Each layer is updated when the last (in issue order) of its chunks is completed.
