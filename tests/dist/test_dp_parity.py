@@ -67,7 +67,7 @@ def _train_ddp(rank, world_size, optimizer_name):
     return {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
-def _train_cadence(rank, world_size, optimizer_name, threshold):
+def _train_cadence(rank, world_size, optimizer_name, threshold, reorder_k=None):
     torch.manual_seed(rank)  # deliberately different: data_parallel must broadcast rank 0's start
     if rank == 0:
         torch.manual_seed(0)
@@ -75,14 +75,17 @@ def _train_cadence(rank, world_size, optimizer_name, threshold):
     model, opt = data_parallel(
         model,
         _make_optimizer(optimizer_name, model.parameters()),
-        DPConfig(threshold_bytes=threshold, credit_bytes=2 * threshold),
+        DPConfig(threshold_bytes=threshold, credit_bytes=2 * threshold, reorder_k=reorder_k),
     )
     for x, y in _batches(rank, world_size):
         opt.zero_grad()
         F.cross_entropy(model(x), y).backward()
         opt.step()
     opt.flush()
-    chunks = len(model._cadence_dp_engine.plan.chunks)
+    engine = model._cadence_dp_engine
+    chunks = len(engine.plan.chunks)
+    if reorder_k is not None:  # report what was really deferred, so the test can check it ran
+        chunks = engine.reorder.deferred_layers if engine.reorder else ()
     return {n: p.detach().clone() for n, p in model.named_parameters()}, chunks
 
 
@@ -118,3 +121,31 @@ def test_cadence_dp_equals_ddp(world_size):
     # All ranks hold the same parameters.
     for name, value in per_rank[0][0][4].items():
         torch.testing.assert_close(per_rank[-1][0][4][name], value)
+
+
+REORDER_KS = [1, 3, 6]
+
+
+def _compare_reordered(rank, world_size):
+    reference = _train_ddp(rank, world_size, "adam")
+    return [
+        (k, *_train_cadence(rank, world_size, "adam", THRESHOLDS[0], reorder_k=k))
+        for k in REORDER_KS
+    ], reference
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_backward_reordering_at_several_k_equals_ddp(world_size):
+    per_rank = run_ranks(_compare_reordered, world_size, timeout=240)
+    for results, reference in per_rank:
+        for k, got, deferred in results:
+            # conv, fc1, fc2, unused and head are deferred; mix/mix2 share a weight and are not.
+            assert deferred == (0, 2, 3, 6, 7), (k, deferred)
+            for name in reference:
+                torch.testing.assert_close(
+                    got[name],
+                    reference[name],
+                    rtol=1e-4,
+                    atol=1e-5,
+                    msg=lambda m, n=name, k=k: f"{n} K={k}: {m}",
+                )

@@ -17,6 +17,10 @@ class DPConfig:
     """Iterations timed (in backward order) before the priority plan is built from them."""
     link_bytes_per_s: float | None = None
     """Link rate for planning; None measures it during warm-up."""
+    reorder_k: int | None = None
+    """Backward reordering point K (1-based layer): Linear/Conv weight gradients are deferred
+    and run in the order K..1 then L..K+1 once input gradients have propagated. None (or K at
+    least the number of layers L) keeps autograd's ordinary order."""
 
     def __post_init__(self) -> None:
         if self.threshold_bytes < 1:
@@ -25,6 +29,8 @@ class DPConfig:
             raise ValueError(f"credit_bytes must be at least 1, got {self.credit_bytes}")
         if self.warmup_iterations < 1:
             raise ValueError("warmup_iterations must be at least 1")
+        if self.reorder_k is not None and self.reorder_k < 1:
+            raise ValueError(f"reorder_k must be at least 1, got {self.reorder_k}")
 
     @property
     def credit(self) -> int:

@@ -80,6 +80,9 @@ class DPPlan:
     """Chunk ids in the order every rank issues their all-reduce."""
     layer_chunks: tuple[tuple[int, ...], ...]
     """For each layer, the chunks that must be applied before its next forward."""
+    reorder_k: int | None = None
+    """Backward reordering point K the executor runs with (None: autograd's ordinary order);
+    Linear/Conv weight gradients then run in the order K..1, L..K+1 (1-based layers)."""
 
     def describe(self) -> str:
         """Compact golden-string form, e.g. `c0[p3:0+100]@2 c1[...]@0 | order 1 0`."""
@@ -96,8 +99,13 @@ def backward_order(params: Sequence[ParamInfo]) -> list[ParamInfo]:
     return sorted(params, key=lambda p: (-p.layer, -p.index))
 
 
-def make_chunks(params: Sequence[ParamInfo], threshold_bytes: int) -> list[Chunk]:
-    """Split large gradients and fuse small ones, walking the backward order."""
+def make_chunks(
+    params: Sequence[ParamInfo],
+    threshold_bytes: int,
+    order: Sequence[ParamInfo] | None = None,
+) -> list[Chunk]:
+    """Split large gradients and fuse small ones, walking `order` (default: backward order),
+    so that a fused chunk holds gradients that become ready one after another."""
     if threshold_bytes < 1:
         raise ValueError(f"threshold must be at least 1 byte, got {threshold_bytes}")
     chunks: list[Chunk] = []
@@ -113,7 +121,7 @@ def make_chunks(params: Sequence[ParamInfo], threshold_bytes: int) -> list[Chunk
             emit([Segment(p.index, 0, p.numel) for p in pending], list(pending))
             pending.clear()
 
-    for param in backward_order(params):
+    for param in order if order is not None else backward_order(params):
         if param.numel == 0:
             continue
         if pending and pending[0].element_size != param.element_size:
@@ -177,6 +185,7 @@ def build_plan(
     credit_bytes: int,
     ready_s: Sequence[float] | None = None,
     link_bytes_per_s: float | None = None,
+    reorder_k: int | None = None,
 ) -> DPPlan:
     """Chunk the gradients and fix the issue order every rank will follow.
 
@@ -184,10 +193,14 @@ def build_plan(
     without it, gradients are assumed to arrive one per time unit in backward order. Without
     `link_bytes_per_s` the link is assumed to need as long for all bytes as the backward takes.
     """
-    chunks = make_chunks(params, threshold_bytes)
+    expected = expected_ready_order(params, reorder_k)
     if ready_s is None:
-        position = {p.index: t for t, p in enumerate(backward_order(params))}
+        position = {p.index: t for t, p in enumerate(expected)}
         ready_s = [float(position[p.index]) for p in sorted(params, key=lambda p: p.index)]
+    else:  # measured (rank 0's, so the same everywhere): fuse in the order they really came
+        position = {p.index: t for t, p in enumerate(expected)}
+        expected = sorted(params, key=lambda p: (ready_s[p.index], position[p.index]))
+    chunks = make_chunks(params, threshold_bytes, expected)
     chunk_ready = [max(ready_s[s.param] for s in chunk.segments) for chunk in chunks]
     if link_bytes_per_s is None:
         span = max(chunk_ready, default=0.0) or 1.0
@@ -201,7 +214,25 @@ def build_plan(
         chunks=tuple(chunks),
         issue_order=tuple(order),
         layer_chunks=_layer_chunks(chunks, params, num_layers),
+        reorder_k=reorder_k,
     )
+
+
+def weight_grad_order(num_layers: int, k: int) -> list[int]:
+    """0-based layer indices in the order their weight gradients run for reorder point `k`."""
+    if not 1 <= k <= num_layers:
+        raise ValueError(f"reorder point K must be in 1..{num_layers}, got {k}")
+    return [*range(k - 1, -1, -1), *range(num_layers - 1, k - 1, -1)]
+
+
+def expected_ready_order(params: Sequence[ParamInfo], reorder_k: int | None) -> list[ParamInfo]:
+    """Order in which gradients are expected before anything was measured: backward order, or
+    with reordering at K, layers K..1 then L..K+1 (within a layer, still last parameter first)."""
+    num_layers = 1 + max((p.layer for p in params), default=-1)
+    if reorder_k is None or reorder_k >= num_layers:
+        return backward_order(params)
+    rank = {layer: i for i, layer in enumerate(weight_grad_order(num_layers, reorder_k))}
+    return sorted(params, key=lambda p: (rank[p.layer], -p.index))
 
 
 def _layer_chunks(

@@ -26,6 +26,7 @@ from cadence.dp.config import DPConfig
 from cadence.dp.layers import ModelLayout
 from cadence.dp.optimizer import LayerwiseUpdater
 from cadence.dp.plan import Chunk, DPPlan, build_plan
+from cadence.dp.reorder import BackwardReorder, deferrable
 
 WAIT_POLL_S = 1.0
 
@@ -45,7 +46,9 @@ class SyncEngine:
         self.config = config
         self.group = group
         self.world_size = world_size
-        self.plan: DPPlan = build_plan(layout.infos, config.threshold_bytes, config.credit)
+        self.plan: DPPlan = build_plan(
+            layout.infos, config.threshold_bytes, config.credit, reorder_k=config.reorder_k
+        )
         num_params = len(layout.params)
         # Parameters are updated together with the others of their front-most layer.
         self._update_params: list[list[int]] = [[] for _ in layout.layers]
@@ -71,20 +74,62 @@ class SyncEngine:
             module.register_forward_pre_hook(self._forward_hook(params))
             for module, params in zip(layout.layers, layout.layer_params, strict=True)
         ]
+        self.reorder = self._make_reorder(config.reorder_k)
+        self._deferred_params = self.reorder.deferred_params() if self.reorder else set()
         self._thread = threading.Thread(target=self._comm_loop, name="cadence-dp-comm", daemon=True)
         self._thread.start()
+
+    def _make_reorder(self, k: int | None) -> BackwardReorder | None:
+        """Defer weight gradients of Linear/Conv layers when K is before the last layer.
+
+        Layers sharing a parameter with another layer keep autograd's order: their shared
+        gradient is complete only when both contributions are in.
+        """
+        layout = self.layout
+        num_layers = len(layout.layers)
+        if k is None or k >= num_layers:
+            return None
+        owners: dict[int, int] = {}
+        for params in layout.layer_params:
+            for index in params:
+                owners[index] = owners.get(index, 0) + 1
+        chosen = [
+            layer
+            for layer, module in enumerate(layout.layers)
+            if deferrable(module) and all(owners[i] == 1 for i in layout.layer_params[layer])
+        ]
+        return BackwardReorder(
+            layout.layers,
+            layout.layer_params,
+            layout.params,
+            chosen,
+            k,
+            on_grad=self._mark_ready,
+            on_activity=self._notice_backward,
+        )
 
     # ----- main-thread side -------------------------------------------------------------
     def _grad_hook(self, index: int) -> Callable[[torch.Tensor], None]:
         def hook(_: torch.Tensor) -> None:
-            with self._cv:
-                if not self._in_backward:
-                    self._start_backward()
-                self._ready_iter[index] = self._backward_count
-                self._ready_s[index] = time.perf_counter() - self._backward_start
-                self._cv.notify_all()
+            # Autograd still visits a deferred weight (with no gradient); the reorder
+            # announces it once its gradient is really computed.
+            if self.reorder is None or index not in self._deferred_params:
+                self._mark_ready(index)
 
         return hook
+
+    def _mark_ready(self, index: int) -> None:
+        with self._cv:
+            if not self._in_backward:
+                self._start_backward()
+            self._ready_iter[index] = self._backward_count
+            self._ready_s[index] = time.perf_counter() - self._backward_start
+            self._cv.notify_all()
+
+    def _notice_backward(self) -> None:
+        with self._cv:
+            if not self._in_backward:
+                self._start_backward()
 
     def _start_backward(self) -> None:
         self._in_backward = True
@@ -95,6 +140,8 @@ class SyncEngine:
         Variable._execution_engine.queue_callback(self._end_backward)
 
     def _end_backward(self) -> None:
+        if self.reorder is not None:
+            self.reorder.run()  # deferred weight gradients, front layers first
         with self._cv:
             for i, it in enumerate(self._ready_iter):
                 if it != self._backward_count:
@@ -234,9 +281,12 @@ class SyncEngine:
             self.config.credit,
             ready_s=ready,
             link_bytes_per_s=self.config.link_bytes_per_s or link,
+            reorder_k=self.config.reorder_k,
         )
 
     def close(self) -> None:
         self.flush()
         for handle in self._hooks:
             handle.remove()
+        if self.reorder is not None:
+            self.reorder.close()
