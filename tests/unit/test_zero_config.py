@@ -1,0 +1,32 @@
+"""TrainConfig's ZeRO fields: every bad value fails where the config is made, in one line."""
+
+import re
+
+import pytest
+
+from cadence.config import TrainConfig
+from cadence.errors import UserError
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"zero_stage": 0}, "--zero-stage must be 1, 2 or 3 (got 0)"),
+        ({"compression": "twobit"}, "unknown compression 'twobit'"),
+        ({"compression": "onebit", "optimizer": "sgd"}, "use --optimizer adam"),
+        ({"compression": "onebit", "freeze_steps": 0}, "--freeze-steps of at least 1"),
+        ({"freeze_steps": -1}, "--freeze-steps must be non-negative"),
+        ({"zero_stage": 3, "eval_every_epoch": False}, "needs evaluation after every epoch"),
+    ],
+)
+def test_bad_zero_settings_are_user_errors(kwargs, needle):
+    with pytest.raises(UserError, match=re.escape(needle)) as info:
+        TrainConfig(strategy="zero", **kwargs)
+    assert "\n" not in str(info.value)
+
+
+def test_good_zero_settings_round_trip_through_json():
+    config = TrainConfig(strategy="zero", zero_stage=3, compression="onebit", freeze_steps=7)
+    assert TrainConfig.from_json(config.to_json()) == config
+    # Other strategies ignore the ZeRO fields: sgd + onebit is only refused under zero.
+    TrainConfig(strategy="ddp", compression="onebit", optimizer="sgd")
