@@ -41,6 +41,11 @@ def test_predictions_and_errors_against_measured_medians(tmp_path: Path) -> None
         assert row["error"] == pytest.approx((row["predicted_s"] - measured) / measured)
         assert row["optimizer_step_s"] > 0
     assert summary(rows)["worst_abs_error"] == max(abs(r["error"]) for r in rows)
+    slower = predict_runs(runs[:1], profiles, payload_fraction=1.0, optimizer_step_s=0.5)
+    assert slower[0]["optimizer_step_s"] == pytest.approx(0.5)
+    # DDP steps after the last bucket: a given step time adds to the iteration one for one.
+    added = slower[0]["predicted_s"] - rows[0]["predicted_s"]
+    assert added == pytest.approx(0.5 - rows[0]["optimizer_step_s"])
 
 
 def test_runs_that_cannot_be_predicted_are_user_errors(tmp_path: Path) -> None:

@@ -21,10 +21,10 @@ from cadence.dp.config import DPConfig
 from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.api import DDP_BUCKET_BYTES
-from cadence.sim.command import STRATEGIES, Setup, _model_params, run_strategy
+from cadence.sim.command import STRATEGIES, Setup, _model_params, _step_cost, run_strategy
 from cadence.sim.metrics import _write
 from cadence.sim.options import SimOptions
-from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION, step_s_per_byte
+from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION
 
 
 def _read_run(path: str) -> dict[str, Any]:
@@ -46,6 +46,7 @@ def predict_runs(
     profiles: dict[str, Profile],
     payload_fraction: float = TCP_PAYLOAD_FRACTION,
     options: SimOptions | None = None,
+    optimizer_step_s: float | None = None,
 ) -> list[dict[str, Any]]:
     """One row per run: measured and predicted median iteration and the relative error."""
     from cadence.netem import parse_bandwidth
@@ -71,7 +72,7 @@ def predict_runs(
             )
         key = (model, cfg.get("optimizer", "adam"))
         if key not in steps:
-            steps[key] = step_s_per_byte(*key)
+            steps[key] = _step_cost(model, key[1], optimizer_step_s, _model_params(model))
         bps = parse_bandwidth(cfg["emulate_bandwidth"])
         setup = Setup(
             profile=profile,
@@ -193,7 +194,7 @@ def bench_sim_command(args: Any) -> int:
             profiles[cfg["model"]] = profile_command(
                 cfg["model"], batch_size=per_worker, iterations=5, echo=lambda _: None
             )
-    rows = predict_runs(runs, profiles, args.payload_fraction)
+    rows = predict_runs(runs, profiles, args.payload_fraction, None, args.optimizer_step)
     for line in table_lines(rows):
         print(line)
     if args.json:

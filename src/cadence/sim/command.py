@@ -75,6 +75,7 @@ def make_setup(
     latency_s: float = 0.0,
     payload_fraction: float = TCP_PAYLOAD_FRACTION,
     optimizer: str = "adam",
+    optimizer_step_s: float | None = None,
     calibration: str | None = None,
     profile_path: str | None = None,
     batch_size: int = 32,
@@ -92,7 +93,7 @@ def make_setup(
         raise UserError(f"--payload-fraction must be in (0, 1], got {payload_fraction}")
     bps = parse_bandwidth(bandwidth)
     params = _model_params(model)
-    update = step_s_per_byte(model, optimizer)
+    update = _step_cost(model, optimizer, optimizer_step_s, params)
     if calibration is not None:
         from cadence.comm.calibrate import Calibration
 
@@ -127,6 +128,17 @@ def make_setup(
         description=description,
         update_s_per_byte=update,
     )
+
+
+def _step_cost(
+    model: str, optimizer: str, step_s: float | None, params: Sequence[ParamInfo]
+) -> float:
+    """Seconds per parameter byte: from a given whole-model step time, or measured now."""
+    if step_s is None:
+        return step_s_per_byte(model, optimizer)
+    if not (math.isfinite(step_s) and step_s >= 0):
+        raise UserError(f"--optimizer-step must be >= 0 seconds, got {step_s}")
+    return step_s / max(1, sum(p.nbytes for p in params))
 
 
 def run_strategy(
@@ -270,6 +282,7 @@ def _setup_from(args: Any) -> Setup:
         latency_s=args.latency,
         payload_fraction=args.payload_fraction,
         optimizer=args.optimizer,
+        optimizer_step_s=args.optimizer_step,
         calibration=args.calibration,
         profile_path=args.profile,
         batch_size=args.batch_size,
