@@ -5,12 +5,14 @@ import pytest
 import torch
 
 from cadence.testing import run_ranks
+from cadence.zero import build_layout, comm_bytes_per_step
+from cadence.zero.layout import bucket_params
 from tests.dist.zero_helpers import make_model, parity_runs, reference
 
 STEPS = 4
 RUNS = {
     2: [(o, s, "none") for o in ("adam", "sgd") for s in (1, 2, 3)]
-    + [("sgd", 2, "fp16"), ("adam", 3, "fp16")],
+    + [("sgd", 2, "fp16"), ("adam", 3, "fp16"), ("sgd", 2, "none", "bf16")],
     # Four ranks on a busy two-core machine: every stage with Adam, SGD once.
     4: [("adam", 1, "none"), ("adam", 2, "none"), ("adam", 3, "none"), ("sgd", 3, "none")],
 }
@@ -21,7 +23,18 @@ TOLERANCE = {
     "none": {"rtol": 1e-4, "atol": 1e-5},
     ("fp16", "sgd"): {"rtol": 2e-3, "atol": 2e-4},
     ("fp16", "adam"): {"rtol": 0.0, "atol": 3e-3 * STEPS},
+    # A bf16 parameter all-gather rounds the parameters the model computes with (8 bits of
+    # mantissa) while each rank's master piece stays fp32.
+    "bf16": {"rtol": 1e-2, "atol": 1e-3},
 }
+
+
+def _layout(world_size):
+    entries = [e for e in bucket_params(make_model("mlp")) if e[2]]
+    return build_layout(
+        [(name, [(n, tuple(p.shape)) for n, p in params]) for name, _, params in entries],
+        world_size,
+    )
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
@@ -30,10 +43,16 @@ def test_zero_stages_equal_torch_optimizers(world_size):
     runs = RUNS[world_size]
     results = run_ranks(parity_runs, world_size, runs, STEPS, timeout=240)
     initial = make_model().state_dict()
-    for (optimizer, stage, compression), *per_rank in zip(runs, *results, strict=True):
+    layout = _layout(world_size)
+    for (optimizer, stage, compression, *gather), *per_rank in zip(runs, *results, strict=True):
         expected = refs[optimizer]
         tol = TOLERANCE["none" if compression == "none" else (compression, optimizer)]
-        for rank, got in enumerate(per_rank):
+        if gather:
+            tol = TOLERANCE["bf16"]
+        for rank, (got, sent) in enumerate(per_rank):
+            # Every rank sends exactly what the layout's formula says, by purpose.
+            gather_bytes = 2 if gather else 4
+            assert sent == comm_bytes_per_step(layout, stage, compression, False, gather_bytes)
             assert got.keys() == expected.keys()
             for key in expected:
                 torch.testing.assert_close(

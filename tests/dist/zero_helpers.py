@@ -52,6 +52,7 @@ def train_zero(
     compression: str,
     steps: int,
     freeze_steps: int = 100,
+    gather_dtype: str = "fp32",
 ) -> tuple[dict[str, torch.Tensor], list[float], list[dict[str, int]], dict[str, int]]:
     """(final full state dict, global losses, bytes per step, peak memory) of one ZeRO run."""
     model, opt = cadence.zero(
@@ -60,6 +61,7 @@ def train_zero(
         optimizer=optimizer,
         compression=compression,
         freeze_steps=freeze_steps,
+        gather_dtype=gather_dtype,
         **opt_kwargs(optimizer),
     )
     losses, sent = [], []
@@ -76,9 +78,23 @@ def train_zero(
     return state, losses, sent, opt.peak_memory
 
 
-def parity_runs(rank: int, world_size: int, runs: list[tuple[str, int, str]], steps: int) -> list:
-    """Several (optimizer, stage, compression) runs in one process group."""
-    return [train_zero(rank, world_size, "mlp", o, s, c, steps)[0] for o, s, c in runs]
+def parity_runs(rank: int, world_size: int, runs: list[tuple], steps: int) -> list:
+    """Several (optimizer, stage, compression[, gather dtype]) runs in one process group:
+    (final state, bytes sent in the last step) each."""
+    out = []
+    for optimizer, stage, compression, *gather in runs:
+        state, _, sent, _ = train_zero(
+            rank,
+            world_size,
+            "mlp",
+            optimizer,
+            stage,
+            compression,
+            steps,
+            gather_dtype=gather[0] if gather else "fp32",
+        )
+        out.append((state, sent[-1]))
+    return out
 
 
 def digits_run(
