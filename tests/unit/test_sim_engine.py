@@ -58,3 +58,17 @@ def test_graph_rejects_forward_dependencies_and_mixed_resources() -> None:
         g.add("t", "x", resources=[cpu, nic])
     with pytest.raises(ValueError, match="positive bandwidth"):
         g.resource("bad", LINK, bytes_per_s=0.0)
+
+
+def test_add_work_time_slices_a_shared_processor_and_runs_a_stream_alone() -> None:
+    g = TaskGraph()
+    core = g.resource("core", LINK, bytes_per_s=1.0)  # seconds of work per second
+    cpu = g.resource("cpu", STREAM)
+    a = g.add_work("a", "forward", core, 1.0)
+    b = g.add_work("b", "update", core, 0.5)
+    c = g.add_work("c", "forward", cpu, 1.0)
+    s = run(g)
+    # a and b share the core at half speed each: b's 0.5 s of work ends at 1.0, a's at 1.5.
+    assert s.end_s[b] == pytest.approx(1.0)
+    assert s.end_s[a] == pytest.approx(1.5)
+    assert s.end_s[c] == pytest.approx(1.0)

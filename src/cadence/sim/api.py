@@ -10,12 +10,10 @@ from cadence.dp.plan import DPPlan, ParamInfo, build_plan
 from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.compute import (
-    backward_steps,
     block_costs,
     block_params,
     link_model,
     param_blocks,
-    reordered_blocks,
 )
 from cadence.sim.dp_adapter import build_ddp, build_dp
 from cadence.sim.engine import run
@@ -72,6 +70,23 @@ def simulate_ddp(
     return analyse(built, run(built.graph), sum(costs.param_bytes))
 
 
+def _build(
+    params: Sequence[ParamInfo],
+    threshold_bytes: int,
+    credit_bytes: int,
+    ready: Sequence[float] | None,
+    rate: float | None,
+    reorder_k: int | None,
+) -> DPPlan:
+    if reorder_k is None:
+        return build_plan(params, threshold_bytes, credit_bytes, ready, rate)
+    if "reorder_k" not in {f.name for f in dataclasses.fields(DPPlan)}:
+        raise UserError("this cadence.dp has no backward reordering (reorder_k)")
+    return build_plan(  # type: ignore[call-arg,unused-ignore]
+        params, threshold_bytes, credit_bytes, ready, rate, reorder_k=reorder_k
+    )
+
+
 def plan_dp(
     profile: Profile,
     params: Sequence[ParamInfo],
@@ -82,9 +97,10 @@ def plan_dp(
     options: SimOptions | None = None,
     reorder_k: int | None = None,
 ) -> DPPlan:
-    """The plan the runtime would build after warm-up: gradient ready times from the profile's
-    backward (reordered at `reorder_k` if given), link rate = all-reduce payload bytes per
-    second on `link`."""
+    """The plan the runtime builds after its warm-up iteration, which it runs with the initial
+    plan (expected order, no rates) while timing gradient ready times and the link: the
+    warm-up is simulated and the same figures are read off it (ready times from backward
+    start; link rate = chunk bytes / time from the first gradient to the last update)."""
     if threshold_bytes < 1 or credit_bytes < 1:
         raise UserError(
             f"threshold and credit must be >= 1 byte, got {threshold_bytes}, {credit_bytes}"
@@ -92,27 +108,25 @@ def plan_dp(
     options = options or SimOptions()
     costs = block_costs(profile, options.calibrate_compute)
     blocks = param_blocks(costs, params)
-    num_layers = 1 + max((p.layer for p in params), default=-1)
-    layer_block = [0] * num_layers
-    for p in params:
-        layer_block[p.layer] = blocks[p.index]
-    nb = len(costs.forward_s)
-    done: dict[int, float] = {}
-    clock = 0.0
-    for kind, b in backward_steps(nb, reordered_blocks(layer_block, nb, reorder_k)):
-        clock += costs.input_grad_s[b] if kind == "I" else costs.weight_grad_s[b]
-        if kind == "W":
-            done[b] = clock
+    initial = _build(params, threshold_bytes, credit_bytes, None, None, reorder_k)
+    one = dataclasses.replace(options, replicas=1, warmup_iterations=0)
+    warm = simulate_dp(profile, initial, world_size, link, iterations=1, options=one)
+    graph, schedule = warm.schedule.graph, warm.schedule
+    backward_start = min(
+        schedule.start_s[t.id] for t in graph.tasks if t.kind in ("input_grad", "weight_grad")
+    )
+    grads_done = {
+        int(t.name[1:]): schedule.end_s[t.id] - backward_start
+        for t in graph.tasks
+        if t.kind == "weight_grad" and t.iteration == 0
+    }
     ready = [0.0] * len(params)
     for p in params:
-        ready[p.index] = done[blocks[p.index]]
-    total = sum(p.nbytes for p in params)
-    seconds = link_model(link).time("allreduce", "ring", total, world_size)
-    rate = total / seconds if seconds > 0 else None
-    if reorder_k is None:
-        return build_plan(params, threshold_bytes, credit_bytes, ready, rate)
-    if "reorder_k" not in {f.name for f in dataclasses.fields(DPPlan)}:
-        raise UserError("this cadence.dp has no backward reordering (reorder_k)")
-    return build_plan(  # type: ignore[call-arg,unused-ignore]
-        params, threshold_bytes, credit_bytes, ready, rate, reorder_k=reorder_k
+        ready[p.index] = grads_done[blocks[p.index]]
+    first = backward_start + min(ready, default=0.0)  # the first gradient wakes the thread
+    last = max(
+        (schedule.end_s[t.id] for t in graph.tasks if t.kind in ("complete", "update")),
+        default=first,
     )
+    rate = sum(c.nbytes for c in initial.chunks) / max(last - first, 1e-6)
+    return _build(params, threshold_bytes, credit_bytes, ready, rate, reorder_k)

@@ -223,7 +223,7 @@ def rank_dp(
                     **result.summary(),
                 }
             )
-    rows.sort(key=lambda r: r["iteration_time_s"])
+    rows.sort(key=lambda r: round(r["iteration_time_s"], 6))  # a tie keeps the order tried
     return rows
 
 

@@ -178,15 +178,8 @@ def add_compute_iteration(
     gradients are allocated by the weight-gradient step (the adapter frees them)."""
 
     def add(name: str, kind: str, seconds: float, deps: list[int | None], mem: int) -> int:
-        return graph.add(
-            name,
-            kind,
-            resources=(stream,),
-            duration_s=seconds,
-            deps=deps,
-            worker=worker,
-            iteration=iteration,
-            mem_end=mem,
+        return graph.add_work(
+            name, kind, stream, seconds, deps=deps, worker=worker, iteration=iteration, mem_end=mem
         )
 
     nb = len(costs.forward_s)

@@ -53,9 +53,14 @@ class Built:
     """Workers modelled."""
 
 
-def _resources(graph: TaskGraph, worker: int, link: AlphaBeta) -> tuple[int, int, int]:
+def _resources(
+    graph: TaskGraph, worker: int, link: AlphaBeta, shared_compute: bool = False
+) -> tuple[int, int, int]:
     rate = 1.0 / link.beta_s_per_byte if link.beta_s_per_byte > 0 else float("inf")
-    compute = graph.resource(f"w{worker}.compute", STREAM, worker=worker)
+    if shared_compute:  # time-sliced between the main thread and the communication thread
+        compute = graph.resource(f"w{worker}.compute", LINK, bytes_per_s=1.0, worker=worker)
+    else:
+        compute = graph.resource(f"w{worker}.compute", STREAM, worker=worker)
     comm = graph.resource(f"w{worker}.comm", STREAM, worker=worker)
     nic = graph.resource(f"w{worker}.nic", LINK, bytes_per_s=rate, worker=worker)
     return compute, comm, nic
@@ -106,12 +111,11 @@ class _CommThread:
         stream: int | None = None,
     ) -> int:
         """The thread's next step; it runs on `stream` (default: the thread's own)."""
-        tid = self.graph.add(
+        tid = self.graph.add_work(
             name,
             kind,
-            resources=(self.streams[w] if stream is None else stream,),
-            priority=-1.0,  # on a shared stream, ahead of compute at the next task boundary
-            duration_s=seconds,
+            self.streams[w] if stream is None else stream,
+            seconds,
             deps=[self.prev[w], *deps],
             worker=w,
             iteration=self.iteration,
@@ -166,10 +170,10 @@ def build_dp(
         if chunk_ids:
             last = max(chunk_ids, key=lambda c: position[c])
             updates_at.setdefault(last, []).append(layer)
-    workers = [_resources(graph, w, link) for w in range(options.replicas)]
+    shared = options.updates_share_compute
+    workers = [_resources(graph, w, link, shared) for w in range(options.replicas)]
     nics = [nic for _, _, nic in workers]
     comm = _CommThread(graph, plan, [c for _, c, _ in workers])
-    shared = options.updates_share_compute
     update_streams = [compute for compute, _, _ in workers] if shared else None
     total = options.warmup_iterations + iterations
     starts: list[int] = []

@@ -8,12 +8,15 @@ Two kinds of resource:
   bandwidth, and a flow over several links moves at its slowest share.
 
 A task with no resource is a pure delay (or a zero-time marker joining dependencies).
+A processor shared by two threads (compute and the optimizer work of a communication thread
+on one core) is a link of rate 1 whose "bytes" are seconds of work (`add_work`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 STREAM = "stream"
 LINK = "link"
@@ -126,3 +129,12 @@ class TaskGraph:
             )
         )
         return tid
+
+    def add_work(self, name: str, kind: str, resource: int, seconds: float, **kw: Any) -> int:
+        """Add `seconds` of work on one resource: a stream runs it alone; a processor shared
+        like a link (`bytes_per_s` = 1, "bytes" being seconds of work) time-slices it fairly
+        with whatever else runs there, as an OS does with two busy threads on one core."""
+        if self.resources[resource].kind == STREAM:
+            return self.add(name, kind, resources=(resource,), duration_s=seconds, **kw)
+        rate = self.resources[resource].bytes_per_s
+        return self.add(name, kind, resources=(resource,), nbytes=seconds * rate, **kw)

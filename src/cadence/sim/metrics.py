@@ -21,10 +21,20 @@ from typing import Any
 from cadence.errors import UserError
 from cadence.sim.dp_adapter import Built
 from cadence.sim.engine import Schedule
-from cadence.sim.graph import LINK
+from cadence.sim.graph import LINK, Task, TaskGraph
 
 Interval = tuple[float, float]
 COMPUTE_KINDS = frozenset({"forward", "loss", "input_grad", "weight_grad"})
+COLLECTIVE_KINDS = frozenset({"allreduce"})
+
+
+def _work_s(graph: TaskGraph, task: Task) -> float:
+    """Seconds a task needs alone: a stream's duration, or a shared resource's latency plus
+    its bytes at full rate."""
+    res = graph.resources[task.resources[0]]
+    if res.kind == LINK:
+        return task.duration_s + task.nbytes / res.bytes_per_s
+    return task.duration_s
 
 
 def _union(intervals: Sequence[Interval]) -> list[Interval]:
@@ -193,18 +203,19 @@ def analyse(built: Built, schedule: Schedule, base_memory: int) -> SimResult:
     nic = [r for r, res in enumerate(graph.resources) if res.name == "w0.nic"][0]
     link = graph.resources[nic]
     mine = [t for t in measured if t.worker == 0 and t.resources]
-    stream_work: dict[int, float] = {}
+    flows = [t for t in measured if t.kind in COLLECTIVE_KINDS]
+    work: dict[int, float] = {}  # per worker-0 resource: seconds it must be busy
     for t in mine:
-        if graph.resources[t.resources[0]].kind != LINK:
-            stream_work[t.resources[0]] = stream_work.get(t.resources[0], 0.0) + t.duration_s / n
-    compute_s = sum(t.duration_s for t in mine if t.kind in COMPUTE_KINDS) / n
-    update_s = sum(t.duration_s for t in mine if t.kind == "update") / n
-    flows = [t for t in measured if t.resources and graph.resources[t.resources[0]].kind == LINK]
+        r = t.resources[0]
+        if t.kind not in COLLECTIVE_KINDS:
+            work[r] = work.get(r, 0.0) + _work_s(graph, t) / n
     wire_bytes = sum(t.nbytes for t in flows) / n
     wire_s = wire_bytes / link.bytes_per_s
     latency_s = sum(t.duration_s for t in flows) / n
-    serial = sum(stream_work.values()) + wire_s + latency_s
-    bound = max([wire_s, *stream_work.values()])
+    compute_s = sum(_work_s(graph, t) for t in mine if t.kind in COMPUTE_KINDS) / n
+    update_s = sum(_work_s(graph, t) for t in mine if t.kind == "update") / n
+    serial = sum(work.values()) + wire_s + latency_s
+    bound = max([wire_s, *work.values()])
     period = (hi - lo) / n
     if serial - bound > 1e-12 * max(serial, 1e-30):
         efficiency = (serial - period) / (serial - bound)
