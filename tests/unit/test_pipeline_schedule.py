@@ -5,7 +5,15 @@ import dataclasses
 import pytest
 
 from cadence.errors import UserError
-from cadence.pipeline import Action, build_schedule, gpipe, kfkb, one_f_one_b, validate
+from cadence.pipeline import (
+    Action,
+    build_schedule,
+    gpipe,
+    kfkb,
+    message_source,
+    one_f_one_b,
+    validate,
+)
 from cadence.pipeline.schedule import parse_schedule_name
 
 
@@ -83,3 +91,13 @@ def test_schedule_names() -> None:
     needle = r"kfkb:3 needs K to divide the 4 micro-batches: use K in \[1, 2, 4\]"
     with pytest.raises(UserError, match=needle):
         build_schedule("kfkb:3", 2, 4)
+
+
+def test_message_source_names_the_neighbour_action() -> None:
+    schedule = kfkb(3, 4, 2)
+    first, middle, last = (acts[0] for acts in schedule.actions)
+    assert message_source(schedule, first) is None  # 0F0+1 reads the batch
+    assert str(message_source(schedule, middle)) == "0F0+1"
+    backward = Action.parse("1B2+3")
+    assert str(message_source(schedule, backward)) == "2B2+3"
+    assert message_source(schedule, Action.parse("2B0+1")) is None  # the loss is local

@@ -93,3 +93,9 @@ def test_stage_module_shares_parameters() -> None:
     piece = stage_module(model, even_split(len(model.blocks()), 2), 1)
     assert piece.block_names() == ["head"]  # fc1, fc2 | head
     assert piece[0][0].weight is model.blocks()[2][0].weight  # type: ignore[index]
+
+
+def test_stage_times_scale_with_samples() -> None:
+    plan = plan_stages(_profile([0.01, 0.01, 0.01, 0.03]), 2)  # profiled at batch 4
+    assert plan.forward_time(0, 2) == pytest.approx(0.015)
+    assert plan.backward_time(1, 8) == pytest.approx(0.12)

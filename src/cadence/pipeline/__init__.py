@@ -26,7 +26,7 @@ if TYPE_CHECKING:
         parse_schedule_name,
     )
     from cadence.pipeline.stages import StagePlan, balance, even_split, plan_stages, stage_module
-    from cadence.pipeline.validation import validate
+    from cadence.pipeline.validation import message_source, validate
 
 _LAZY = {
     "Action": "cadence.pipeline.schedule",
@@ -49,6 +49,7 @@ _LAZY = {
     "stage_memory": "cadence.pipeline.memory",
     "stage_module": "cadence.pipeline.stages",
     "torch_runtime_supports": "cadence.pipeline.executor",
+    "message_source": "cadence.pipeline.validation",
     "validate": "cadence.pipeline.validation",
 }
 
@@ -63,6 +64,7 @@ __all__ = [
     "even_split",
     "gpipe",
     "kfkb",
+    "message_source",
     "model_parallel",
     "one_f_one_b",
     "optimizer_state_factor",

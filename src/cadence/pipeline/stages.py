@@ -89,6 +89,15 @@ class StagePlan:
         """Forward + backward seconds of `stage` at the profiled batch size."""
         return self.forward_s[stage] + self.backward_s[stage]
 
+    def forward_time(self, stage: int, samples: int) -> float:
+        """Forward seconds of `stage` on `samples` samples (linear in the batch, from the
+        profile; profile at the micro-batch size for small batches)."""
+        return self.forward_s[stage] * samples / self.profile_batch
+
+    def backward_time(self, stage: int, samples: int) -> float:
+        """Backward seconds of `stage` on `samples` samples (linear, like `forward_time`)."""
+        return self.backward_s[stage] * samples / self.profile_batch
+
     def summary(self) -> str:
         """One line per stage: blocks, compute and parameter size."""
         return "\n".join(

@@ -49,20 +49,35 @@ def _check_messages(schedule: Schedule) -> None:
                 )
 
 
+def message_source(schedule: Schedule, action: Action) -> Action | None:
+    """The action on a neighbouring stage whose message `action` consumes, or None.
+
+    A forward on stage s > 0 needs the activations of stage s - 1's forward of the same group;
+    a backward on stage s < S - 1 needs the gradients of stage s + 1's backward of it. These are
+    the only cross-stage dependencies: what the executor waits for and a simulator must model
+    (message bytes: `StagePlan.output_bytes_per_sample` of the sending forward's stage, or of the
+    receiving backward's stage, times the group's samples).
+    """
+    if action.kind == FORWARD:
+        if action.stage == 0:
+            return None
+        return Action(action.stage - 1, FORWARD, action.microbatches)
+    if action.stage == schedule.num_stages - 1:
+        return None
+    return Action(action.stage + 1, BACKWARD, action.microbatches)
+
+
 def _waits_for(schedule: Schedule, a: Action, done: list[set[tuple[str, tuple[int, ...]]]],
                forwarded: list[set[int]]) -> str | None:
     """What `a` still waits for, or None if it can run now."""
-    last = schedule.num_stages - 1
-    if a.kind == FORWARD:
-        if a.stage > 0 and (FORWARD, a.microbatches) not in done[a.stage - 1]:
-            return str(Action(a.stage - 1, FORWARD, a.microbatches))
-        return None
-    unforwarded = [m for m in a.microbatches if m not in forwarded[a.stage]]
-    if unforwarded:
-        raise UserError(f"stage {a.stage} runs {a} before the forward of micro-batch "
-                        f"{unforwarded[0]}")
-    if a.stage < last and (BACKWARD, a.microbatches) not in done[a.stage + 1]:
-        return str(Action(a.stage + 1, BACKWARD, a.microbatches))
+    if a.kind == BACKWARD:
+        unforwarded = [m for m in a.microbatches if m not in forwarded[a.stage]]
+        if unforwarded:
+            raise UserError(f"stage {a.stage} runs {a} before the forward of micro-batch "
+                            f"{unforwarded[0]}")
+    source = message_source(schedule, a)
+    if source is not None and (source.kind, source.microbatches) not in done[source.stage]:
+        return str(source)
     return None
 
 
