@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from cadence.comm import collectives
-from cadence.zero.compress import decode, encode, encode_with_feedback, wire_bytes
+from cadence.zero.compress import decode, encode_with_feedback
 
 
 def onebit_reduce_scatter(
@@ -62,18 +62,3 @@ def gather_wires(
 
 def decode_all(gathered: torch.Tensor, world_size: int) -> torch.Tensor:
     return torch.cat([decode(gathered[j]) for j in range(world_size)])
-
-
-def encode_piece(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Re-export for callers that compress a shard once (1-bit Adam's switch-over)."""
-    return encode(x)
-
-
-__all__ = [
-    "decode_all",
-    "encode_piece",
-    "gather_wires",
-    "onebit_all_reduce",
-    "onebit_reduce_scatter",
-    "wire_bytes",
-]
