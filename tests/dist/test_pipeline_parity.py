@@ -15,7 +15,7 @@ import torch
 from cadence.errors import UserError
 from cadence.models import get_model_spec, loss_fn
 from cadence.models.blocks import BlockModel
-from cadence.pipeline import even_split, model_parallel, pipeline
+from cadence.pipeline import even_split, model_parallel, peak_in_flight, pipeline
 from cadence.testing import run_ranks
 
 STEPS = 3
@@ -81,6 +81,8 @@ def _train_all(rank: int, world: int, model_name: str) -> dict[str, Any]:
         names = set(ex.module.state_dict())
         params = {k: v.clone() for k, v in model.state_dict().items() if k in names}
         out[f"{schedule}/{backend}/{recompute}"] = (losses, params)
+        if backend == "cadence":  # the memory model predicts what the executor held
+            assert ex.peak_held == peak_in_flight(ex.schedule)[rank], (schedule, rank)
     return out
 
 

@@ -119,6 +119,9 @@ class PipelineExecutor:
         self._out_meta: tuple[torch.dtype, tuple[int, ...]] | None = None
         self._ys: list[Tensor] = []
         self._meta_sent = False
+        self.peak_held = 0
+        """Most micro-batches this stage held for backward at once (our runtime; since
+        construction): what `memory.peak_in_flight` predicts."""
         self._torch_schedule = self._build_torch() if backend == "torch" else None
 
     # ---- torch runtime -------------------------------------------------------------------
@@ -304,6 +307,7 @@ class PipelineExecutor:
             else:
                 out = self.module(inp)
                 held[m] = _Held(inp, out)
+            self.peak_held = max(self.peak_held, len(held))
             if self.is_last:
                 loss = self._loss(out, ys[m])
                 losses.append(loss.detach())
