@@ -1,8 +1,9 @@
 """Pipeline training at 2 and 4 stages, and hybrid 2 replicas x 2 stages, equals
 single-process training on the full batch.
 
-Each rank runs every schedule in turn (GPipe and 1F1B on torch's runtime and on ours, kFkB
-with K = 2, with and without recomputation, and M = 1 model parallel); after several SGD steps
+Each rank runs every schedule in turn (GPipe and 1F1B from our action lists on torch's runtime
+and on ours, torch's own ScheduleGPipe / Schedule1F1B, kFkB with K = 2 (K = 2 with
+recomputation at M = 8), and M = 1 model parallel); after several SGD steps
 its stage's parameters and the last stage's losses must match one process training the whole
 model on the whole batch, with the same seed and data.
 """
@@ -24,6 +25,8 @@ BATCH = 16
 CASES = [
     ("gpipe", "torch", False, 4),
     ("1f1b", "torch", False, 4),
+    ("gpipe", "torch-builtin", False, 4),
+    ("1f1b", "torch-builtin", False, 4),
     ("gpipe", "cadence", False, 4),
     ("1f1b", "cadence", False, 4),
     ("kfkb:2", "cadence", False, 4),

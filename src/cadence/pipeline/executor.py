@@ -5,6 +5,8 @@ Two runtimes execute the same `Schedule`:
 - `torch`: torch.distributed.pipelining's `PipelineStage` and `_PipelineScheduleRuntime`, fed our
   action lists (it lowers them to its own send/recv actions). Used for schedules with one
   micro-batch per message and no recomputation, which is what it supports.
+- `torch-builtin`: torch's own `ScheduleGPipe` / `Schedule1F1B` (their order, not our lists),
+  only to measure torch's schedules side by side with ours.
 - `cadence`: our own, below, on `isend`/`irecv`. Needed for kFkB (K micro-batches' tensors
   concatenated into ONE message, which torch's runtime cannot express) and for recomputation.
 
@@ -32,7 +34,8 @@ from cadence.pipeline.schedule import FORWARD, Action, Schedule
 from cadence.pipeline.validation import validate
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
-BACKENDS = ("auto", "cadence", "torch")
+BACKENDS = ("auto", "cadence", "torch", "torch-builtin")
+_BUILTIN = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B"}
 _META_LEN = 10  # dtype code, ndim, then up to 8 dims of one micro-batch's activation
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64)
 
@@ -101,6 +104,8 @@ class PipelineExecutor:
         if backend == "auto":
             usable = torch_runtime_supports(schedule) and _torch_runtime()
             backend = "torch" if usable else "cadence"
+        if backend == "torch-builtin" and (schedule.name not in _BUILTIN or schedule.recompute):
+            raise ValueError(f"torch has no built-in schedule for {schedule.name}")
         if backend == "torch" and not torch_runtime_supports(schedule):
             raise ValueError(f"torch's runtime cannot run {schedule.name} (grouped or recompute)")
         self.module = module
@@ -122,7 +127,7 @@ class PipelineExecutor:
         self.peak_held = 0
         """Most micro-batches this stage held for backward at once (our runtime; since
         construction): what `memory.peak_in_flight` predicts."""
-        self._torch_schedule = self._build_torch() if backend == "torch" else None
+        self._torch_schedule = self._build_torch() if backend.startswith("torch") else None
 
     # ---- torch runtime -------------------------------------------------------------------
     def _build_torch(self) -> object:
@@ -139,6 +144,11 @@ class PipelineExecutor:
         group = self.pp_group
         device = next(self.module.parameters()).device
         stage = PipelineStage(self.module, self.stage, S, device, group=group)
+        if self.backend == "torch-builtin":  # torch's own classes, for side-by-side benchmarks
+            from torch.distributed import pipelining
+
+            builtin = getattr(pipelining, _BUILTIN[self.schedule.name])
+            return builtin(stage, M, loss_fn=self.loss_fn, scale_grads=True)
         runtime = _PipelineScheduleRuntime([stage], M, loss_fn=self.loss_fn, scale_grads=True)
         kinds = {FORWARD: _ComputationType.FORWARD}
         actions: dict[int, list[_Action | None]] = {
