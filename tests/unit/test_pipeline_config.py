@@ -16,6 +16,15 @@ from cadence.errors import UserError
         ({"microbatches": 0}, "--microbatches 0 does not divide"),
         ({"schedule": "zb"}, "unknown pipeline schedule 'zb': choose gpipe, 1f1b or kfkb:K"),
         ({"schedule": "kfkb:3"}, r"kfkb:3 needs K to divide the 4 micro-batches: use K in \[1"),
+        ({"pipeline_backend": "gloo"}, "unknown --pipeline-backend 'gloo': choose one of auto"),
+        (
+            {"pipeline_backend": "torch", "schedule": "kfkb:2"},
+            "--pipeline-backend torch cannot run --schedule kfkb:2: use cadence",
+        ),
+        (
+            {"pipeline_backend": "torch-builtin", "recompute": True},
+            "cannot run --schedule 1f1b with --recompute: use cadence",
+        ),
     ],
 )
 def test_bad_pipeline_settings(fields: dict[str, object], needle: str) -> None:

@@ -121,7 +121,7 @@ def pipeline_wrap_for(
         ranges = broadcast_object(ranges)
         executor = pipeline(
             model, loss_fn, config.schedule, config.microbatches, ranges, config.recompute,
-            data_parallel=replicas,
+            backend=config.pipeline_backend, data_parallel=replicas,
         )
         return PipelineTrainer(model, executor, ranges), optimizer
 
