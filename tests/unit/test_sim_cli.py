@@ -171,3 +171,21 @@ def test_vgg16_on_64_workers_simulates_fast() -> None:
     assert len(every.busy_s) == 3 * 64
     assert elapsed < 10.0  # all 64 workers one by one; about 0.4 s on an idle core
     assert one.iteration_s > 0
+
+
+def test_calibrated_link_replaces_bandwidth_and_latency(cnn_profile: Path, tmp_path: Path) -> None:
+    from cadence.comm.calibrate import Calibration
+
+    fitted = AlphaBeta(alpha_s=1e-3, beta_s_per_byte=1e-6)
+    cal = Calibration(fitted, 2, "gloo", 1, "minimax", (), torch.__version__)
+    cal.save(tmp_path / "cal.json")
+    out = tmp_path / "r.json"
+    args = ["simulate", "--model", "cnn", "--profile", str(cnn_profile), "--workers", "8"]
+    args += ["--calibration", str(tmp_path / "cal.json"), "--optimizer", "none"]
+    assert main([*args, "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["wire_s"] == pytest.approx(116264 * 7 / 4 * 1e-6)
+    # One chunk (4 MiB threshold), a ring of 2 x 7 messages at 1 ms; nothing overlaps it.
+    assert data["serial_s"] == pytest.approx(data["compute_s"] + data["wire_s"] + 14e-3)
+    assert data["iteration_time_s"] == pytest.approx(data["serial_s"])
+    assert data["efficiency"] == 0.0

@@ -221,6 +221,8 @@ def analyse(built: Built, schedule: Schedule, base_memory: int) -> SimResult:
         efficiency = (serial - period) / (serial - bound)
     else:
         efficiency = 1.0  # nothing could overlap: any schedule is perfect
+    if abs(efficiency) < 1e-9:
+        efficiency = 0.0  # rounding of a fully serial schedule
     link_busy = _length(unions[nic])
     overlap = _intersection(unions[nic], unions[compute]) / link_busy if link_busy > 0 else 0.0
     peak = max(level for _, level in memory_timeline(schedule, base_memory, 0))
