@@ -21,8 +21,8 @@ from cadence.dp.config import DPConfig
 from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.api import DDP_BUCKET_BYTES
-from cadence.sim.command import STRATEGIES, Setup, _model_params, _step_cost, run_strategy
-from cadence.sim.metrics import _write
+from cadence.sim.command import STRATEGIES, Setup, model_params, run_strategy, step_cost
+from cadence.sim.metrics import write_text
 from cadence.sim.options import SimOptions
 from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION
 
@@ -72,11 +72,11 @@ def predict_runs(
             )
         key = (model, cfg.get("optimizer", "adam"))
         if key not in steps:
-            steps[key] = _step_cost(model, key[1], optimizer_step_s, _model_params(model))
+            steps[key] = step_cost(model, key[1], optimizer_step_s, model_params(model))
         bps = parse_bandwidth(cfg["emulate_bandwidth"])
         setup = Setup(
             profile=profile,
-            params=_model_params(model),
+            params=model_params(model),
             world_size=workers,
             link=AlphaBeta(alpha_s=0.0, beta_s_per_byte=8.0 / (bps * payload_fraction)),
             description=f"{model} {cfg['emulate_bandwidth']}",
@@ -160,7 +160,7 @@ def run_emulated(
                 out="/tmp/cadence-bench-sim",
             )
             metrics, _ = train(config)
-            _write(path, json.dumps(metrics, indent=2) + "\n")
+            write_text(path, json.dumps(metrics, indent=2) + "\n")
             files.append(str(path))
     return files
 
@@ -206,5 +206,5 @@ def bench_sim_command(args: Any) -> int:
             "load_average_1m_before_after": [load_before[0], os.getloadavg()[0]],
             "cpu_count": os.cpu_count(),
         }
-        _write(args.json, json.dumps(data, indent=2) + "\n")
+        write_text(args.json, json.dumps(data, indent=2) + "\n")
     return 0

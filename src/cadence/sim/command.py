@@ -56,7 +56,8 @@ class Setup:
     """Optimizer-step seconds per parameter byte."""
 
 
-def _model_params(model: str) -> tuple[ParamInfo, ...]:
+def model_params(model: str) -> tuple[ParamInfo, ...]:
+    """Zoo `model`'s parameters as cadence.dp lays them out (what its plans index)."""
     import torch
 
     from cadence.dp.layers import model_layout
@@ -92,8 +93,8 @@ def make_setup(
     if not 0 < payload_fraction <= 1:
         raise UserError(f"--payload-fraction must be in (0, 1], got {payload_fraction}")
     bps = parse_bandwidth(bandwidth)
-    params = _model_params(model)
-    update = _step_cost(model, optimizer, optimizer_step_s, params)
+    params = model_params(model)
+    update = step_cost(model, optimizer, optimizer_step_s, params)
     if calibration is not None:
         from cadence.comm.calibrate import Calibration
 
@@ -130,7 +131,7 @@ def make_setup(
     )
 
 
-def _step_cost(
+def step_cost(
     model: str, optimizer: str, step_s: float | None, params: Sequence[ParamInfo]
 ) -> float:
     """Seconds per parameter byte: from a given whole-model step time, or measured now."""
@@ -342,7 +343,7 @@ def plan_command(args: Any) -> int:
         print(line)
     print(why(rows))
     if args.json:
-        from cadence.sim.metrics import _write
+        from cadence.sim.metrics import write_text
 
         data = {
             "model": args.model,
@@ -351,5 +352,5 @@ def plan_command(args: Any) -> int:
             "rows": rows,
             "why": why(rows),
         }
-        _write(args.json, json.dumps(data, indent=2) + "\n")
+        write_text(args.json, json.dumps(data, indent=2) + "\n")
     return 0

@@ -128,7 +128,7 @@ class SimResult:
         }
 
     def write_json(self, path: str | Path, extra: dict[str, Any] | None = None) -> None:
-        _write(path, json.dumps({**self.summary(), **(extra or {})}, indent=2) + "\n")
+        write_text(path, json.dumps({**self.summary(), **(extra or {})}, indent=2) + "\n")
 
     def memory_timeline(self, worker: int = 0) -> list[tuple[float, int]]:
         """(time, bytes in use) after each change on `worker`, from time 0."""
@@ -138,7 +138,7 @@ class SimResult:
         """Chrome-trace JSON (open in https://ui.perfetto.dev or chrome://tracing)."""
         from cadence.sim.trace import chrome_trace
 
-        _write(path, json.dumps(chrome_trace(self)) + "\n")
+        write_text(path, json.dumps(chrome_trace(self)) + "\n")
 
     def write_png(self, path: str | Path) -> None:
         """Timeline PNG, one row per resource, memory below."""
@@ -150,7 +150,8 @@ class SimResult:
             raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def _write(path: str | Path, text: str) -> None:
+def write_text(path: str | Path, text: str) -> None:
+    """Write an output file; failure is a one-line UserError."""
     try:
         Path(path).write_text(text)
     except OSError as exc:
