@@ -21,6 +21,26 @@ class DPConfig:
     """Backward reordering point K (1-based layer): Linear/Conv weight gradients are deferred
     and run in the order K..1 then L..K+1 once input gradients have propagated. None (or K at
     least the number of layers L) keeps autograd's ordinary order."""
+    autotune: str = "off"
+    """Warm-up tuning of threshold and K on real iterations: off, exhaustive (threshold grown
+    by `autotune_growth` per trial for `autotune_trials` trials, then every K) or guided (the
+    simulator ranks those candidates from a profile; only the best few run for real)."""
+    autotune_trials: int = 100
+    """Exhaustive: number of thresholds tried, from `threshold_bytes` upwards."""
+    autotune_growth: float = 1.1
+    """Exhaustive: factor between consecutive thresholds."""
+    autotune_iterations: int = 2
+    """Timed iterations per trial (after one settling iteration); the median counts."""
+    guided_thresholds: int = 5
+    """Guided: thresholds (of the exhaustive list) tried for real, the simulator's fastest."""
+    guided_reorder_points: int = 3
+    """Guided: reorder points K tried for real at the best threshold, the simulator's fastest."""
+    autotune_hidden_fraction: float = 0.02
+    """Tuning is skipped when warm-up forwards waited for communication less than this share
+    of the time: communication is already hidden and no setting can beat that."""
+    autotune_file: str | None = None
+    """Where the chosen threshold and K are saved; when the file exists they are loaded from it
+    and tuning is skipped."""
 
     def __post_init__(self) -> None:
         if self.threshold_bytes < 1:
@@ -29,6 +49,14 @@ class DPConfig:
             raise ValueError(f"credit_bytes must be at least 1, got {self.credit_bytes}")
         if self.warmup_iterations < 1:
             raise ValueError("warmup_iterations must be at least 1")
+        if self.autotune not in ("off", "exhaustive", "guided"):
+            raise ValueError(f"autotune must be off, exhaustive or guided, got {self.autotune!r}")
+        if self.autotune_trials < 1 or self.autotune_iterations < 1:
+            raise ValueError("autotune_trials and autotune_iterations must be at least 1")
+        if not self.autotune_growth > 1:
+            raise ValueError(f"autotune_growth must exceed 1, got {self.autotune_growth}")
+        if self.guided_thresholds < 1 or self.guided_reorder_points < 1:
+            raise ValueError("guided_thresholds and guided_reorder_points must be at least 1")
         if self.reorder_k is not None and self.reorder_k < 1:
             raise ValueError(f"reorder_k must be at least 1, got {self.reorder_k}")
 

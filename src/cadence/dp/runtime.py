@@ -22,6 +22,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.autograd import Variable
 
+from cadence.dp.autotune import Autotuner, TuneResult
 from cadence.dp.config import DPConfig
 from cadence.dp.layers import ModelLayout
 from cadence.dp.optimizer import LayerwiseUpdater
@@ -41,14 +42,25 @@ class SyncEngine:
         config: DPConfig,
         group: Any | None,
         world_size: int,
+        root: nn.Module | None = None,
     ):
         self.layout = layout
+        self.root = root
         self.config = config
         self.group = group
         self.world_size = world_size
+        # Threshold and K change under autotuning; the rest of the config does not.
+        self._threshold = config.threshold_bytes
+        self._k = config.reorder_k
         self.plan: DPPlan = build_plan(
-            layout.infos, config.threshold_bytes, config.credit, reorder_k=config.reorder_k
+            layout.infos, self._threshold, self._credit(), reorder_k=self._k
         )
+        self._replan_at = config.warmup_iterations  # rebuild the plan from this iteration
+        self._synced = 0  # iterations the communication thread has fully finished
+        self._snapshot_iter = 0  # backward pass whose ready times `_last_ready_s` holds
+        self.waited_s = 0.0  # main-thread seconds forward passes spent waiting for updates
+        self.tuner: Autotuner | None = None
+        self.tune_result: TuneResult | None = None  # what tuning chose (or loaded)
         num_params = len(layout.params)
         # Parameters are updated together with the others of their front-most layer.
         self._update_params: list[list[int]] = [[] for _ in layout.layers]
@@ -96,7 +108,9 @@ class SyncEngine:
         chosen = [
             layer
             for layer, module in enumerate(layout.layers)
-            if deferrable(module) and all(owners[i] == 1 for i in layout.layer_params[layer])
+            if deferrable(module)
+            and module is not self.root  # its forward is already chosen when tuning switches K
+            and all(owners[i] == 1 for i in layout.layer_params[layer])
         ]
         return BackwardReorder(
             layout.layers,
@@ -148,14 +162,44 @@ class SyncEngine:
                     self._ready_iter[i] = self._backward_count
                     self._ready_s[i] = time.perf_counter() - self._backward_start
             self._last_ready_s = list(self._ready_s)
+            self._snapshot_iter = self._backward_count
             self._in_backward = False
             self._cv.notify_all()
 
+    def _credit(self) -> int:
+        return self.config.credit_bytes or 2 * self._threshold
+
+    def before_model_forward(self, model: nn.Module) -> None:
+        """Pre-hook of the whole model: an iteration boundary for the autotuner. It must run
+        before any layer's `__call__` has picked its forward, since a switch of K swaps them."""
+        if self.tuner is not None and model.training and torch.is_grad_enabled():
+            self.tuner.before_forward()
+
     def _forward_hook(self, params: tuple[int, ...]) -> Callable[[nn.Module, Any], None]:
         def hook(_module: nn.Module, _args: Any) -> None:
+            start = time.perf_counter()
             self._wait(lambda: all(self._applied[i] == self._backward_count for i in params))
+            self.waited_s += time.perf_counter() - start
 
         return hook
+
+    def reconfigure(self, threshold_bytes: int, reorder_k: int | None) -> None:
+        """Switch threshold and K between iterations (main thread, before a forward)."""
+        if (threshold_bytes, reorder_k) == (self._threshold, self._k):
+            return
+        # The communication thread must be idle: it reads the plan and may be re-planning.
+        self._wait(lambda: self._synced == self._backward_count)
+        with self._cv:
+            if reorder_k != self._k:
+                if self.reorder is not None:
+                    self.reorder.close()
+                self.reorder = self._make_reorder(reorder_k)
+                self._deferred_params = self.reorder.deferred_params() if self.reorder else set()
+            self._threshold, self._k = threshold_bytes, reorder_k
+            self.plan = build_plan(
+                self.layout.infos, threshold_bytes, self._credit(), reorder_k=reorder_k
+            )
+            self._replan_at = self._backward_count + 1  # settle: plan from measured timings
 
     def _wait(self, condition: Callable[[], bool]) -> None:
         with self._cv:
@@ -178,6 +222,9 @@ class SyncEngine:
                         self._cv.wait()
                 done += 1
                 self._sync_iteration(done)
+                with self._cv:
+                    self._synced = done
+                    self._cv.notify_all()
         except BaseException as exc:  # surfaced to the main thread by _wait
             with self._cv:
                 self._error = exc
@@ -224,8 +271,8 @@ class SyncEngine:
             in_flight_bytes += chunk.nbytes
         while in_flight:
             complete_oldest()
-        if iteration == self.config.warmup_iterations:
-            self._replan(time.perf_counter() - t_first)
+        if iteration == self._replan_at:
+            self._replan(iteration, time.perf_counter() - t_first)
 
     def _chunk_ready(self, chunk: Chunk, iteration: int) -> Callable[[], bool]:
         needed = {seg.param for seg in chunk.segments}
@@ -268,20 +315,21 @@ class SyncEngine:
                 self._applied[index] = iteration
             self._cv.notify_all()
 
-    def _replan(self, comm_seconds: float) -> None:
+    def _replan(self, iteration: int, comm_seconds: float) -> None:
         """Rebuild the plan from warm-up timings; rank 0's figures, so every rank agrees."""
         rate = sum(c.nbytes for c in self.plan.chunks) / max(comm_seconds, 1e-6)
+        self._wait(lambda: self._snapshot_iter >= iteration)  # that backward's ready times
         measured = torch.tensor([*self._last_ready_s, rate], dtype=torch.float64)
         if self.group is not None:
             dist.broadcast(measured, src=dist.get_global_rank(self.group, 0), group=self.group)
         ready, link = measured[:-1].tolist(), float(measured[-1])
         self.plan = build_plan(
             self.layout.infos,
-            self.config.threshold_bytes,
-            self.config.credit,
+            self._threshold,
+            self._credit(),
             ready_s=ready,
             link_bytes_per_s=self.config.link_bytes_per_s or link,
-            reorder_k=self.config.reorder_k,
+            reorder_k=self._k,
         )
 
     def close(self) -> None:

@@ -1,0 +1,262 @@
+"""Warm-up autotuning of the split/fuse threshold and the reorder point K.
+
+Trials run on the real training iterations: each candidate is switched in at the start of an
+iteration, settles for one iteration (its plan is rebuilt from that iteration's timings), then
+is timed for `iterations_per_trial` iterations. Every rank runs the same candidate list; the
+winner is chosen from rank 0's timings, broadcast once at the end, so all ranks agree.
+
+- exhaustive (the published procedure): threshold grown by `growth` per trial for `trials`
+  trials at the starting K, then every K for the best threshold.
+- guided: the simulator ranks all those candidates from a profile of the model; only the few
+  it predicts fastest are tried for real.
+- Either way, when warm-up shows communication already hidden behind compute (the next
+  forward never waited for it), there is nothing to gain and tuning is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One setting tried during autotuning."""
+
+    threshold_bytes: int
+    """Split/fuse threshold."""
+    reorder_k: int | None
+    """Backward reordering point; None is autograd's order."""
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What autotuning chose, and what it saw; saved so a later run can skip tuning."""
+
+    method: str
+    """exhaustive, guided, or skipped (comm hidden) / loaded (from a file)."""
+    threshold_bytes: int
+    """Chosen threshold."""
+    reorder_k: int | None
+    """Chosen reorder point."""
+    trials: int
+    """Candidates timed for real."""
+    iterations: int
+    """Training iterations spent tuning."""
+    best_iteration_s: float
+    """Median iteration time of the chosen candidate (rank 0); NaN when nothing was timed."""
+    timings: tuple[tuple[int, int | None, float], ...] = ()
+    """(threshold, K, median seconds) of every timed candidate, in trial order."""
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["timings"] = [list(t) for t in self.timings]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TuneResult:
+        data = dict(data)
+        data["timings"] = tuple(tuple(t) for t in data.get("timings", ()))
+        return cls(**data)
+
+    def save(self, path: str | Path) -> None:
+        tmp = Path(path).with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        tmp.replace(path)
+
+
+def load_result(path: str | Path) -> TuneResult | None:
+    try:
+        return TuneResult.from_json(json.loads(Path(path).read_text()))
+    except FileNotFoundError:
+        return None
+
+
+def threshold_trials(start_bytes: int, trials: int, growth: float) -> list[int]:
+    """`trials` thresholds from `start_bytes`, each `growth` times the previous (deduplicated)."""
+    values: list[int] = []
+    for i in range(trials):
+        value = max(1, int(round(start_bytes * growth**i)))
+        if value not in values:
+            values.append(value)
+    return values
+
+
+def k_trials(num_layers: int) -> list[int | None]:
+    """Every reorder point: None (= K at the last layer, the ordinary order), then 1..L-1."""
+    return [None, *range(1, num_layers)]
+
+
+class Autotuner:
+    """Drives the trials from the engine's hook at the start of every training forward."""
+
+    def __init__(
+        self,
+        method: str,
+        initial: Candidate,
+        thresholds: Sequence[Candidate],
+        reorder_points: Callable[[Candidate], list[Candidate]],
+        apply: Callable[[Candidate], None],
+        waited_s: Callable[[], float],
+        broadcast: bool,
+        iterations_per_trial: int = 2,
+        warmup_iterations: int = 2,
+        on_done: Callable[[TuneResult], None] | None = None,
+        hidden_fraction: float = 0.02,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
+        self.method = method
+        self._initial = initial
+        self._queue = list(thresholds)
+        self._reorder_points: Callable[[Candidate], list[Candidate]] | None = reorder_points
+        self._apply = apply
+        self._waited_s = waited_s
+        self._broadcast = broadcast
+        self._per_trial = iterations_per_trial
+        self._warmup = warmup_iterations
+        self._on_done = on_done
+        self._hidden_fraction = hidden_fraction
+        self._clock = clock
+        self._starts: list[float] = []
+        self._trial: Candidate | None = None
+        self._trial_start = 0  # index into _starts of the current trial's first iteration
+        self._timings: list[tuple[Candidate, float]] = []
+        self._wait_start = 0.0
+        self.result: TuneResult | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None
+
+    def before_forward(self) -> None:
+        """Called at the start of every training forward (main thread, between iterations)."""
+        if self.done:
+            return
+        self._starts.append(self._clock())
+        n = len(self._starts)
+        if n == 1:
+            self._wait_start = self._waited_s()
+        if n < self._warmup + 1:
+            return
+        if n == self._warmup + 1:
+            if self._comm_hidden():
+                self._finish("skipped", None)
+            else:
+                self._next_trial()
+            return
+        # A trial: one settling iteration (its plan is rebuilt from it), then timed ones.
+        if n - 1 - self._trial_start < 1 + self._per_trial:
+            return
+        starts = self._starts[self._trial_start + 1 :]
+        periods = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+        assert self._trial is not None
+        self._timings.append((self._trial, statistics.median(periods)))
+        self._next_trial()
+
+    def _comm_hidden(self) -> bool:
+        """Did warm-up forwards wait for communication? Decided on rank 0's figures."""
+        span = self._starts[-1] - self._starts[0]
+        waited = self._waited_s() - self._wait_start
+        hidden = torch.tensor([1.0 if waited < self._hidden_fraction * span else 0.0])
+        if self._broadcast:
+            dist.broadcast(hidden, src=0)
+        return bool(hidden.item())
+
+    def _next_trial(self) -> None:
+        if not self._queue and self._reorder_points is not None:
+            # Thresholds done: enumerate K at the best one.
+            best = self._agreed_best() if self._timings else self._initial
+            tried = {c for c, _ in self._timings}
+            self._queue = [c for c in self._reorder_points(best) if c not in tried]
+            self._reorder_points = None
+        if not self._queue:
+            self._finish(self.method, self._agreed_best() if self._timings else None)
+            return
+        self._trial = self._queue.pop(0)
+        self._trial_start = len(self._starts) - 1
+        self._apply(self._trial)
+
+    def _agreed_best(self) -> Candidate:
+        """Rank 0's fastest candidate so far (every rank has the same candidate list)."""
+        seconds = torch.tensor([t for _, t in self._timings], dtype=torch.float64)
+        if self._broadcast:
+            dist.broadcast(seconds, src=0)
+        self._timings = [(c, t) for (c, _), t in zip(self._timings, seconds.tolist(), strict=True)]
+        return min(self._timings, key=lambda ct: ct[1])[0]
+
+    def _finish(self, method: str, best: Candidate | None) -> None:
+        chosen = best or self._initial
+        self._apply(chosen)
+        timed = [t for c, t in self._timings if c == chosen]
+        self.result = TuneResult(
+            method=method,
+            threshold_bytes=chosen.threshold_bytes,
+            reorder_k=chosen.reorder_k,
+            trials=len(self._timings),
+            iterations=len(self._starts),
+            best_iteration_s=min(timed) if timed else math.nan,
+            timings=tuple((c.threshold_bytes, c.reorder_k, t) for c, t in self._timings),
+        )
+        if self._on_done is not None:
+            self._on_done(self.result)
+
+
+def _rank0_then_broadcast(compute: Callable[[], Any], broadcast: bool) -> Any:
+    """Compute on rank 0 only and hand the result to every rank (simulated timings differ per
+    rank; the candidates tried must not)."""
+    if not broadcast:
+        return compute()
+    box = [compute() if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+class SimulatedRanking:
+    """Guided tuning: ranks candidates by simulated iteration time (cadence.sim)."""
+
+    def __init__(
+        self,
+        profile: Any,
+        params: Sequence[Any],
+        world_size: int,
+        link_bytes_per_s: float,
+        broadcast: bool,
+    ):
+        self._profile = profile
+        self._params = list(params)
+        self._world = world_size
+        self._link = link_bytes_per_s
+        self._broadcast = broadcast
+        self.simulations = 0
+
+    def predict(self, candidate: Candidate) -> float:
+        from cadence.sim import plan_dp, simulate_dp  # heavy; only guided tuning needs it
+
+        plan = plan_dp(
+            self._profile,
+            self._params,
+            candidate.threshold_bytes,
+            2 * candidate.threshold_bytes,
+            self._world,
+            self._link,
+            reorder_k=candidate.reorder_k,
+        )
+        self.simulations += 1
+        return float(simulate_dp(self._profile, plan, self._world, self._link).iteration_s)
+
+    def fastest(self, candidates: Sequence[Candidate], count: int) -> list[Candidate]:
+        def rank() -> list[Candidate]:
+            scored = sorted(candidates, key=lambda c: (self.predict(c), c.threshold_bytes))
+            return scored[:count]
+
+        chosen: list[Candidate] = _rank0_then_broadcast(rank, self._broadcast)
+        return chosen

@@ -1,0 +1,98 @@
+"""Autotuning on real ranks: switching threshold and K mid-training keeps DDP parity, every
+rank picks the same setting, and a saved choice is loaded instead of tuning again."""
+
+from collections import OrderedDict
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+from cadence.dp import DPConfig, data_parallel
+from cadence.testing import run_ranks
+from tests.dist.test_dp_parity import TrickyNet, _make_optimizer
+
+STEPS = 32  # enough for warm-up and every trial, then some steps with the winner
+BATCH = 16
+
+
+def _batches(rank, world_size):
+    gen = torch.Generator().manual_seed(99)
+    per_rank = BATCH // world_size
+    for _ in range(STEPS):
+        x = torch.randn(BATCH, 1, 8, 8, generator=gen)
+        y = torch.randint(0, 10, (BATCH,), generator=gen)
+        yield x[rank * per_rank : (rank + 1) * per_rank], y[rank * per_rank : (rank + 1) * per_rank]
+
+
+def _train_ddp(rank, world_size):
+    torch.manual_seed(0)
+    model = TrickyNet()
+    ddp = DistributedDataParallel(model, find_unused_parameters=True)
+    opt = _make_optimizer("adam", ddp.parameters())
+    for x, y in _batches(rank, world_size):
+        opt.zero_grad()
+        F.cross_entropy(ddp(x), y).backward()
+        opt.step()
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def _tuned(rank, world_size, method, path):
+    torch.manual_seed(0)
+    model = TrickyNet()
+    profile = None
+    if method == "guided":
+        from cadence.models.blocks import BlockModel
+        from cadence.profile import profile_model
+
+        blocks = BlockModel(OrderedDict(net=TrickyNet()))  # any block model of the same sizes
+        profile = profile_model(blocks, (torch.randn(8, 1, 8, 8), torch.randint(0, 10, (8,))), 2)
+    config = DPConfig(
+        threshold_bytes=64,
+        autotune=method,
+        autotune_trials=3,
+        autotune_iterations=1,
+        guided_thresholds=2,
+        guided_reorder_points=2,
+        autotune_hidden_fraction=0.0,  # localhost hides everything; tune anyway
+        autotune_file=str(path),
+    )
+    model, opt = data_parallel(model, _make_optimizer("adam", model.parameters()), config, profile)
+    for x, y in _batches(rank, world_size):
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    opt.flush()
+    engine = model._cadence_dp_engine
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    return params, engine.tune_result, (engine.plan.threshold_bytes, engine.plan.reorder_k)
+
+
+def _job(rank, world_size, method, path):
+    reference = _train_ddp(rank, world_size)
+    first = _tuned(rank, world_size, method, path)
+    second = _tuned(rank, world_size, method, path)  # the file exists now
+    return reference, first, second
+
+
+@pytest.mark.parametrize(("world_size", "method"), [(2, "exhaustive"), (4, "guided")])
+def test_autotuning_keeps_parity_agrees_across_ranks_and_reloads(tmp_path, world_size, method):
+    path = tmp_path / "tuned.json"
+    per_rank = run_ranks(_job, world_size, method, path, timeout=300)
+    results = [first[1] for _, first, _ in per_rank]
+    assert all(r == results[0] for r in results[1:])  # the same choice and timings everywhere
+    result = results[0]
+    assert result.method == method
+    # exhaustive: 3 thresholds + K in {1..7} (None at the best was timed) = 10 trials;
+    # guided: 2 thresholds + 2 reorder points (fewer when one was already timed).
+    assert result.trials == (10 if method == "exhaustive" else len(result.timings))
+    assert 2 <= result.trials <= (10 if method == "exhaustive" else 4)
+    best = min(result.timings, key=lambda t: t[2])
+    assert (result.threshold_bytes, result.reorder_k) == best[:2]
+    for reference, (params, _, running), (params2, loaded, running2) in per_rank:
+        assert running == (result.threshold_bytes, result.reorder_k)  # the winner runs
+        assert loaded.method == f"loaded ({method})"
+        assert running2 == running
+        for name in reference:
+            for got in (params, params2):
+                torch.testing.assert_close(got[name], reference[name], rtol=1e-4, atol=1e-5)
