@@ -18,6 +18,11 @@ _LAZY = {
     "EmulatedCluster": ("cadence.netem", "EmulatedCluster"),
     "data_parallel": ("cadence.dp", "data_parallel"),
     "DPConfig": ("cadence.dp", "DPConfig"),
+    "simulate_dp": ("cadence.sim", "simulate_dp"),
+    "simulate_ddp": ("cadence.sim", "simulate_ddp"),
+    "SimResult": ("cadence.sim", "SimResult"),
+    "zero": ("cadence.zero", "zero"),
+    "parallelize_gpt": ("cadence.tp", "parallelize_gpt"),
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -42,6 +42,19 @@ def _cmd_train(args: argparse.Namespace) -> int:
         threads=args.threads,
         emulate_bandwidth=args.emulate_bandwidth,
         master_port=args.master_port,
+        ddp_bucket_mb=args.bucket_mb,
+        dp_threshold_mb=args.threshold_mb,
+        reorder_k=args.reorder_k,
+        autotune=args.autotune,
+        autotune_file=args.autotune_file,
+        zero_stage=args.zero_stage,
+        compression=args.compression,
+        freeze_steps=args.freeze_steps,
+        stages=args.stages,
+        microbatches=args.microbatches,
+        schedule=args.schedule,
+        recompute=args.recompute,
+        pipeline_backend=args.pipeline_backend,
     )
     metrics, run_dir = train(config)
     if run_dir is not None:
@@ -85,6 +98,9 @@ def _cmd_netem(args: argparse.Namespace) -> int:
         return 0
     elif args.netem_cmd == "status":
         data = [info.to_json() for info in netem.netem_status()]
+    elif args.netem_cmd == "load":
+        _netem_load(args.cluster, args.src, args.dst, args.seconds)
+        return 0
     else:
         bandwidth = netem.parse_bandwidth(args.bandwidth) if args.bandwidth else None
         if bandwidth is None and args.cluster is None:
@@ -94,6 +110,29 @@ def _cmd_netem(args: argparse.Namespace) -> int:
         ).to_json()
     _write_json(args.json, data)
     return 0
+
+
+def _netem_load(cluster_id: str | None, src: int, dst: int, seconds: float) -> None:
+    """`cadence netem load`: TCP bulk traffic src -> dst in a running cluster, as a shared
+    cluster's other jobs would make, for `seconds` (0: until Ctrl-C)."""
+    import time
+
+    from cadence import netem
+
+    netem.check_netem_available()
+    if seconds < 0:
+        raise UserError(f"--seconds must be 0 (until Ctrl-C) or more (got {seconds})")
+    infos = [i for i in netem.list_clusters() if cluster_id in (None, i.cluster_id)]
+    if len(infos) != 1:
+        found = ", ".join(i.cluster_id for i in netem.list_clusters()) or "none"
+        what = f"no emulated cluster with id {cluster_id!r}" if cluster_id else "say which cluster"
+        raise UserError(f"{what} (found: {found}); start one with `cadence netem up`")
+    with netem.start_background_load(netem.EmulatedCluster.attach(infos[0]), src, dst):
+        until = "Ctrl-C" if seconds == 0 else f"{seconds:g} s"
+        print(f"loading h{src} -> h{dst} of cluster {infos[0].cluster_id} for {until}", flush=True)
+        deadline = time.monotonic() + (seconds or float("inf"))
+        while time.monotonic() < deadline:
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
@@ -156,6 +195,55 @@ def _add_train(sub: Any) -> None:
         help="run workers as hosts of an emulated cluster capped at RATE, e.g. 400mbit",
     )
     p.add_argument("--master-port", type=int, default=None, help="rendezvous port (default: free)")
+    p.add_argument(
+        "--bucket-mb", type=float, default=25.0, help="ddp: gradient bucket size in MB"
+    )
+    p.add_argument(
+        "--threshold-mb",
+        type=float,
+        default=4.0,
+        help="cadence-dp: split/fuse threshold in MB (where autotuning starts)",
+    )
+    p.add_argument(
+        "--reorder-k",
+        type=int,
+        default=None,
+        help="cadence-dp: backward reordering point K (default: autograd's order)",
+    )
+    p.add_argument(
+        "--autotune",
+        default="off",
+        help="cadence-dp: tune threshold and K in warm-up: off, exhaustive or guided",
+    )
+    p.add_argument(
+        "--autotune-file",
+        default=None,
+        metavar="FILE",
+        help="cadence-dp: save the tuned setting here; reuse it when the file exists",
+    )
+    # --strategy zero (cadence.zero)
+    p.add_argument("--zero-stage", type=int, default=2, help="ZeRO stage 1, 2 or 3")
+    p.add_argument(
+        "--compression", default="none", help="ZeRO traffic: none, fp16 or onebit (1-bit Adam)"
+    )
+    p.add_argument(
+        "--freeze-steps", type=int, default=100, help="1-bit Adam warm-up steps (plain Adam)"
+    )
+    # --strategy pipeline (cadence.pipeline)
+    p.add_argument(
+        "--stages", type=int, default=2, help="pipeline stages; --workers/--stages replicas"
+    )
+    p.add_argument("--microbatches", type=int, default=4, help="pipeline micro-batches per step")
+    p.add_argument("--schedule", default="1f1b", help="pipeline schedule: gpipe, 1f1b or kfkb:K")
+    p.add_argument(
+        "--recompute", action="store_true", help="pipeline: recompute activations in backward"
+    )
+    p.add_argument(
+        "--pipeline-backend",
+        default="auto",
+        help="pipeline runtime: auto, cadence, torch (torch's runtime on our action lists) "
+        "or torch-builtin (torch's ScheduleGPipe/Schedule1F1B)",
+    )
     p.add_argument("--json", default=None, metavar="FILE", help="also write the metrics here")
     p.set_defaults(func=_cmd_train)
 
@@ -186,7 +274,153 @@ def _add_netem(sub: Any) -> None:
     probe.add_argument("--dst", type=int, default=1)
     probe.add_argument("--seconds", type=float, default=2.0)
     probe.add_argument("--json", default=None, metavar="FILE")
+    load = nsub.add_parser("load", help="background TCP traffic over one link (contention)")
+    load.add_argument("cluster", nargs="?", default=None, help="cluster id (default: the only one)")
+    load.add_argument("--src", type=int, default=0, help="sending host")
+    load.add_argument("--dst", type=int, default=1, help="receiving host")
+    load.add_argument("--seconds", type=float, default=0.0, help="duration; 0: until Ctrl-C")
     p.set_defaults(func=_cmd_netem)
+
+
+# --- simulator (cadence.sim) ---------------------------------------------------------------
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from cadence.sim.command import simulate_command
+
+    return simulate_command(args)
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from cadence.sim.command import plan_command
+
+    return plan_command(args)
+
+
+def _sim_arguments(p: Any) -> None:
+    p.add_argument("--model", default="vgg16", help="model zoo name")
+    p.add_argument("--workers", type=int, default=64, help="data-parallel workers")
+    p.add_argument("--bandwidth", default="10gbit", help="per-worker link, e.g. 400mbit")
+    p.add_argument("--latency", type=float, default=0.0, help="seconds per message (alpha)")
+    p.add_argument(
+        "--payload-fraction",
+        type=float,
+        default=1448 / 1514,
+        help="share of --bandwidth that carries data (TCP over Ethernet, MTU 1500)",
+    )
+    p.add_argument(
+        "--optimizer", default="adam", help="adam, adamw, sgd or none: its step time is measured"
+    )
+    p.add_argument(
+        "--optimizer-step",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="one optimizer step over the whole model; default: time it now",
+    )
+    p.add_argument(
+        "--calibration",
+        default=None,
+        metavar="FILE",
+        help="fitted alpha-beta from a calibration JSON (overrides the two above)",
+    )
+    p.add_argument(
+        "--profile",
+        default=None,
+        metavar="FILE",
+        help="saved `cadence profile` JSON; default: profile the model now",
+    )
+    p.add_argument("--batch-size", type=int, default=32, help="per-worker batch when profiling")
+    p.add_argument("--profile-iterations", type=int, default=5, help="when profiling now")
+    p.add_argument("--bucket", default="25mib", help="DDP bucket size")
+    p.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="workers simulated one by one (the others behave alike)",
+    )
+    p.add_argument("--json", default=None, metavar="FILE", help="write the figures here")
+
+
+def _add_simulate(sub: Any) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="predict iteration time, overlap and memory of a strategy from a profile",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    _sim_arguments(p)
+    p.add_argument("--strategy", default="cadence-dp", help="cadence-dp or ddp")
+    p.add_argument("--threshold", default="4mib", help="cadence-dp split/fuse threshold")
+    p.add_argument("--credit", default=None, help="cadence-dp bytes in flight (2 x threshold)")
+    p.add_argument("--iterations", type=int, default=3, help="measured iterations")
+    p.add_argument(
+        "--reorder-k", default="none", help="cadence-dp backward reordering point K, or none"
+    )
+    p.add_argument("--trace", default=None, metavar="FILE", help="Chrome-trace JSON (Perfetto)")
+    p.add_argument("--png", default=None, metavar="FILE", help="timeline PNG")
+    p.set_defaults(func=_cmd_simulate)
+
+
+def _add_plan(sub: Any) -> None:
+    p = sub.add_parser("plan", help="rank strategies and settings by predicted iteration time")
+    psub = p.add_subparsers(dest="plan_cmd", required=True)
+    dp = psub.add_parser(
+        "dp",
+        help="DDP vs cadence-dp over thresholds",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    _sim_arguments(dp)
+    dp.add_argument(
+        "--thresholds",
+        default="256kib,1mib,4mib,16mib",
+        help="cadence-dp thresholds to try, comma-separated",
+    )
+    dp.add_argument(
+        "--reorder-ks", default="none", help="reordering points K to try, e.g. none,1,8"
+    )
+    dp.set_defaults(func=_cmd_plan)
+
+
+def _cmd_bench_sim(args: argparse.Namespace) -> int:
+    from cadence.sim.bench import bench_sim_command
+
+    return bench_sim_command(args)
+
+
+def _add_bench_sim(bsub: Any) -> None:
+    p = bsub.add_parser(
+        "sim",
+        help="predicted vs measured iteration time of emulated-cluster training runs",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("runs", nargs="*", help="`cadence train --json` files to predict")
+    p.add_argument(
+        "--profile",
+        action="append",
+        metavar="FILE",
+        help="saved profile (repeat per model); default: profile now",
+    )
+    p.add_argument("--run", action="store_true", help="first train in the emulated cluster")
+    p.add_argument("--model", default="vgg16", help="with --run: model")
+    p.add_argument("--caps", default="400mbit", help="with --run: caps, comma-separated")
+    p.add_argument("--strategies", default="ddp,cadence-dp", help="with --run: strategies")
+    p.add_argument("--steps", type=int, default=10, help="with --run: steps per run")
+    p.add_argument("--workers", type=int, default=2, help="with --run: workers")
+    p.add_argument("--batch-size", type=int, default=64, help="with --run: global batch")
+    p.add_argument("--out-dir", default="results", help="with --run: where run JSONs go")
+    p.add_argument(
+        "--payload-fraction",
+        type=float,
+        default=1448 / 1514,
+        help="share of the cap that carries data",
+    )
+    p.add_argument("--json", default=None, metavar="FILE", help="write the table here")
+    p.add_argument(
+        "--optimizer-step",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="one optimizer step over the whole model; default: time it now",
+    )
+    p.set_defaults(func=_cmd_bench_sim)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -199,6 +433,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(sub)
     _add_netem(sub)
     _add_profile(sub)
+    _add_simulate(sub)
+    _add_plan(sub)
+    from cadence.bench.cli import add_bench  # `cadence bench ...` lives in cadence.bench
+
+    _add_bench_sim(add_bench(sub))
     models = sub.add_parser("models", help="list the model zoo")
     models.add_argument("--json", default=None, metavar="FILE")
     models.set_defaults(func=_cmd_models)

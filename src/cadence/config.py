@@ -9,6 +9,8 @@ from typing import Any
 from cadence.errors import UserError
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
+ZERO_COMPRESSIONS = ("none", "fp16", "onebit")
+AUTOTUNE_METHODS = ("off", "exhaustive", "guided")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,13 +53,45 @@ class TrainConfig:
     """Rendezvous port for local launches; None picks a free one."""
     eval_every_epoch: bool = True
     """Evaluate on the test split after every epoch (always done once at the end)."""
+    # --- data parallel (--strategy ddp / cadence-dp) ---
+    ddp_bucket_mb: float = 25.0
+    """DDP's gradient bucket size in MB (torch's default is 25)."""
+    dp_threshold_mb: float = 4.0
+    """cadence-dp split/fuse threshold in MB (the starting point when autotuning)."""
+    reorder_k: int | None = None
+    """cadence-dp backward reordering point K (1-based layer); None keeps autograd's order."""
+    autotune: str = "off"
+    """cadence-dp warm-up autotuning of threshold and K: off, exhaustive or guided."""
+    autotune_file: str | None = None
+    """cadence-dp: save the tuned threshold and K here; when the file exists, load them and
+    skip tuning."""
+    # --- ZeRO (--strategy zero; cadence.zero) ---
+    zero_stage: int = 2
+    """ZeRO stage: 1 shards optimizer state, 2 also gradients, 3 also parameters."""
+    compression: str = "none"
+    """ZeRO gradient/momentum traffic: none (fp32), fp16, or onebit (1-bit Adam)."""
+    freeze_steps: int = 100
+    """1-bit Adam warm-up: plain Adam steps before the variance freezes and compression starts."""
+    # --- pipeline (--strategy pipeline; cadence.pipeline) ---
+    stages: int = 2
+    """Pipeline stages S, cut at block boundaries balanced on a quick profile; workers / S
+    replicas of the pipeline train on shares of the batch (hybrid data x pipeline)."""
+    microbatches: int = 4
+    """Micro-batches M per step and replica; must divide each replica's share of the batch."""
+    schedule: str = "1f1b"
+    """Pipeline schedule: gpipe, 1f1b, or kfkb:K (K micro-batches per message; K divides M)."""
+    recompute: bool = False
+    """Pipeline: keep only stage inputs in forward and recompute activations in backward."""
+    pipeline_backend: str = "auto"
+    """Pipeline runtime: torch (torch's runtime on our action lists), cadence (ours; needed for
+    kfkb:K>1 and recompute), torch-builtin (torch's ScheduleGPipe/Schedule1F1B), auto."""
 
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise UserError(f"--workers must be at least 1 (got {self.workers})")
         if self.batch_size < 1:
             raise UserError(f"--batch-size must be at least 1 (got {self.batch_size})")
-        if self.batch_size % self.workers:
+        if self.batch_size % self.workers and self.strategy != "pipeline":
             raise UserError(
                 f"--batch-size {self.batch_size} is not divisible by --workers {self.workers}: "
                 f"use a multiple of {self.workers}"
@@ -76,6 +110,83 @@ class TrainConfig:
             raise UserError(f"--threads must be at least 1 (got {self.threads})")
         if self.master_port is not None and not 0 < self.master_port < 65536:
             raise UserError(f"--master-port must be in 1..65535 (got {self.master_port})")
+        self._check_dp()
+        self._check_zero()
+        self._check_pipeline()
+
+    def _check_dp(self) -> None:
+        if not self.ddp_bucket_mb > 0:
+            raise UserError(f"--bucket-mb must be positive (got {self.ddp_bucket_mb})")
+        if not self.dp_threshold_mb > 0:
+            raise UserError(f"--threshold-mb must be positive (got {self.dp_threshold_mb})")
+        if self.reorder_k is not None and self.reorder_k < 1:
+            raise UserError(f"--reorder-k must be at least 1 (got {self.reorder_k})")
+        if self.autotune not in AUTOTUNE_METHODS:
+            raise UserError(
+                f"unknown --autotune '{self.autotune}': choose one of "
+                f"{', '.join(AUTOTUNE_METHODS)}"
+            )
+
+    def _check_pipeline(self) -> None:
+        from cadence.pipeline.schedule import build_schedule  # torch-free
+
+        if self.strategy != "pipeline":
+            return
+        if self.stages < 1 or self.workers % self.stages:
+            raise UserError(
+                f"--strategy pipeline needs --workers a multiple of --stages (replicas x "
+                f"stages): --stages {self.stages} does not divide --workers {self.workers}"
+            )
+        replicas = self.workers // self.stages
+        per_replica = self.batch_size // replicas
+        if self.batch_size % replicas:
+            raise UserError(
+                f"--batch-size {self.batch_size} does not split over {replicas} pipeline "
+                f"replicas: use a multiple of {replicas}"
+            )
+        if self.microbatches < 1 or per_replica % self.microbatches:
+            fits = [m for m in range(1, per_replica + 1) if per_replica % m == 0]
+            raise UserError(
+                f"--microbatches {self.microbatches} does not divide the {per_replica} samples "
+                f"per replica: use one of {', '.join(map(str, fits))}"
+            )
+        schedule = build_schedule(self.schedule, self.stages, self.microbatches, self.recompute)
+        backends = ("auto", "cadence", "torch", "torch-builtin")
+        if self.pipeline_backend not in backends:
+            raise UserError(
+                f"unknown --pipeline-backend '{self.pipeline_backend}': "
+                f"choose one of {', '.join(backends)}"
+            )
+        torch_ok = schedule.group_size == 1 and not self.recompute
+        if self.pipeline_backend == "torch-builtin":
+            torch_ok = torch_ok and schedule.name in ("gpipe", "1f1b")
+        if self.pipeline_backend.startswith("torch") and not torch_ok:
+            raise UserError(
+                f"--pipeline-backend {self.pipeline_backend} cannot run --schedule "
+                f"{self.schedule}{' with --recompute' if self.recompute else ''}: use cadence"
+            )
+
+    def _check_zero(self) -> None:
+        if self.zero_stage not in (1, 2, 3):
+            raise UserError(f"--zero-stage must be 1, 2 or 3 (got {self.zero_stage})")
+        if self.compression not in ZERO_COMPRESSIONS:
+            raise UserError(
+                f"unknown compression '{self.compression}': "
+                f"choose one of {', '.join(ZERO_COMPRESSIONS)}"
+            )
+        if self.freeze_steps < 0:
+            raise UserError(f"--freeze-steps must be non-negative (got {self.freeze_steps})")
+        if self.strategy == "zero" and self.compression == "onebit":
+            if self.optimizer != "adam":
+                raise UserError(
+                    f"--compression onebit is 1-bit Adam: use --optimizer adam, "
+                    f"not {self.optimizer}"
+                )
+            if self.freeze_steps < 1:
+                raise UserError("--compression onebit needs --freeze-steps of at least 1")
+        if self.strategy == "zero" and self.zero_stage == 3 and not self.eval_every_epoch:
+            # Stage 3 gathers full parameters for checkpoints during each epoch's evaluation.
+            raise UserError("--zero-stage 3 needs evaluation after every epoch")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

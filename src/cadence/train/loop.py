@@ -181,6 +181,9 @@ def run_training(
                     run_dir, metrics, plain, optimizer, epoch, step, time.perf_counter() - t_start
                 )
     bar.close()
+    tuned = getattr(getattr(plain, "_cadence_dp_engine", None), "tune_result", None)
+    if tuned is not None:  # what cadence-dp's autotuning chose, for the record
+        metrics["dp_autotune"] = tuned.to_json()
     _summarise(metrics, time.perf_counter() - t_start)
     if ctx.is_main and run_dir is not None:
         write_json(run_dir / "metrics.json", metrics)

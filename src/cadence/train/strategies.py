@@ -9,16 +9,39 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import torch.distributed as dist
-from torch import nn
+from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim import Optimizer
 
 from cadence.comm import DistContext
+from cadence.config import TrainConfig
 from cadence.errors import UserError
 
 Wrap = Callable[[nn.Module, Optimizer, DistContext], tuple[nn.Module, Optimizer]]
+
+
+@runtime_checkable
+class OwnsStep(Protocol):
+    """A wrapped model that runs the training step itself (pipeline: each rank holds a stage).
+
+    The loop then calls `train_step` instead of zero_grad/forward/backward/step, and `sync`
+    before each evaluation and checkpoint of the unwrapped module.
+    """
+
+    full_batch: bool
+    """True: every rank reads the whole global batch instead of its 1/W share."""
+
+    def train_step(self, x: Tensor, y: Tensor, optimizer: Optimizer) -> Tensor:
+        """One optimizer step; returns this rank's share of the loss (the loop averages the
+        shares over ranks)."""
+        ...
+
+    def sync(self) -> None:
+        """Make the unwrapped module complete and current on every rank (a collective)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -33,6 +56,11 @@ class Strategy:
     """Turns (model, optimizer) into their distributed versions for this rank."""
     unwrap: Callable[[nn.Module], nn.Module]
     """Returns the plain module whose parameters are the trained ones."""
+    configure: Callable[[TrainConfig], Wrap] | None = None
+    """Optional: the wrap for a given config (strategies with settings of their own)."""
+
+    def wrap_for(self, config: TrainConfig) -> Wrap:
+        return self.configure(config) if self.configure is not None else self.wrap
 
 
 def _wrap_ddp(
@@ -56,12 +84,89 @@ def _wrap_cadence_dp(
     return data_parallel(model, optimizer)
 
 
+def _ddp_for(config: TrainConfig) -> Wrap:
+    def wrap(
+        model: nn.Module, optimizer: Optimizer, ctx: DistContext
+    ) -> tuple[nn.Module, Optimizer]:
+        if not dist.is_initialized():
+            return model, optimizer
+        device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+        ddp = DistributedDataParallel(
+            model, device_ids=device_ids, bucket_cap_mb=config.ddp_bucket_mb
+        )
+        return ddp, optimizer
+
+    return wrap
+
+
+def _cadence_dp_for(config: TrainConfig) -> Wrap:
+    def wrap(
+        model: nn.Module, optimizer: Optimizer, ctx: DistContext
+    ) -> tuple[nn.Module, Optimizer]:
+        from cadence.dp import DPConfig, data_parallel
+
+        dp_config = DPConfig(
+            threshold_bytes=max(1, int(config.dp_threshold_mb * 2**20)),
+            reorder_k=config.reorder_k,
+            autotune=config.autotune,
+            autotune_file=config.autotune_file,
+        )
+        profile = None
+        if config.autotune == "guided":
+            from cadence.profile import profile_zoo_model
+
+            # The simulator ranks candidates from this; each rank's batch share is profiled.
+            profile = profile_zoo_model(
+                config.model, batch_size=max(1, config.batch_size // ctx.world_size)
+            )
+        return data_parallel(model, optimizer, dp_config, profile)
+
+    return wrap
+
+
+# --- zero (cadence.zero) --------------------------------------------------------------------
+def _zero_for(config: TrainConfig) -> Wrap:
+    def wrap(
+        model: nn.Module, optimizer: Optimizer, ctx: DistContext
+    ) -> tuple[nn.Module, Optimizer]:
+        from cadence.zero import ZeroConfig, zero_from_config
+
+        zero_config = ZeroConfig(
+            stage=config.zero_stage,
+            optimizer=config.optimizer,
+            compression=config.compression,
+            freeze_steps=config.freeze_steps,
+        )
+        # The loop built the optimizer from the config; ZeRO builds its own over the shards.
+        kwargs = {k: v for k, v in optimizer.defaults.items() if k in _ZERO_KWARGS}
+        return zero_from_config(model, zero_config, **kwargs)
+
+    return wrap
+
+
+_ZERO_KWARGS = ("lr", "betas", "eps", "weight_decay", "momentum")
+
+
+# --- pipeline (cadence.pipeline) -----------------------------------------------------------
+def _pipeline_for(config: TrainConfig) -> Wrap:
+    from cadence.pipeline.train import pipeline_wrap_for
+
+    wrap: Wrap = pipeline_wrap_for(config)
+    return wrap
+
+
+def _unwrap_pipeline(model: nn.Module) -> nn.Module:
+    full: nn.Module = getattr(model, "full_model", model)  # synced by the loop before use
+    return full
+
+
 _STRATEGIES: dict[str, Strategy] = {
     "ddp": Strategy(
         "ddp",
-        "PyTorch DistributedDataParallel with default 25 MB buckets (the baseline)",
+        "PyTorch DistributedDataParallel (buckets of --bucket-mb, default 25: the baseline)",
         _wrap_ddp,
         _unwrap_ddp,
+        configure=_ddp_for,
     ),
     "cadence-dp": Strategy(
         "cadence-dp",
@@ -69,6 +174,27 @@ _STRATEGIES: dict[str, Strategy] = {
         "next forward overlapping communication",
         _wrap_cadence_dp,
         lambda model: model,  # hooks in place: the model itself is the trained module
+        configure=_cadence_dp_for,
+    ),
+    "zero": Strategy(
+        "zero",
+        "ZeRO stage 1/2/3 sharded optimizer state, gradients, parameters; --compression onebit "
+        "for 1-bit Adam",
+        lambda model, optimizer, ctx: _zero_for(TrainConfig(strategy="zero"))(
+            model, optimizer, ctx
+        ),
+        lambda model: model,  # stage 3 gathers full parameters on model.eval()
+        _zero_for,
+    ),
+    "pipeline": Strategy(
+        "pipeline",
+        "pipeline parallel, one stage per worker: --stages, --microbatches, "
+        "--schedule gpipe|1f1b|kfkb:K",
+        lambda model, optimizer, ctx: _pipeline_for(TrainConfig(strategy="pipeline"))(
+            model, optimizer, ctx
+        ),
+        _unwrap_pipeline,
+        _pipeline_for,
     ),
 }
 
