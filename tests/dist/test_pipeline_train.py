@@ -113,13 +113,9 @@ def test_cli_trains_a_pipeline(tmp_path: Path) -> None:
     assert metrics["final_test_accuracy"] > 0.3  # the synced whole model was evaluated
 
 
-@pytest.mark.parametrize(
-    ("args", "needle"),
-    [
-        (["--stages", "3"], "--stages 3 does not divide --workers 2"),
-        (["--schedule", "kfkb:3"], "kfkb:3 needs K to divide the 4 micro-batches"),
-    ],
-)
-def test_cli_bad_pipeline_input_is_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
-    proc = run_cadence("train", "--strategy", "pipeline", *args, cwd=tmp_path, timeout=60)
-    assert_one_line_error(proc, needle)
+def test_cli_bad_pipeline_input_is_one_line(tmp_path: Path) -> None:
+    # The other config checks are unit-tested; this one goes through the real command.
+    proc = run_cadence(
+        "train", "--strategy", "pipeline", "--schedule", "kfkb:3", cwd=tmp_path, timeout=60
+    )
+    assert_one_line_error(proc, "kfkb:3 needs K to divide the 4 micro-batches: use K in [1, 2, 4]")
