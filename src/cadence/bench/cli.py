@@ -69,7 +69,57 @@ def _add_collectives(bsub: Any) -> None:
     p.set_defaults(func=_cmd_collectives)
 
 
-_BENCHES: tuple[Callable[[Any], None], ...] = (_add_collectives,)
+def _cmd_dp(args: argparse.Namespace) -> int:
+    from cadence.bench.dp import DPBenchConfig, run_dp_bench
+
+    def names(text: str) -> tuple[str, ...]:
+        return tuple(part.strip() for part in text.split(",") if part.strip())
+
+    try:
+        buckets = tuple(float(mb) for mb in names(args.ddp_buckets_mb))
+    except ValueError:
+        from cadence.errors import UserError
+
+        raise UserError(f"--ddp-buckets-mb must be numbers, got '{args.ddp_buckets_mb}'") from None
+    config = DPBenchConfig(
+        models=names(args.models),
+        caps=names(args.caps),
+        workers=args.workers,
+        batch_size=args.batch_size,
+        steps=args.steps,
+        repeats=args.repeats,
+        ddp_buckets_mb=buckets,
+        threshold_mb=args.threshold_mb,
+        reorder_k=args.reorder_k,
+        autotune=args.autotune,
+        out=args.out,
+    )
+    run_dp_bench(config, _command_line())
+    return 0
+
+
+def _add_dp(bsub: Any) -> None:
+    p = bsub.add_parser(
+        "dp",
+        help="cadence-dp vs torch DDP (default and tuned buckets) against the bound "
+        "max(compute, wire), per model and link cap",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--models", default="vgg16,resnet32,cnn_lstm,gpt_mini")
+    p.add_argument("--caps", default="none,1gbit,400mbit", help="link caps; none = loopback")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=64, help="global batch")
+    p.add_argument("--steps", type=int, default=12, help="steps per run (first excluded)")
+    p.add_argument("--repeats", type=int, default=2, help="runs per variant, alternating")
+    p.add_argument("--ddp-buckets-mb", default="5,100", help="buckets tried for DDP tuned")
+    p.add_argument("--threshold-mb", type=float, default=4.0, help="cadence-dp threshold")
+    p.add_argument("--reorder-k", type=int, default=None, help="cadence-dp reorder point")
+    p.add_argument("--autotune", default="off", help="cadence-dp: off, exhaustive or guided")
+    p.add_argument("--out", default="results/bench-dp.json", help="JSON; PNG next to it")
+    p.set_defaults(func=_cmd_dp)
+
+
+_BENCHES: tuple[Callable[[Any], None], ...] = (_add_collectives, _add_dp)
 
 
 def add_bench(sub: Any) -> Any:

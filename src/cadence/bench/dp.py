@@ -1,0 +1,261 @@
+"""`cadence bench dp`: cadence-dp against torch DDP, side by side in one run.
+
+For every model and link cap: the compute-only iteration (one worker, no communication), the
+wire time of one ring all-reduce of all gradients at the cap (alpha-beta model), DDP with its
+default 25 MB buckets, DDP with the best of a few bucket sizes, and cadence-dp. Variants are
+run in alternating order `repeats` times; each run's median iteration (first step excluded)
+is taken and the median over repeats reported. The physical bound is max(compute, wire).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cadence.errors import UserError
+
+NO_CAP = "none"
+
+
+@dataclass(frozen=True)
+class DPBenchConfig:
+    """What `cadence bench dp` measures."""
+
+    models: tuple[str, ...] = ("vgg16", "resnet32", "cnn_lstm", "gpt_mini")
+    """Model zoo names."""
+    caps: tuple[str, ...] = (NO_CAP, "1gbit", "400mbit")
+    """Link caps; `none` runs on the loopback without an emulated cluster."""
+    workers: int = 2
+    """Ranks (emulated hosts)."""
+    batch_size: int = 64
+    """Global batch per step."""
+    steps: int = 12
+    """Steps per run; the first is excluded, so at least 10 are timed."""
+    repeats: int = 2
+    """Runs per variant, in alternating order; the median over them is reported."""
+    ddp_buckets_mb: tuple[float, ...] = (5.0, 100.0)
+    """Bucket sizes tried for "DDP tuned" (its default 25 MB is always measured too)."""
+    threshold_mb: float = 4.0
+    """cadence-dp threshold (where autotuning starts)."""
+    reorder_k: int | None = None
+    """cadence-dp reorder point."""
+    autotune: str = "off"
+    """cadence-dp autotuning for its runs: off, exhaustive or guided."""
+    out: str = "results/bench-dp.json"
+    """JSON output; the PNG goes next to it."""
+    run_root: str = "/tmp/cadence-bench-dp"
+    """Where the individual training runs keep their outputs."""
+
+    def __post_init__(self) -> None:
+        from cadence.models import model_names
+        from cadence.netem import parse_bandwidth
+
+        for model in self.models:
+            if model not in model_names():
+                raise UserError(
+                    f"unknown model '{model}': choose from {', '.join(model_names())}"
+                )
+        for cap in self.caps:
+            if cap != NO_CAP:
+                parse_bandwidth(cap)
+        if self.steps < 11:
+            raise UserError(f"--steps must be at least 11 (10 timed), got {self.steps}")
+        if self.repeats < 1 or self.workers < 2:
+            raise UserError("--repeats must be >= 1 and --workers >= 2")
+        if self.batch_size % self.workers:
+            raise UserError(f"--batch-size {self.batch_size} must divide by --workers")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of training measured in the benchmark."""
+
+    name: str
+    """Label in the table."""
+    strategy: str
+    """`--strategy` value."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """Extra TrainConfig fields."""
+
+
+def variants(config: DPBenchConfig) -> list[Variant]:
+    ddp = [Variant("ddp", "ddp", {"ddp_bucket_mb": 25.0})]
+    ddp += [
+        Variant(f"ddp-{mb:g}mb", "ddp", {"ddp_bucket_mb": mb})
+        for mb in config.ddp_buckets_mb
+        if mb != 25.0
+    ]
+    cadence = Variant(
+        "cadence",
+        "cadence-dp",
+        {
+            "dp_threshold_mb": config.threshold_mb,
+            "reorder_k": config.reorder_k,
+            "autotune": config.autotune,
+        },
+    )
+    return [*ddp, cadence]
+
+
+def _train(
+    model: str, cap: str, variant: Variant, workers: int, config: DPBenchConfig
+) -> dict[str, Any]:
+    from cadence.config import TrainConfig
+    from cadence.train.run import train
+
+    train_config = TrainConfig(
+        model=model,
+        workers=workers,
+        batch_size=config.batch_size // (config.workers // workers),
+        steps=config.steps,
+        strategy=variant.strategy,
+        emulate_bandwidth=None if cap == NO_CAP else cap,
+        out=config.run_root,
+        eval_every_epoch=False,
+        threads=1,
+        **variant.settings,
+    )
+    metrics, _ = train(train_config)
+    return metrics
+
+
+def measure_compute(model: str, config: DPBenchConfig, echo: Callable[[str], None]) -> float:
+    """Median iteration of one worker on its share of the batch: no communication at all."""
+    echo(f"  {model}: compute only (1 worker, its share of the batch)")
+    return statistics.median(
+        _train(model, NO_CAP, Variant("compute", "ddp"), 1, config)["median_iteration_s"]
+        for _ in range(config.repeats)
+    )
+
+
+def measure_case(
+    model: str, cap: str, compute_s: float, config: DPBenchConfig, echo: Callable[[str], None]
+) -> dict[str, Any]:
+    """All variants of one (model, cap), alternating; returns the row."""
+    from cadence.comm.cost import ring_allreduce_wire_s
+    from cadence.netem import parse_bandwidth
+
+    runs: dict[str, list[float]] = {}
+    order = variants(config)
+    for repeat in range(config.repeats):
+        sequence = order if repeat % 2 == 0 else list(reversed(order))
+        for variant in sequence:
+            echo(f"  {model} @ {cap}: {variant.name} (run {repeat + 1}/{config.repeats})")
+            metrics = _train(model, cap, variant, config.workers, config)
+            runs.setdefault(variant.name, []).append(metrics["median_iteration_s"])
+            grad_bytes = metrics["gradient_bytes"]
+    wire = 0.0
+    if cap != NO_CAP:
+        wire = ring_allreduce_wire_s(grad_bytes, config.workers, parse_bandwidth(cap))
+    medians = {name: statistics.median(times) for name, times in runs.items()}
+    bound = max(compute_s, wire)
+    ddp_tuned = min(v for k, v in medians.items() if k.startswith("ddp"))
+    cadence = medians["cadence"]
+    return {
+        "model": model,
+        "cap": cap,
+        "gradient_bytes": grad_bytes,
+        "compute_s": compute_s,
+        "wire_s": wire,
+        "bound_s": bound,
+        "iteration_s": medians,
+        "runs_s": runs,
+        "ddp_tuned_s": ddp_tuned,
+        "cadence_over_ddp": cadence / medians["ddp"],
+        "cadence_over_ddp_tuned": cadence / ddp_tuned,
+        "cadence_over_bound": cadence / bound,
+        "ddp_over_bound": medians["ddp"] / bound,
+    }
+
+
+def table_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| model | cap | compute | wire | DDP | DDP tuned | cadence | cadence/DDP "
+        "| cadence/DDP tuned | cadence/bound | DDP/bound |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        it = r["iteration_s"]
+        lines.append(
+            f"| {r['model']} | {r['cap']} | {r['compute_s']:.3f} s | {r['wire_s']:.3f} s "
+            f"| {it['ddp']:.3f} s | {r['ddp_tuned_s']:.3f} s | {it['cadence']:.3f} s "
+            f"| {r['cadence_over_ddp']:.2f} | {r['cadence_over_ddp_tuned']:.2f} "
+            f"| {r['cadence_over_bound']:.2f} | {r['ddp_over_bound']:.2f} |"
+        )
+    return lines
+
+
+def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(rows)), 4.0))
+    labels = [f"{r['model']}\n{r['cap']}" for r in rows]
+    series = [
+        ("bound max(compute, wire)", [r["bound_s"] for r in rows]),
+        ("DDP (25 MB)", [r["iteration_s"]["ddp"] for r in rows]),
+        ("DDP tuned bucket", [r["ddp_tuned_s"] for r in rows]),
+        ("cadence-dp", [r["iteration_s"]["cadence"] for r in rows]),
+    ]
+    width = 0.8 / len(series)
+    for i, (name, values) in enumerate(series):
+        xs = [x + (i - (len(series) - 1) / 2) * width for x in range(len(rows))]
+        ax.bar(xs, values, width, label=name)
+    ax.set_xticks(range(len(rows)), labels)
+    ax.set_ylabel("seconds per iteration (median)")
+    ax.set_title("cadence bench dp: iteration time, lower is better")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run_dp_bench(
+    config: DPBenchConfig, command: str, echo: Callable[[str], None] = print
+) -> dict[str, Any]:
+    out = Path(config.out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create the directory of --out '{out}': {exc}") from None
+    if any(cap != NO_CAP for cap in config.caps):
+        from cadence.netem import check_netem_available
+
+        check_netem_available()
+    started = time.time()
+    rows: list[dict[str, Any]] = []
+    report: dict[str, Any] = {
+        "command": command,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
+        "config": asdict(config),
+        "rows": rows,
+    }
+    for model in config.models:
+        compute_s = measure_compute(model, config, echo)
+        for cap in config.caps:
+            echo(f"{model} @ {cap}")
+            rows.append(measure_case(model, cap, compute_s, config, echo))
+            report["seconds"] = time.time() - started
+            # Written after every case: an interrupted benchmark keeps what it measured.
+            tmp = out.with_suffix(".tmp")
+            tmp.write_text(json.dumps(report, indent=2, default=_json_default) + "\n")
+            tmp.replace(out)
+    plot(rows, out.with_suffix(".png"))
+    for line in table_lines(rows):
+        echo(line)
+    echo(f"wrote {out} and {out.with_suffix('.png')}")
+    return report
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    raise TypeError(f"not JSON serialisable: {value!r}")

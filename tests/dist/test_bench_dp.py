@@ -1,0 +1,41 @@
+"""`cadence bench dp` end to end on the loopback (no cap, so no root needed), and bad input."""
+
+import json
+
+import pytest
+
+from tests.cli_helpers import assert_one_line_error, run_cadence
+
+
+def test_bench_dp_measures_every_variant_and_writes_json_png_and_table(tmp_path):
+    proc = run_cadence(
+        "bench", "dp", "--models", "mlp", "--caps", "none", "--steps", "11", "--repeats", "1",
+        "--ddp-buckets-mb", "1", "--out", "out/bench.json", cwd=tmp_path, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "out" / "bench.json").read_text())
+    assert report["command"].startswith("cadence bench dp")
+    (row,) = report["rows"]
+    assert row["model"] == "mlp" and row["cap"] == "none"
+    assert set(row["iteration_s"]) == {"ddp", "ddp-1mb", "cadence"}
+    assert all(0 < t < 5 for t in row["iteration_s"].values())
+    assert row["wire_s"] == 0.0 and row["bound_s"] == row["compute_s"] > 0
+    assert row["ddp_tuned_s"] == min(row["iteration_s"]["ddp"], row["iteration_s"]["ddp-1mb"])
+    assert row["cadence_over_ddp"] == pytest.approx(
+        row["iteration_s"]["cadence"] / row["iteration_s"]["ddp"]
+    )
+    assert (tmp_path / "out" / "bench.png").stat().st_size > 5_000
+    assert "| mlp | none |" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--models", "alexnet"], "unknown model 'alexnet'"),
+        (["--caps", "fast"], "fast"),
+        (["--steps", "5"], "--steps must be at least 11"),
+        (["--ddp-buckets-mb", "big"], "--ddp-buckets-mb must be numbers"),
+    ],
+)
+def test_bench_dp_bad_input_is_one_line(tmp_path, args, needle):
+    assert_one_line_error(run_cadence("bench", "dp", *args, cwd=tmp_path), needle)
