@@ -7,8 +7,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 from torch import Tensor
 
 from cadence.errors import UserError
@@ -69,6 +67,10 @@ def load_dataset(name: str, spec: ModelSpec, seed: int = 0) -> Dataset:
 
 
 def _digits(input_shape: tuple[int, ...], seed: int) -> Dataset:
+    # Imported here: scikit-learn takes seconds to import, and only digits needs it.
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
     raw = load_digits()
     pixels = np.asarray(raw.data, dtype=np.float32) / 16.0  # digits pixels are 0..16
     labels = np.asarray(raw.target, dtype=np.int64)
