@@ -1,0 +1,149 @@
+"""The simulator's commands: `cadence simulate`, `cadence plan dp` and `cadence bench sim`.
+
+Parsers only; the work is imported lazily so `cadence --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from cadence.sim.command import simulate_command
+
+    return simulate_command(args)
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from cadence.sim.command import plan_command
+
+    return plan_command(args)
+
+
+def _sim_arguments(p: Any) -> None:
+    p.add_argument("--model", default="vgg16", help="model zoo name")
+    p.add_argument("--workers", type=int, default=64, help="data-parallel workers")
+    p.add_argument("--bandwidth", default="10gbit", help="per-worker link, e.g. 400mbit")
+    p.add_argument("--latency", type=float, default=0.0, help="seconds per message (alpha)")
+    p.add_argument(
+        "--payload-fraction",
+        type=float,
+        default=1448 / 1514,
+        help="share of --bandwidth that carries data (TCP over Ethernet, MTU 1500)",
+    )
+    p.add_argument(
+        "--optimizer", default="adam", help="adam, adamw, sgd or none: its step time is measured"
+    )
+    p.add_argument(
+        "--optimizer-step",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="one optimizer step over the whole model; default: time it now",
+    )
+    p.add_argument(
+        "--calibration",
+        default=None,
+        metavar="FILE",
+        help="fitted alpha-beta from a calibration JSON (overrides the two above)",
+    )
+    p.add_argument(
+        "--profile",
+        default=None,
+        metavar="FILE",
+        help="saved `cadence profile` JSON; default: profile the model now",
+    )
+    p.add_argument("--batch-size", type=int, default=32, help="per-worker batch when profiling")
+    p.add_argument("--profile-iterations", type=int, default=5, help="when profiling now")
+    p.add_argument("--bucket", default="25mib", help="DDP bucket size")
+    p.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="workers simulated one by one (the others behave alike)",
+    )
+    p.add_argument("--json", default=None, metavar="FILE", help="write the figures here")
+
+
+def add_simulate(sub: Any) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="predict iteration time, overlap and memory of a strategy from a profile",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    _sim_arguments(p)
+    p.add_argument("--strategy", default="cadence-dp", help="cadence-dp or ddp")
+    p.add_argument("--threshold", default="4mib", help="cadence-dp split/fuse threshold")
+    p.add_argument("--credit", default=None, help="cadence-dp bytes in flight (2 x threshold)")
+    p.add_argument("--iterations", type=int, default=3, help="measured iterations")
+    p.add_argument(
+        "--reorder-k", default="none", help="cadence-dp backward reordering point K, or none"
+    )
+    p.add_argument("--trace", default=None, metavar="FILE", help="Chrome-trace JSON (Perfetto)")
+    p.add_argument("--png", default=None, metavar="FILE", help="timeline PNG")
+    p.set_defaults(func=_cmd_simulate)
+
+
+def add_plan(sub: Any) -> None:
+    p = sub.add_parser("plan", help="rank strategies and settings by predicted iteration time")
+    psub = p.add_subparsers(dest="plan_cmd", required=True)
+    dp = psub.add_parser(
+        "dp",
+        help="DDP vs cadence-dp over thresholds",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    _sim_arguments(dp)
+    dp.add_argument(
+        "--thresholds",
+        default="256kib,1mib,4mib,16mib",
+        help="cadence-dp thresholds to try, comma-separated",
+    )
+    dp.add_argument(
+        "--reorder-ks", default="none", help="reordering points K to try, e.g. none,1,8"
+    )
+    dp.set_defaults(func=_cmd_plan)
+
+
+def _cmd_bench_sim(args: argparse.Namespace) -> int:
+    from cadence.sim.bench import bench_sim_command
+
+    return bench_sim_command(args)
+
+
+def add_bench_sim(bsub: Any) -> None:
+    p = bsub.add_parser(
+        "sim",
+        help="predicted vs measured iteration time of emulated-cluster training runs",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("runs", nargs="*", help="`cadence train --json` files to predict")
+    p.add_argument(
+        "--profile",
+        action="append",
+        metavar="FILE",
+        help="saved profile (repeat per model); default: profile now",
+    )
+    p.add_argument("--run", action="store_true", help="first train in the emulated cluster")
+    p.add_argument("--model", default="vgg16", help="with --run: model")
+    p.add_argument("--caps", default="400mbit", help="with --run: caps, comma-separated")
+    p.add_argument("--strategies", default="ddp,cadence-dp", help="with --run: strategies")
+    p.add_argument("--steps", type=int, default=10, help="with --run: steps per run")
+    p.add_argument("--workers", type=int, default=2, help="with --run: workers")
+    p.add_argument("--batch-size", type=int, default=64, help="with --run: global batch")
+    p.add_argument("--out-dir", default="results", help="with --run: where run JSONs go")
+    p.add_argument(
+        "--payload-fraction",
+        type=float,
+        default=1448 / 1514,
+        help="share of the cap that carries data",
+    )
+    p.add_argument("--json", default=None, metavar="FILE", help="write the table here")
+    p.add_argument(
+        "--optimizer-step",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="one optimizer step over the whole model; default: time it now",
+    )
+    p.set_defaults(func=_cmd_bench_sim)
