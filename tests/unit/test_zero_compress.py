@@ -74,7 +74,7 @@ def test_comm_bytes_formula_by_stage_and_compression():
     # Stage 3 gathers every bucket twice except the last, which stays from forward to backward.
     assert comm_bytes_per_step(layout, 3, "none", False)["parameters"] == 4 * (2 * k + 2 * k)
     onebit = (k // 8 + 4) + (2 * k // 8 + 2 * 4)
-    assert comm_bytes_per_step(layout, 2, "onebit", True)["gradients"] == onebit
+    assert comm_bytes_per_step(layout, 2, "onebit", True)["gradients"] == 2 * onebit
     assert comm_bytes_per_step(layout, 1, "onebit", True)["gradients"] == 2 * onebit
     assert comm_bytes_per_step(layout, 2, "onebit", False)["gradients"] == fp32
 

@@ -24,7 +24,7 @@ from cadence.errors import UserError
 from cadence.zero.compress import encode
 from cadence.zero.config import ZeroConfig
 from cadence.zero.layout import Bucket, ZeroLayout, bucket_params, build_layout
-from cadence.zero.onebit import decode_all, gather_wires, onebit_all_reduce, onebit_reduce_scatter
+from cadence.zero.onebit import decode_all, gather_wires, onebit_all_reduce
 
 _TORCH_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
     "adam": torch.optim.Adam,
@@ -45,7 +45,7 @@ class BucketState:
     shard: nn.Parameter
     """This rank's master piece, the parameter the optimizer updates."""
     grad: torch.Tensor | None = None
-    """Reduced gradient of the piece (1-bit Adam: the momentum increment) since zero_grad."""
+    """Reduced gradient of the piece since zero_grad (unused by 1-bit Adam after warm-up)."""
     ready: int = 0
     reduced: bool = False
     gathered: bool = True
@@ -166,9 +166,12 @@ class ZeroEngine:
         st.ready = 0
         flat_grad = self._flat_grad(st, keep=self.config.stage == 1)
         st.reduced = True
+        compressed = self.compressed_phase
+        wd = self.inner.param_groups[0]["weight_decay"]
+        if compressed and wd and st.gathered:  # 1-bit Adam's momentum includes the decay term
+            flat_grad.add_(st.flat.detach(), alpha=wd)
         if self.config.stage == 3:
             self.on_bucket_backward_done(st)
-        compressed = self.compressed_phase
         st.in_flight.append(
             self.submit(lambda: self._reduce(st, flat_grad, compressed), "gradients")
         )
@@ -185,15 +188,8 @@ class ZeroEngine:
     def _reduce(self, st: BucketState, flat_grad: torch.Tensor, compressed: bool) -> None:
         """Communication thread: reduce one bucket's gradients into this rank's piece."""
         lo, hi = st.spec.piece_range(self.rank)
-        if compressed and self.config.stage == 1:
+        if compressed:
             self._onebit_all_reduce(st, flat_grad)
-            return
-        if compressed:  # stages 2-3: the momentum increment, 1-bit reduce-scattered
-            if st.sender_error is None:
-                st.sender_error = torch.zeros_like(flat_grad)
-            beta1 = self.inner.param_groups[0]["betas"][0]
-            x = flat_grad.mul_(1 - beta1)
-            self._accumulate(st, onebit_reduce_scatter(x, st.sender_error, self.p, self.group))
             return
         wire = flat_grad.half() if self.config.compression == "fp16" else flat_grad
         if self.p > 1 and self.config.stage == 1:
@@ -207,9 +203,12 @@ class ZeroEngine:
         self._accumulate(st, out.float())
 
     def _onebit_all_reduce(self, st: BucketState, flat_grad: torch.Tensor) -> None:
-        """Stage 1, 1-bit Adam: every rank's local momentum, 1-bit all-reduced."""
-        group = self.inner.param_groups[0]
-        beta1, wd = group["betas"][0], group["weight_decay"]
+        """1-bit Adam: every rank's local momentum, 1-bit all-reduced (any stage).
+
+        Every rank keeps the last all-reduced momentum as its encoded wire bytes (1/28 of fp32)
+        to form its next local momentum; the fp32 momentum lives only in the owner's shard.
+        """
+        beta1 = self.inner.param_groups[0]["betas"][0]
         state = self.inner.state[st.shard]
         lo, hi = st.spec.piece_range(self.rank)
         if st.momentum_wire is None:  # switch-over: publish the fp32 momentum once, encoded
@@ -218,8 +217,6 @@ class ZeroEngine:
             st.sender_error = torch.zeros_like(flat_grad)
             st.momentum_wire = gather_wires(wire, self.p, self.group)
         assert st.sender_error is not None and st.reducer_error is not None
-        if wd:
-            flat_grad.add_(st.flat.detach(), alpha=wd)
         x = decode_all(st.momentum_wire, self.p).mul_(beta1).add_(flat_grad, alpha=1 - beta1)
         m, st.momentum_wire = onebit_all_reduce(
             x, st.sender_error, st.reducer_error, self.p, self.group

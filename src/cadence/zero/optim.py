@@ -67,26 +67,14 @@ class ZeroOptimizer(Optimizer):
         return loss
 
     def _onebit_update(self) -> None:
-        """Adam with the variance frozen at warm-up's end and the momentum as communicated."""
+        """Adam with the variance frozen at warm-up's end and the momentum as all-reduced."""
         eng = self.engine
         group = eng.inner.param_groups[0]
-        lr, (beta1, beta2), eps, wd = (
-            group["lr"],
-            group["betas"],
-            group["eps"],
-            group["weight_decay"],
-        )
+        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
         bias2 = 1 - beta2**eng.config.freeze_steps
         for st in eng.states:
             state = eng.inner.state[st.shard]
             m, v = state["exp_avg"], state["exp_avg_sq"]
-            if eng.config.stage > 1:  # stage 1 already holds the all-reduced momentum
-                if st.grad is not None:
-                    m.mul_(beta1).add_(st.grad)
-                else:
-                    m.mul_(beta1)
-                if wd:
-                    m.add_(st.shard, alpha=(1 - beta1) * wd)
             state["step"] += 1
             bias1 = 1 - beta1 ** float(state["step"])
             root = v.sqrt() / math.sqrt(bias2)
