@@ -1,0 +1,94 @@
+"""Parameter-server settings: a frozen config and the parsers of its string options (torch-free)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cadence.errors import UserError
+
+PRIORITIES = ("fifo", "layer", "graph")
+OPTIMIZERS = ("sgd", "adam", "adamw")
+# DSCP code points per priority class, most urgent first: EF, AF41, AF21, best effort.
+DSCP = (46, 34, 18, 0)
+
+
+def parse_consistency(text: str) -> tuple[str, int]:
+    """`bsp`, `asp`, `ssp:S` or `backup:K` -> (mode, bound); bound is 0 for bsp/asp."""
+    mode, _, arg = text.partition(":")
+    if mode in ("bsp", "asp") and not arg:
+        return mode, 0
+    if mode in ("ssp", "backup") and arg:
+        try:
+            bound = int(arg)
+        except ValueError:
+            bound = -1
+        if bound >= (0 if mode == "ssp" else 1):
+            return mode, bound
+    raise UserError(
+        f"bad --consistency '{text}': use bsp, asp, ssp:S (S >= 0) or backup:K (K >= 1)"
+    )
+
+
+def parse_straggler(text: str | None) -> tuple[int, float] | None:
+    """`RANK:DELAY` (seconds added to every step of that worker) -> (rank, delay)."""
+    if text is None:
+        return None
+    rank, _, delay = text.partition(":")
+    try:
+        parsed = int(rank), float(delay)
+    except ValueError:
+        parsed = (-1, -1.0)
+    if parsed[0] < 0 or not parsed[1] >= 0:
+        raise UserError(f"bad --straggler '{text}': use RANK:DELAY, e.g. 1:0.5 (seconds)")
+    return parsed
+
+
+@dataclass(frozen=True, kw_only=True)
+class PSConfig:
+    """How a parameter-server job shards, orders and synchronises parameters."""
+
+    servers: int = 1
+    """Number of server processes S; parameters are balanced over them by bytes."""
+    workers: int = 2
+    """Number of workers W pushing gradients."""
+    consistency: str = "bsp"
+    """bsp (synchronous), asp (apply each gradient on arrival), ssp:S (at most S steps ahead
+    of the slowest worker) or backup:K (the first K of W gradients make each step)."""
+    priority: str = "graph"
+    """Order of parameter transfers: fifo, layer (block order) or graph (torch.fx critical path)."""
+    classes: int = 4
+    """Priority classes: channels (sockets) per worker-server pair, each with its DSCP mark."""
+    slice_bytes: int = 4 << 20
+    """Tensors larger than this (or than an even 1/S share of the model) are sliced."""
+    straggler: str | None = None
+    """`RANK:DELAY`: that worker sleeps DELAY seconds every step (experiments)."""
+    timeout_s: float = 60.0
+    """A worker waiting longer than this for a server's answer fails, naming the server."""
+    trace_iterations: int = 3
+    """Timed forward passes behind the per-op times of the graph priority."""
+
+    def __post_init__(self) -> None:
+        if self.servers < 1:
+            raise UserError(f"--servers must be at least 1 (got {self.servers})")
+        if self.workers < 1:
+            raise UserError(f"--workers must be at least 1 (got {self.workers})")
+        mode, bound = parse_consistency(self.consistency)
+        if mode == "backup" and bound > self.workers:
+            raise UserError(
+                f"--consistency {self.consistency}: K must be at most --workers {self.workers}"
+            )
+        if self.priority not in PRIORITIES:
+            raise UserError(
+                f"unknown --ps-priority '{self.priority}': choose one of {', '.join(PRIORITIES)}"
+            )
+        if not 1 <= self.classes <= len(DSCP):
+            raise UserError(f"priority classes must be 1..{len(DSCP)} (got {self.classes})")
+        if self.slice_bytes < 4:
+            raise UserError(f"slice size must be at least 4 bytes (got {self.slice_bytes})")
+        straggler = parse_straggler(self.straggler)
+        if straggler is not None and straggler[0] >= self.workers:
+            raise UserError(
+                f"--straggler rank {straggler[0]} does not exist with {self.workers} workers"
+            )
+        if not self.timeout_s > 0:
+            raise UserError(f"timeout must be positive (got {self.timeout_s})")

@@ -1,0 +1,126 @@
+"""The parameter-server plan: pure data, no torch.
+
+Parameters are cut into slices (a tensor larger than the slice size, or than an even 1/S share
+of the model, is split into near-equal pieces), and the slices are placed on servers largest
+first, each on the least-loaded server (by bytes). Every slice carries its parameter's priority
+(0 = most urgent) and the priority class (channel) that priority maps to. Every worker builds
+the same plan from the same inputs, so keys and placements agree without negotiation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    """One parameter (shared parameters appear once)."""
+
+    index: int
+    """Position in the worker's parameter list."""
+    name: str
+    """Qualified name, for humans."""
+    numel: int
+    """Number of elements."""
+    block: int
+    """Block whose forward waits for this parameter."""
+
+
+@dataclass(frozen=True)
+class Slice:
+    """A contiguous piece of one parameter, owned by one server."""
+
+    key: int
+    """Position in `PSPlan.slices`; the key every message about this slice carries."""
+    param: int
+    """`ParamInfo.index` of the parameter."""
+    start: int
+    """First element (of the flattened parameter)."""
+    length: int
+    """Number of elements."""
+    server: int
+    """Owning server."""
+    priority: int
+    """0 is the most urgent."""
+    klass: int
+    """Priority class: the channel (socket, DSCP mark) its messages travel on."""
+
+
+@dataclass(frozen=True)
+class PSPlan:
+    """Placement and priorities; identical on every worker and server."""
+
+    servers: int
+    """Number of servers."""
+    classes: int
+    """Number of priority classes."""
+    element_size: int
+    """Bytes per element (4: float32)."""
+    params: tuple[ParamInfo, ...]
+    """Parameters in worker order."""
+    slices: tuple[Slice, ...]
+    """All slices; `Slice.key` indexes this tuple."""
+
+    def server_bytes(self) -> list[int]:
+        """Bytes each server owns."""
+        loads = [0] * self.servers
+        for s in self.slices:
+            loads[s.server] += s.length * self.element_size
+        return loads
+
+    def slices_of(self, param: int) -> list[Slice]:
+        return [s for s in self.slices if s.param == param]
+
+    def pull_order(self) -> list[int]:
+        """Slice keys in the order a worker requests them: most urgent first."""
+        return [s.key for s in sorted(self.slices, key=lambda s: (s.priority, s.key))]
+
+
+def priority_class(priority: int, max_priority: int, classes: int) -> int:
+    """Map priorities 0..max_priority evenly onto classes 0..classes-1."""
+    return min(classes - 1, priority * classes // (max_priority + 1))
+
+
+def split_lengths(numel: int, max_elems: int) -> list[int]:
+    """Near-equal pieces of at most `max_elems` elements (larger pieces first)."""
+    pieces = max(1, math.ceil(numel / max_elems))
+    base, extra = divmod(numel, pieces)
+    return [base + (1 if i < extra else 0) for i in range(pieces)]
+
+
+def build_plan(
+    params: Sequence[ParamInfo],
+    priorities: Sequence[int],
+    servers: int,
+    classes: int = 1,
+    slice_bytes: int = 4 << 20,
+    element_size: int = 4,
+) -> PSPlan:
+    """Slice, place and prioritise `params` (`priorities[i]` belongs to `params[i]`)."""
+    if len(priorities) != len(params):
+        raise ValueError(f"{len(priorities)} priorities for {len(params)} parameters")
+    total = sum(p.numel for p in params)
+    max_elems = max(1, min(slice_bytes // element_size, math.ceil(total / servers)))
+    pieces: list[tuple[int, int, int]] = []  # (param, start, length)
+    for p in params:
+        start = 0
+        for length in split_lengths(p.numel, max_elems):
+            pieces.append((p.index, start, length))
+            start += length
+    owner = [0] * len(pieces)
+    loads = [0] * servers
+    # Largest first onto the least-loaded server (ties: lowest server, then lowest key).
+    for key in sorted(range(len(pieces)), key=lambda k: (-pieces[k][2], k)):
+        server = min(range(servers), key=lambda s: (loads[s], s))
+        owner[key] = server
+        loads[server] += pieces[key][2]
+    by_index = {p.index: i for i, p in enumerate(params)}
+    top = max(priorities, default=0)
+    slices = []
+    for key, (param, start, length) in enumerate(pieces):
+        prio = priorities[by_index[param]]
+        klass = priority_class(prio, top, classes)
+        slices.append(Slice(key, param, start, length, owner[key], prio, klass))
+    return PSPlan(servers, classes, element_size, tuple(params), tuple(slices))

@@ -1,0 +1,256 @@
+"""A worker's training runtime for parameter-server training (`PSTrainer`).
+
+Set-up (every worker, same order): rank 0 computes the priorities and broadcasts them, every
+worker builds the same plan, each worker starts the servers s with s % W == rank as
+subprocesses and the addresses are all-gathered, rank 0 sends the initial values, and every
+worker pulls version 0. A step: each block's forward waits only for its own parameters, the
+backward pushes every gradient the moment it is accumulated, then the parameters of the next
+step are pulled, most urgent first (FIFO pulls each slice right after its push instead).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.optim import Optimizer
+
+import cadence
+from cadence.comm.ops import broadcast_object
+from cadence.errors import UserError
+from cadence.models import loss_fn
+from cadence.ps.config import PSConfig, parse_consistency, parse_straggler
+from cadence.ps.plan import PSPlan, build_plan
+from cadence.ps.trace import model_blocks, model_priorities, param_infos
+from cadence.ps.wire import Header, Kind
+from cadence.ps.worker import WorkerChannels
+
+_OPT_KEYS = ("lr", "momentum", "dampening", "nesterov", "weight_decay", "betas", "eps")
+
+
+def optimizer_settings(optimizer: Optimizer) -> tuple[str, dict[str, Any]]:
+    """(name, kwargs) of the user's optimizer, for the servers to rebuild it per slice."""
+    names = {torch.optim.SGD: "sgd", torch.optim.Adam: "adam", torch.optim.AdamW: "adamw"}
+    name = names.get(type(optimizer))
+    if name is None:
+        raise UserError(
+            f"--strategy ps supports SGD, Adam and AdamW, not {type(optimizer).__name__}"
+        )
+    kwargs = {k: v for k, v in optimizer.defaults.items() if k in _OPT_KEYS}
+    if isinstance(kwargs.get("lr"), Tensor):
+        kwargs["lr"] = float(kwargs["lr"])
+    return name, kwargs
+
+
+def own_address() -> str:
+    """The address peers reach this host at: the interface that routes to MASTER_ADDR."""
+    master = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    if master in ("127.0.0.1", "localhost"):
+        return "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((master, 9))  # UDP connect sends nothing; it only picks the route
+        return str(probe.getsockname()[0])
+
+
+def spawn_server(settings: dict[str, Any]) -> tuple[subprocess.Popen[bytes], list[int]]:
+    """Start `python -m cadence.ps.server` and read the ports it bound."""
+    import json
+
+    env = dict(os.environ)
+    root = str(Path(cadence.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cadence.ps.server"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write((json.dumps(settings) + "\n").encode())
+    proc.stdin.close()
+    line = proc.stdout.readline()
+    if not line:
+        proc.wait()
+        raise RuntimeError(f"parameter server exited with code {proc.returncode} at start-up")
+    return proc, list(json.loads(line)["ports"])
+
+
+class PSTrainer(nn.Module):
+    """The model plus the hooks the training loop calls (`train_step`, `sync`)."""
+
+    full_batch = False
+    """Each worker reads its 1/W share of the global batch."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: Optimizer,
+        config: PSConfig,
+        rank: int = 0,
+        example: Tensor | None = None,
+    ) -> None:
+        super().__init__()
+        self.module = model
+        self.config, self.rank = config, rank
+        self.mode, _ = parse_consistency(config.consistency)
+        straggler = parse_straggler(config.straggler)
+        self.delay_s = straggler[1] if straggler is not None and straggler[0] == rank else 0.0
+        self.params, infos = param_infos(model)
+        if any(p.dtype != torch.float32 for p in self.params):
+            raise UserError("--strategy ps needs float32 parameters")
+        priorities = None
+        if rank == 0:
+            priorities = model_priorities(model, config.priority, example, config.trace_iterations)
+        priorities = broadcast_object(priorities)
+        self.plan: PSPlan = build_plan(
+            infos, priorities, config.servers, config.classes, config.slice_bytes
+        )
+        self.servers = self._start_servers(*optimizer_settings(optimizer))
+        blocks = model_blocks(model)
+        self.channels = WorkerChannels(
+            self.plan, rank, self.addresses, self.params, len(blocks), config.timeout_s
+        )
+        self.step = 0
+        self.max_staleness = 0
+        self._pushed: set[int] = set()
+        self._handles = [
+            block.register_forward_pre_hook(self._make_wait(b)) for b, block in enumerate(blocks)
+        ]
+        self._handles += [p.register_post_accumulate_grad_hook(self._on_grad) for p in self.params]
+        self._index = {id(p): i for i, p in enumerate(self.params)}
+        if rank == 0:
+            for piece in self.plan.slices:
+                self._send(Kind.INIT, piece.key, 0, self._flat(piece.key))
+        self._pull(self.plan.pull_order(), 0)
+
+    # --- set-up --------------------------------------------------------------------------------
+    def _start_servers(self, opt_name: str, opt_kwargs: dict[str, Any]) -> list[Any]:
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        mine: dict[int, tuple[str, list[int]]] = {}
+        procs = []
+        for server in range(self.rank, self.config.servers, world):
+            slices = [
+                [s.key, s.length, s.priority, s.klass]
+                for s in self.plan.slices
+                if s.server == server
+            ]
+            settings = {
+                "workers": world,
+                "consistency": self.config.consistency,
+                "classes": self.config.classes,
+                "slices": slices,
+                "optimizer": opt_name,
+                "optimizer_kwargs": opt_kwargs,
+                "parent_pid": os.getpid(),
+            }
+            proc, ports = spawn_server(settings)
+            procs.append(proc)
+            mine[server] = (own_address(), ports)
+        gathered: list[Any] = [mine]
+        if dist.is_initialized():
+            gathered = [None] * world
+            dist.all_gather_object(gathered, mine)
+        table = {s: addr for part in gathered for s, addr in part.items()}
+        self.addresses = [table[s] for s in range(self.config.servers)]
+        return procs
+
+    def _make_wait(self, block: int) -> Any:
+        def wait(module: nn.Module, args: Any) -> None:
+            self.channels.wait_block(block)
+
+        return wait
+
+    # --- messages ------------------------------------------------------------------------------
+    def _flat(self, key: int, grad: bool = False) -> bytes:
+        piece = self.plan.slices[key]
+        source = self.params[piece.param]
+        tensor = source.grad if grad and source.grad is not None else source.data
+        if grad and source.grad is None:
+            tensor = torch.zeros_like(source)  # unused this step: contributes nothing
+        part = tensor.detach().reshape(-1)[piece.start : piece.start + piece.length]
+        return part.contiguous().numpy().tobytes()
+
+    def _send(self, kind: Kind, key: int, step: int, payload: bytes = b"") -> None:
+        piece = self.plan.slices[key]
+        header = Header(kind, piece.priority, self.rank, key, step, 0, len(payload) // 4)
+        self.channels.send(piece.server, piece.klass, header, payload)
+
+    def _pull(self, keys: list[int], step: int) -> None:
+        self.channels.expect(keys)
+        for key in keys:
+            self._send(Kind.PULL, key, step)
+
+    def _push_param(self, index: int) -> None:
+        keys = [s.key for s in self.plan.slices_of(index)]
+        for key in keys:
+            self._send(Kind.PUSH, key, self.step, self._flat(key, grad=True))
+        self.params[index].grad = None
+        self._pushed.add(index)
+        if self.config.priority == "fifo":
+            self._pull(keys, self.step + 1)
+
+    def _on_grad(self, param: Tensor) -> None:
+        self._push_param(self._index[id(param)])
+
+    # --- the loop's hooks ----------------------------------------------------------------------
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = self.module(x)
+        return out
+
+    def train_step(self, x: Tensor, y: Tensor, optimizer: Optimizer | None = None) -> Tensor:
+        """Forward (block by block as parameters arrive), backward pushing gradients, pulls."""
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        out = self.module(x)
+        self.channels.wait_all()  # blocks the forward did not run
+        self._advance()
+        loss = loss_fn(out, y)
+        self._pushed.clear()
+        loss.backward()
+        for index in range(len(self.params)):
+            if index not in self._pushed:
+                self._push_param(index)
+        if self.config.priority != "fifo":
+            self._pull(self.plan.pull_order(), self.step + 1)
+        return loss.detach()
+
+    def _advance(self) -> None:
+        """Set `step` from what the last pulls brought (called once all of them arrived)."""
+        if self.mode in ("bsp", "backup"):
+            self.step = min(self.channels.versions, default=0)
+        elif self._started:
+            self.step += 1
+            oldest = min(self.channels.min_clocks, default=self.step)
+            self.max_staleness = max(self.max_staleness, self.step - oldest)
+        self._started = True
+
+    _started = False
+
+    def sync(self) -> None:
+        """Wait until the parameters of the next step are all here."""
+        self.channels.wait_all()
+
+    def close(self) -> dict[str, Any]:
+        """Stop the servers (every worker must call it); returns the servers' counters summed
+        plus this worker's largest staleness."""
+        self.sync()
+        stats = self.channels.stop(self.config.servers)
+        for handle in self._handles:
+            handle.remove()
+        for proc in self.servers:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        totals = {k: sum(s.get(k, 0) for s in stats) for k in stats[0]} if stats else {}
+        totals["max_staleness"] = self.max_staleness
+        totals["version"] = min(self.channels.versions, default=0)
+        return totals

@@ -1,0 +1,226 @@
+"""A parameter server: `python -m cadence.ps.server` reads its JSON settings from stdin, binds
+one ROUTER socket per priority class, prints `{"ports": [...]}` and serves until every worker
+has said STOP on every channel (or its parent process is gone).
+
+It owns some slices; each has a value, its own optimizer (`cadence.ps.optim`: elementwise, so
+per-slice optimizers compute what one optimizer over the whole model would), a version (updates
+applied) and the pulls waiting for it. Messages are drained from all channels and handled most
+urgent first. Consistency decides when a gradient is applied and when a pull may be answered:
+  bsp       apply the mean of all W gradients of step v; answer a pull for step t once v >= t
+  backup:K  the same with the first K gradients of step v; later ones are dropped and counted
+  asp       apply each gradient (divided by W) on arrival; answer every pull at once
+  ssp:S     apply like asp; answer a pull for step t once every worker has pushed t - S steps
+Bad messages (malformed, unknown slice, wrong size or dtype) are counted and never applied.
+The server imports no torch, so it starts in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import zmq
+
+from cadence.ps.config import parse_consistency
+from cadence.ps.optim import SliceOptimizer
+from cadence.ps.wire import FLOAT32, BadMessage, Header, Kind, channel_socket
+
+_POLL_MS = 500
+
+
+@dataclass
+class SliceState:
+    """One slice on this server."""
+
+    key: int
+    priority: int
+    klass: int
+    value: np.ndarray
+    optimizer: SliceOptimizer
+    initialized: bool = False
+    version: int = 0
+    grad_sum: np.ndarray | None = None
+    count: int = 0
+    clocks: list[int] = field(default_factory=list)
+    waiting: list[tuple[int, int]] = field(default_factory=list)  # (worker, step)
+
+
+class Server:
+    """The serving loop; see the module docstring."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.workers = int(settings["workers"])
+        self.mode, self.bound = parse_consistency(settings["consistency"])
+        self.parent = int(settings.get("parent_pid", 0))
+        self.slices: dict[int, SliceState] = {}
+        for key, length, priority, klass in settings["slices"]:
+            value = np.zeros(int(length), np.float32)
+            opt = SliceOptimizer(settings["optimizer"], value.size, settings["optimizer_kwargs"])
+            self.slices[key] = SliceState(
+                key, priority, klass, value, opt, clocks=[0] * self.workers
+            )
+        self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self.routers = [
+            channel_socket(self.ctx, zmq.ROUTER, c) for c in range(int(settings["classes"]))
+        ]
+        host = settings.get("bind", "*")
+        self.ports = [s.bind_to_random_port(f"tcp://{host}") for s in self.routers]
+        self.stats = {"applied": 0, "dropped": 0, "rejected": 0, "received": 0}
+        self.stopped: set[tuple[int, int]] = set()
+        self._seq = 0
+
+    def serve(self) -> None:
+        poller = zmq.Poller()
+        for sock in self.routers:
+            poller.register(sock, zmq.POLLIN)
+        while len(self.stopped) < self.workers * len(self.routers):
+            ready = dict(poller.poll(_POLL_MS))
+            if not ready:
+                if self.parent and os.getppid() != self.parent:
+                    return  # the process that started us is gone: nobody will say STOP
+                continue
+            queue: list[tuple[int, int, int, list[bytes]]] = []
+            for klass, sock in enumerate(self.routers):
+                while sock in ready:
+                    try:
+                        frames = sock.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    prio = _peek_priority(frames)
+                    self._seq += 1
+                    heapq.heappush(queue, (prio, self._seq, klass, frames))
+            while queue:  # most urgent first, whatever channel it came on
+                _, _, klass, frames = heapq.heappop(queue)
+                self.handle(klass, frames)
+        self.close()
+
+    def close(self) -> None:
+        for sock in self.routers:
+            sock.close(linger=1000)  # let the last answers (STATS) leave
+        self.ctx.term()
+
+    def handle(self, klass: int, frames: list[bytes]) -> None:
+        self.stats["received"] += 1
+        try:
+            if len(frames) != 3:
+                raise BadMessage(f"{len(frames)} frames, expected 3")
+            ident, raw, payload = frames
+            header = Header.unpack(raw)
+            if not 0 <= header.worker < self.workers:
+                raise BadMessage(f"worker {header.worker} of {self.workers}")
+            if header.kind == Kind.STOP:
+                self._stop(header.worker, klass)
+                return
+            state = self.slices.get(header.key)
+            if state is None:
+                raise BadMessage(f"slice {header.key} is not on this server")
+            if header.kind in (Kind.INIT, Kind.PUSH):
+                values = _values(header, payload, state)
+                if header.kind == Kind.INIT:
+                    state.value[:] = values
+                    state.initialized = True
+                else:
+                    self._push(state, header, values)
+            elif header.kind == Kind.PULL:
+                state.waiting.append((header.worker, header.step))
+            else:
+                raise BadMessage(f"a server does not accept {header.kind.name}")
+            self._answer(state)
+        except BadMessage:
+            self.stats["rejected"] += 1  # never applied
+
+    def _stop(self, worker: int, klass: int) -> None:
+        """A worker says STOP on every channel (each channel is ordered, so everything it sent
+        before has been handled); once all have, every worker gets the final counters."""
+        self.stopped.add((worker, klass))
+        if len(self.stopped) < self.workers * len(self.routers):
+            return
+        stats = json.dumps(self.stats).encode()
+        for w in range(self.workers):
+            reply = Header(Kind.STATS, 0, w, 0, 0)
+            self.routers[0].send_multipart([f"w{w}".encode(), reply.pack(), stats])
+
+    def _push(self, state: SliceState, header: Header, grad: np.ndarray) -> None:
+        if self.mode in ("asp", "ssp"):
+            self._apply(state, grad / self.workers)
+            state.clocks[header.worker] = max(state.clocks[header.worker], header.step + 1)
+            return
+        need = self.workers if self.mode == "bsp" else self.bound
+        if header.step != state.version or state.count >= need:
+            if self.mode == "bsp":
+                raise BadMessage(f"BSP gradient for step {header.step} at version {state.version}")
+            self.stats["dropped"] += 1  # backup: a late worker's gradient
+            return
+        if state.grad_sum is None:
+            state.grad_sum = grad.copy()
+        else:
+            state.grad_sum += grad
+        state.count += 1
+        if state.count == need:
+            self._apply(state, state.grad_sum / need)
+            state.grad_sum, state.count = None, 0
+
+    def _apply(self, state: SliceState, grad: np.ndarray) -> None:
+        state.optimizer.step(state.value, grad)
+        state.version += 1
+        self.stats["applied"] += 1
+
+    def _ready(self, state: SliceState, step: int) -> bool:
+        if not state.initialized:
+            return False
+        if self.mode == "asp":
+            return True
+        if self.mode == "ssp":
+            return min(state.clocks) >= step - self.bound
+        return state.version >= step
+
+    def _answer(self, state: SliceState) -> None:
+        keep = []
+        for worker, step in state.waiting:
+            if not self._ready(state, step):
+                keep.append((worker, step))
+                continue
+            header = Header(
+                Kind.PARAM,
+                state.priority,
+                worker,
+                state.key,
+                state.version,
+                min(state.clocks),
+                state.value.size,
+            )
+            ident = f"w{worker}".encode()
+            self.routers[state.klass].send_multipart([ident, header.pack(), state.value.tobytes()])
+        state.waiting = keep
+
+
+def _peek_priority(frames: list[bytes]) -> int:
+    try:
+        return Header.unpack(frames[1]).priority
+    except (BadMessage, IndexError):
+        return -1  # handled (and rejected) first
+
+
+def _values(header: Header, payload: bytes, state: SliceState) -> np.ndarray:
+    if header.dtype != FLOAT32:
+        raise BadMessage(f"dtype code {header.dtype}, expected float32")
+    if header.numel != state.value.size or len(payload) != 4 * header.numel:
+        raise BadMessage(f"{len(payload)} bytes for slice {state.key} of {state.value.size}")
+    return np.frombuffer(payload, dtype=np.float32)
+
+
+def main() -> int:
+    settings = json.loads(sys.stdin.readline())
+    server = Server(settings)
+    print(json.dumps({"ports": server.ports}), flush=True)
+    server.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

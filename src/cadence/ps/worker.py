@@ -1,0 +1,169 @@
+"""The worker's side of the transport: a communication thread that owns every channel socket.
+
+The training thread never touches a TCP socket: it hands messages to the communication thread
+over an in-process pair socket, and waits on per-block ready flags that the communication
+thread sets as soon as the last slice of a block has arrived (written straight into the
+parameters). A wait that outlasts the timeout fails naming the server that did not answer.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from collections.abc import Sequence
+
+import torch
+import zmq
+
+from cadence.ps.plan import PSPlan
+from cadence.ps.wire import Header, Kind, channel_socket
+
+
+class ServerTimeout(RuntimeError):
+    """A server did not answer in time (dead, or unreachable)."""
+
+
+class WorkerChannels:
+    """Channels to every server and the per-block ready flags of one worker."""
+
+    def __init__(
+        self,
+        plan: PSPlan,
+        rank: int,
+        addresses: Sequence[tuple[str, Sequence[int]]],
+        params: Sequence[torch.Tensor],
+        num_blocks: int,
+        timeout_s: float,
+    ) -> None:
+        self.plan, self.rank, self.timeout_s = plan, rank, timeout_s
+        self.flat = [p.data.view(-1) for p in params]
+        self.block_of_key = [plan.params[s.param].block for s in plan.slices]
+        self.ready = [threading.Event() for _ in range(num_blocks)]
+        for event in self.ready:
+            event.set()
+        self.pending = [0] * num_blocks
+        self.versions = [0] * len(plan.slices)
+        self.min_clocks = [0] * len(plan.slices)
+        self._lock = threading.Lock()  # pending counts and flags
+        self._send_lock = threading.Lock()  # the pair socket (separate: a full send must not
+        # block the communication thread's bookkeeping)
+        self._stats: queue.SimpleQueue[dict[str, int]] = queue.SimpleQueue()
+        self.error: BaseException | None = None
+        self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        endpoint = f"inproc://ps-worker-{id(self)}"
+        self._inbox = self.ctx.socket(zmq.PAIR)
+        self._inbox.bind(endpoint)
+        self._outbox = self.ctx.socket(zmq.PAIR)
+        self._outbox.connect(endpoint)
+        self._thread = threading.Thread(
+            target=self._run, args=(addresses,), name="ps-comm", daemon=True
+        )
+        self._thread.start()
+
+    # --- training thread ---------------------------------------------------------------------
+    def send(self, server: int, klass: int, header: Header, payload: bytes = b"") -> None:
+        with self._send_lock:  # autograd hooks and the training thread share the pair socket
+            self._outbox.send_multipart([bytes([server, klass]), header.pack(), payload])
+
+    def expect(self, keys: Sequence[int]) -> None:
+        """Mark the blocks of `keys` not ready until their answers arrive (call before pulling)."""
+        with self._lock:
+            for key in keys:
+                block = self.block_of_key[key]
+                self.pending[block] += 1
+                self.ready[block].clear()
+
+    def wait_block(self, block: int) -> None:
+        if not self.ready[block].wait(self.timeout_s):
+            self._raise_if_failed()
+            servers = sorted(
+                {s.server for s in self.plan.slices if self.block_of_key[s.key] == block}
+            )
+            raise ServerTimeout(
+                f"worker {self.rank}: parameter server(s) {servers} sent no parameters for "
+                f"block {block} within {self.timeout_s:.0f} s (dead or unreachable?)"
+            )
+        self._raise_if_failed()
+
+    def wait_all(self) -> None:
+        for block in range(len(self.ready)):
+            self.wait_block(block)
+
+    def stop(self, servers: int) -> list[dict[str, int]]:
+        """Say STOP to every server on every channel, collect the servers' final statistics
+        (sent once all workers stopped), end the thread."""
+        for server in range(servers):
+            for klass in range(self.plan.classes):
+                self.send(server, klass, Header(Kind.STOP, 0, self.rank, 0, 0))
+        stats = []
+        for _ in range(servers):
+            try:
+                stats.append(self._stats.get(timeout=self.timeout_s))
+            except queue.Empty:
+                self._raise_if_failed()
+                raise ServerTimeout(f"worker {self.rank}: a server did not confirm STOP") from None
+        with self._send_lock:
+            self._outbox.send_multipart([b"quit"])
+        self._thread.join(timeout=5)
+        self._outbox.close()
+        self._inbox.close()
+        self.ctx.term()
+        return stats
+
+    def _raise_if_failed(self) -> None:
+        if self.error is not None:
+            raise RuntimeError(f"worker {self.rank}: communication thread failed") from self.error
+
+    # --- communication thread ----------------------------------------------------------------
+    def _run(self, addresses: Sequence[tuple[str, Sequence[int]]]) -> None:
+        dealers: list[list[zmq.Socket[bytes]]] = []
+        try:
+            poller = zmq.Poller()
+            poller.register(self._inbox, zmq.POLLIN)
+            for host, ports in addresses:
+                row = []
+                for klass, port in enumerate(ports):
+                    sock = channel_socket(self.ctx, zmq.DEALER, klass)
+                    sock.setsockopt(zmq.IDENTITY, f"w{self.rank}".encode())
+                    sock.connect(f"tcp://{host}:{port}")
+                    poller.register(sock, zmq.POLLIN)
+                    row.append(sock)
+                dealers.append(row)
+            while True:
+                for sock, _ in poller.poll():
+                    if sock is self._inbox:
+                        frames = sock.recv_multipart()
+                        if frames[0] == b"quit":
+                            return
+                        dealers[frames[0][0]][frames[0][1]].send_multipart(frames[1:])
+                    else:
+                        while True:
+                            try:
+                                self._receive(sock.recv_multipart(zmq.NOBLOCK))
+                            except zmq.Again:
+                                break
+        except BaseException as exc:  # surfaced to the training thread by the next wait
+            self.error = exc
+        finally:
+            for row in dealers:
+                for sock in row:
+                    sock.close(linger=0)
+
+    def _receive(self, frames: list[bytes]) -> None:
+        header = Header.unpack(frames[0])
+        if header.kind == Kind.STATS:
+            self._stats.put(json.loads(frames[1]))
+            return
+        if header.kind != Kind.PARAM:
+            raise ValueError(f"worker got a {header.kind.name} message")
+        piece = self.plan.slices[header.key]
+        target = self.flat[piece.param][piece.start : piece.start + piece.length]
+        target.copy_(torch.frombuffer(bytearray(frames[1]), dtype=torch.float32))
+        self.versions[header.key] = header.step
+        self.min_clocks[header.key] = header.extra
+        block = self.block_of_key[header.key]
+        with self._lock:
+            self.pending[block] -= 1
+            if self.pending[block] == 0:
+                self.ready[block].set()

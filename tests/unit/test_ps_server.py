@@ -1,0 +1,174 @@
+"""A real server (its loop in a thread, real ZeroMQ sockets) driven by hand-made worker messages:
+consistency rules, rejection of bad messages, statistics. No torch."""
+
+import json
+import threading
+
+import numpy as np
+import pytest
+import zmq
+
+from cadence.ps.server import Server
+from cadence.ps.wire import Header, Kind, tos
+
+LR = 0.5
+
+
+class Fake:
+    """W workers' channel sockets (class 0 only) talking to one in-thread server."""
+
+    def __init__(self, consistency, workers=2, length=2):
+        self.server = Server(
+            {
+                "workers": workers,
+                "consistency": consistency,
+                "classes": 2,
+                "slices": [[0, length, 0, 0], [1, 1, 1, 1]],
+                "optimizer": "sgd",
+                "optimizer_kwargs": {"lr": LR},
+                "bind": "127.0.0.1",
+            }
+        )
+        self.thread = threading.Thread(target=self.server.serve, daemon=True)
+        self.thread.start()
+        self.ctx = zmq.Context()
+        self.socks = []
+        for w in range(workers):
+            sock = self.ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.IDENTITY, f"w{w}".encode())
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(f"tcp://127.0.0.1:{self.server.ports[0]}")
+            self.socks.append(sock)
+
+    def send(self, w, kind, step=0, values=(), key=0, **fields):
+        data = np.asarray(values, np.float32).tobytes()
+        header = Header(kind, 0, w, key, step, 0, len(values), **fields)
+        self.socks[w].send_multipart([header.pack(), data])
+
+    def recv(self, w, timeout_ms=5000):
+        if not self.socks[w].poll(timeout_ms):
+            return None
+        raw, payload = self.socks[w].recv_multipart()
+        return Header.unpack(raw), payload
+
+    def value(self, w, step=0):
+        self.send(w, Kind.PULL, step)
+        header, payload = self.recv(w)
+        return header, np.frombuffer(payload, np.float32)
+
+    def stop(self):
+        for w in range(len(self.socks)):  # STOP on every channel: class 1 has a socket of its own
+            self.send(w, Kind.STOP)
+            extra = self.ctx.socket(zmq.DEALER)
+            extra.setsockopt(zmq.IDENTITY, f"w{w}".encode())
+            extra.setsockopt(zmq.LINGER, 0)
+            extra.connect(f"tcp://127.0.0.1:{self.server.ports[1]}")
+            extra.send_multipart([Header(Kind.STOP, 0, w, 0, 0).pack(), b""])
+            self.socks.append(extra)
+        stats = []
+        for w in range(len(self.socks) // 2):
+            header, payload = self.recv(w)
+            assert header.kind == Kind.STATS
+            stats.append(json.loads(payload))
+        assert stats[0] == stats[-1]  # final figures, the same for every worker
+        self.thread.join(timeout=10)
+        assert not self.thread.is_alive()
+        for sock in self.socks:
+            sock.close()
+        self.ctx.term()
+        return stats[-1]
+
+
+def test_channels_are_marked_with_their_class_tos():
+    fake = Fake("bsp")
+    assert [s.getsockopt(zmq.TOS) for s in fake.server.routers] == [tos(0), tos(1)]
+    fake.stop()
+
+
+def test_bsp_averages_all_workers_and_holds_pulls_until_then():
+    fake = Fake("bsp")
+    fake.send(0, Kind.INIT, values=[1.0, 1.0])
+    fake.send(0, Kind.PUSH, 0, [1.0, 1.0])
+    fake.send(0, Kind.PULL, 1)
+    assert fake.recv(0, timeout_ms=300) is None  # worker 1 has not pushed step 0 yet
+    fake.send(1, Kind.PUSH, 0, [3.0, 3.0])
+    header, payload = fake.recv(0)
+    assert header.kind == Kind.PARAM and header.step == 1
+    np.testing.assert_allclose(np.frombuffer(payload, np.float32), [0.0, 0.0])  # 1 - 0.5 * 2
+    assert fake.stop()["applied"] == 1
+
+
+def test_backup_applies_the_first_k_and_drops_late_gradients():
+    fake = Fake("backup:1")
+    fake.send(0, Kind.INIT, values=[0.0, 0.0])
+    fake.send(0, Kind.PUSH, 0, [2.0, 2.0])
+    assert fake.value(0, step=1)[0].step == 1  # made by worker 0 alone
+    fake.send(1, Kind.PUSH, 0, [100.0, 100.0])  # late: step 0 is already made
+    header, value = fake.value(1, step=1)
+    assert header.step == 1
+    np.testing.assert_allclose(value, [-1.0, -1.0])
+    stats = fake.stop()
+    assert (stats["applied"], stats["dropped"], stats["rejected"]) == (1, 1, 0)
+
+
+def test_ssp_blocks_a_worker_more_than_s_steps_ahead():
+    fake = Fake("ssp:1")
+    fake.send(0, Kind.INIT, values=[0.0, 0.0])
+    fake.send(0, Kind.PUSH, 0, [1.0, 1.0])
+    fake.send(0, Kind.PUSH, 1, [1.0, 1.0])
+    fake.send(0, Kind.PULL, 2)  # step 2 needs every worker past step 2 - 1 = 1
+    assert fake.recv(0, timeout_ms=300) is None
+    fake.send(1, Kind.PUSH, 0, [1.0, 1.0])
+    header, value = fake.recv(0)
+    assert header.extra == 1  # slowest clock: staleness 2 - 1 = 1 <= s
+    # asp-style application: each gradient divided by W = 2, three of them.
+    np.testing.assert_allclose(np.frombuffer(value, np.float32), [-0.75, -0.75])
+    fake.stop()
+
+
+def test_asp_answers_at_once_and_applies_each_gradient():
+    fake = Fake("asp")
+    fake.send(0, Kind.INIT, values=[0.0, 0.0])
+    fake.send(1, Kind.PUSH, 5, [4.0, 4.0])
+    header, value = fake.value(1, step=9)  # same connection: after the push
+    assert header.step == 1
+    np.testing.assert_allclose(value, [-1.0, -1.0])
+    fake.stop()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "two frames",
+        "short payload",
+        "unknown slice",
+        "wrong dtype",
+        "unknown worker",
+        "stale bsp step",
+        "server-only kind",
+    ],
+)
+def test_bad_messages_are_counted_and_never_applied(bad):
+    fake = Fake("bsp")
+    fake.send(0, Kind.INIT, values=[1.0, 1.0])
+    if bad == "two frames":
+        fake.socks[0].send_multipart([b"garbage"])
+    elif bad == "short payload":
+        fake.send(0, Kind.PUSH, 0, [5.0])
+    elif bad == "unknown slice":
+        fake.send(0, Kind.PUSH, 0, [5.0, 5.0], key=9)
+    elif bad == "wrong dtype":
+        fake.send(0, Kind.PUSH, 0, [5.0, 5.0], dtype=2)
+    elif bad == "unknown worker":
+        fake.socks[0].send_multipart(
+            [Header(Kind.PUSH, 0, 7, 0, 0, 0, 2).pack(), np.ones(2, np.float32).tobytes()]
+        )
+    elif bad == "stale bsp step":
+        fake.send(0, Kind.PUSH, 3, [5.0, 5.0])
+    else:
+        fake.send(0, Kind.PARAM, 0, [5.0, 5.0])
+    fake.send(1, Kind.PUSH, 0, [1.0, 1.0])  # alone it cannot complete step 0
+    header, value = fake.value(1, step=0)
+    np.testing.assert_allclose(value, [1.0, 1.0])
+    stats = fake.stop()
+    assert (stats["rejected"], stats["applied"]) == (1, 0)
