@@ -2,6 +2,7 @@
 
 import pytest
 
+from cadence.config import TrainConfig
 from cadence.errors import UserError
 from cadence.ps.config import PSConfig, parse_consistency, parse_straggler
 from cadence.ps.plan import ParamInfo, build_plan, priority_class, split_lengths
@@ -134,6 +135,21 @@ def test_straggler_parses_and_rejects():
 def test_config_rejects_bad_values(kwargs, match):
     with pytest.raises(UserError, match=match):
         PSConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"strategy": "ps", "servers": 0}, "--servers must be at least 1"),
+        ({"strategy": "ps", "consistency": "backup:3", "workers": 2}, "at most --workers 2"),
+        ({"strategy": "ps", "ps_priority": "random"}, "unknown --ps-priority 'random'"),
+        ({"strategy": "ddp", "straggler": "1:1"}, "--straggler is for --strategy ps"),
+    ],
+)
+def test_train_config_checks_ps_settings(kwargs, match):
+    with pytest.raises(UserError, match=match):
+        TrainConfig(**kwargs)
+    assert TrainConfig(strategy="ps", servers=2, consistency="ssp:2", straggler="1:0.5")
 
 
 def test_header_round_trips_and_rejects_garbage():

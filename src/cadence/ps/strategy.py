@@ -1,0 +1,46 @@
+"""`--strategy ps` in `cadence train`: the loop's workers become parameter-server workers.
+
+Each worker wraps its model in a `PSTrainer` (which starts the servers s with s % W == rank as
+child processes); the loop then calls `train_step` and, before evaluations, `sync`. Servers
+leave when their parent worker process ends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+from torch.optim import Optimizer
+
+from cadence.ps.config import PSConfig
+
+
+def ps_config(train: Any, workers: int) -> PSConfig:
+    """The PS settings of a `TrainConfig` (validated by `PSConfig`)."""
+    return PSConfig(
+        servers=train.servers,
+        workers=workers,
+        consistency=train.consistency,
+        priority=train.ps_priority,
+        straggler=train.straggler,
+    )
+
+
+def ps_wrap(
+    model: nn.Module, optimizer: Optimizer, rank: int, world_size: int, train: Any
+) -> tuple[nn.Module, Optimizer]:
+    """Wrap for the training loop; the optimizer stays the user's (the servers rebuild it)."""
+    from cadence.models import get_model_spec
+    from cadence.ps.runtime import PSTrainer
+
+    config = ps_config(train, world_size)
+    example = None
+    if config.priority == "graph":  # a batch to trace and time the forward ops on
+        per_worker = max(1, train.batch_size // world_size)
+        example = get_model_spec(train.model).synthetic_batch(per_worker)[0]
+    return PSTrainer(model, optimizer, config, rank, example), optimizer
+
+
+def ps_unwrap(model: nn.Module) -> nn.Module:
+    inner: nn.Module = getattr(model, "module", model)
+    return inner

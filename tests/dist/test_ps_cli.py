@@ -1,0 +1,34 @@
+"""`cadence train --strategy ps` as a user runs it: real worker and server processes."""
+
+import json
+
+import pytest
+
+from tests.cli_helpers import assert_one_line_error, run_cadence
+
+
+def test_train_ps_backup_workers_with_a_straggler(tmp_path):
+    proc = run_cadence(
+        "train", "--model", "mlp", "--strategy", "ps", "--servers", "2", "--workers", "2",
+        "--consistency", "backup:1", "--straggler", "1:0.02", "--ps-priority", "graph",
+        "--optimizer", "sgd", "--lr", "0.05", "--steps", "30", "--out", "out", "--name", "ps",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    metrics = json.loads((tmp_path / "out" / "ps" / "metrics.json").read_text())
+    assert metrics["steps"] == 30 and metrics["world_size"] == 2
+    assert metrics["config"]["consistency"] == "backup:1"
+    assert metrics["step_loss"][-1] < metrics["step_loss"][0]
+    assert metrics["final_test_accuracy"] > 0.5
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--consistency", "ssp:x"], "bad --consistency 'ssp:x'"),
+        (["--straggler", "5:1"], "--straggler rank 5 does not exist"),
+    ],  # the other settings: tests/unit/test_ps_plan.py (checked where TrainConfig is made)
+)
+def test_bad_ps_settings_are_one_line_and_exit_2(tmp_path, args, needle):
+    proc = run_cadence("train", "--strategy", "ps", *args, cwd=tmp_path, timeout=60)
+    assert_one_line_error(proc, needle)
