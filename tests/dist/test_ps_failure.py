@@ -1,0 +1,23 @@
+"""A dead parameter server stops its worker with a clear error instead of a hang (one worker in
+this process, a real server subprocess)."""
+
+import pytest
+import torch
+
+from cadence.ps import PSConfig, PSTrainer
+from cadence.ps.worker import ServerTimeout
+from tests.dist.test_ps_parity import batch, make_model, make_optimizer
+
+
+def test_dead_server_is_named_within_the_timeout():
+    model = make_model()
+    config = PSConfig(workers=1, servers=2, priority="layer", timeout_s=1.0)
+    trainer = PSTrainer(model, make_optimizer("sgd", model.parameters()), config)
+    x, y = batch(0)
+    assert torch.isfinite(trainer.train_step(x, y))
+    trainer.servers[-1].kill()  # the worker's only server 1
+    trainer.servers[-1].wait()
+    with pytest.raises(ServerTimeout, match=r"server\(s\) \[(0, )?1\] sent no parameters"):
+        for _ in range(3):  # answers already in flight may still complete one step
+            trainer.train_step(x, y)
+    trainer.servers[0].kill()
