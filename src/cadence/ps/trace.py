@@ -58,12 +58,12 @@ def trace_ops(model: nn.Module, example: Tensor, iterations: int = 3) -> list[Op
     index = {id(p): i for i, p in enumerate(params)}
     try:
         gm = fx.symbolic_trace(model)
-    except Exception:  # fx raises many kinds on dynamic control flow
+        timer = _Timer(gm)
+        with torch.no_grad():
+            for _ in range(max(1, iterations)):
+                timer.run(example)
+    except Exception:  # fx raises many kinds on dynamic control flow, at trace or run time
         return module_order_ops(model)
-    timer = _Timer(gm)
-    with torch.no_grad():
-        for _ in range(max(1, iterations)):
-            timer.run(example)
     ops: list[Op] = []
     op_of: dict[str, int] = {}
     attr_params: dict[str, tuple[int, ...]] = {}
