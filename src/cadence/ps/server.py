@@ -38,16 +38,27 @@ class SliceState:
     """One slice on this server."""
 
     key: int
+    """`Slice.key`."""
     priority: int
+    """The slice's priority (0 = most urgent), echoed in every answer's header."""
     klass: int
+    """Channel (priority class) its answers leave on."""
     value: np.ndarray
+    """Current float32 values."""
     optimizer: SliceOptimizer
+    """This slice's optimizer state."""
     initialized: bool = False
+    """Worker 0's INIT has arrived; no pull is answered before."""
     version: int = 0
+    """Updates applied so far."""
     grad_sum: np.ndarray | None = None
+    """bsp/backup: sum of the gradients of step `version` received so far."""
     count: int = 0
+    """bsp/backup: how many gradients `grad_sum` holds."""
     clocks: list[int] = field(default_factory=list)
-    waiting: list[tuple[int, int]] = field(default_factory=list)  # (worker, step)
+    """ssp: steps each worker has pushed for this slice."""
+    waiting: list[tuple[int, int]] = field(default_factory=list)
+    """Pulls not answered yet: (worker, step)."""
 
 
 class Server:
