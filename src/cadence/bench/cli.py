@@ -119,7 +119,34 @@ def _add_dp(bsub: Any) -> None:
     p.set_defaults(func=_cmd_dp)
 
 
-_BENCHES: tuple[Callable[[Any], None], ...] = (_add_collectives, _add_dp)
+def _cmd_zero(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from cadence.zero.bench import run_bench
+
+    run_bench(
+        args.model, args.bandwidth, args.steps, args.freeze_steps, args.workers, Path(args.out)
+    )
+    return 0
+
+
+def _add_zero(bsub: Any) -> None:
+    p = bsub.add_parser(
+        "zero",
+        help="ZeRO stages 1/2/3 with and without 1-bit Adam against DDP + Adam in an "
+        "emulated cluster (iteration time and bytes per step)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--model", default="gpt_mini")
+    p.add_argument("--bandwidth", default="200mbit", help="link cap")
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--freeze-steps", type=int, default=10, help="1-bit Adam warm-up steps")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--out", default="results/zero-bench", help="directory for summary.json")
+    p.set_defaults(func=_cmd_zero)
+
+
+_BENCHES: tuple[Callable[[Any], None], ...] = (_add_collectives, _add_dp, _add_zero)
 
 
 def add_bench(sub: Any) -> Any:
