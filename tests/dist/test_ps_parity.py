@@ -80,7 +80,7 @@ TOL = {"rtol": 1e-4, "atol": 1e-5}
 PARITY_2 = [
     ("sgd", STEPS, {"servers": 1, "priority": "graph"}),
     ("adam", STEPS, {"servers": 2, "priority": "fifo"}),
-    ("sgd", STEPS, {"servers": 2, "priority": "layer", "classes": 1}),
+    ("sgd", STEPS, {"servers": 2, "priority": "layer", "classes": 1, "window_bytes": 64}),
     ("adam", STEPS, {"servers": 1, "consistency": "backup:2"}),  # K = W: synchronous
 ]
 DELAY = "1:0.15"

@@ -17,16 +17,17 @@ LR = 0.5
 class Fake:
     """W workers' channel sockets (class 0 only) talking to one in-thread server."""
 
-    def __init__(self, consistency, workers=2, length=2):
+    def __init__(self, consistency, workers=2, length=2, window=0, slices=None):
         self.server = Server(
             {
                 "workers": workers,
                 "consistency": consistency,
                 "classes": 2,
-                "slices": [[0, length, 0, 0], [1, 1, 1, 1]],
+                "slices": slices or [[0, length, 0, 0], [1, 1, 1, 1]],
                 "optimizer": "sgd",
                 "optimizer_kwargs": {"lr": LR},
                 "bind": "127.0.0.1",
+                "window_bytes": window,
             }
         )
         self.thread = threading.Thread(target=self.server.serve, daemon=True)
@@ -172,3 +173,23 @@ def test_bad_messages_are_counted_and_never_applied(bad):
     np.testing.assert_allclose(value, [1.0, 1.0])
     stats = fake.stop()
     assert (stats["rejected"], stats["applied"]) == (1, 0)
+
+
+def test_window_holds_answers_back_and_sends_the_most_urgent_first():
+    # Three 2-float slices, priorities 0 (A), 1 (B), 2 (C); a window of one slice (8 bytes).
+    fake = Fake("asp", workers=1, window=8, slices=[[k, 2, k, 0] for k in range(3)])
+    for key in range(3):
+        fake.send(0, Kind.INIT, values=[float(key)] * 2, key=key)
+    fake.send(0, Kind.PULL, key=2)  # C goes out at once (nothing in flight)
+    fake.send(0, Kind.PULL, key=1)
+    fake.send(0, Kind.PULL, key=0)
+    first = fake.recv(0)[0]
+    assert first.key == 2
+    assert fake.recv(0, timeout_ms=300) is None  # B and A wait for credit
+    order = []
+    for _ in range(2):
+        fake.send(0, Kind.ACK, values=[0.0, 0.0], key=order[-1] if order else 2)
+        order.append(fake.recv(0)[0].key)
+    assert order == [0, 1]  # A (most urgent) overtakes B, which was asked for first
+    fake.send(0, Kind.ACK, values=[0.0, 0.0], key=1)
+    assert fake.stop()["rejected"] == 0

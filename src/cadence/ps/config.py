@@ -60,6 +60,9 @@ class PSConfig:
     """Priority classes: channels (sockets) per worker-server pair, each with its DSCP mark."""
     slice_bytes: int = 4 << 20
     """Tensors larger than this (or than an even 1/S share of the model) are sliced."""
+    window_bytes: int = 1 << 20
+    """A server keeps at most this many unacknowledged parameter bytes in flight per worker
+    and sends the rest most urgent first as acknowledgements return (0: send all at once)."""
     straggler: str | None = None
     """`RANK:DELAY`: that worker sleeps DELAY seconds every step (experiments)."""
     timeout_s: float = 60.0
@@ -90,5 +93,7 @@ class PSConfig:
             raise UserError(
                 f"--straggler rank {straggler[0]} does not exist with {self.workers} workers"
             )
+        if self.window_bytes < 0:
+            raise UserError(f"window must be non-negative (got {self.window_bytes})")
         if not self.timeout_s > 0:
             raise UserError(f"timeout must be positive (got {self.timeout_s})")

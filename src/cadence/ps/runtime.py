@@ -150,6 +150,7 @@ class PSTrainer(nn.Module):
                 "optimizer": opt_name,
                 "optimizer_kwargs": opt_kwargs,
                 "parent_pid": os.getpid(),
+                "window_bytes": self.config.window_bytes,
             }
             proc, ports = spawn_server(settings)
             procs.append(proc)

@@ -84,6 +84,14 @@ class Server:
         self.stats = {"applied": 0, "dropped": 0, "rejected": 0, "received": 0}
         self.stopped: set[tuple[int, int]] = set()
         self._seq = 0
+        # Answers wait here, most urgent first, while a worker's unacknowledged bytes would
+        # exceed the window: then an urgent answer that becomes ready later overtakes the
+        # queued ones instead of queueing behind them in socket buffers (0: no window).
+        self.window = int(settings.get("window_bytes", 0))
+        self.outbox: list[list[tuple[int, int, int, list[bytes]]]] = [
+            [] for _ in range(self.workers)
+        ]
+        self.in_flight = [0] * self.workers
 
     def serve(self) -> None:
         poller = zmq.Poller()
@@ -139,6 +147,11 @@ class Server:
                     self._push(state, header, values)
             elif header.kind == Kind.PULL:
                 state.waiting.append((header.worker, header.step))
+            elif header.kind == Kind.ACK:
+                self.in_flight[header.worker] -= 4 * min(header.numel, state.value.size)
+                self.in_flight[header.worker] = max(0, self.in_flight[header.worker])
+                self._flush(header.worker)
+                return
             else:
                 raise BadMessage(f"a server does not accept {header.kind.name}")
             self._answer(state)
@@ -205,9 +218,27 @@ class Server:
                 min(state.clocks),
                 state.value.size,
             )
-            ident = f"w{worker}".encode()
-            self.routers[state.klass].send_multipart([ident, header.pack(), state.value.tobytes()])
+            frames = [f"w{worker}".encode(), header.pack(), state.value.tobytes()]
+            self._seq += 1
+            heapq.heappush(self.outbox[worker], (state.priority, self._seq, state.klass, frames))
+            self._flush(worker)
         state.waiting = keep
+
+    def _flush(self, worker: int) -> None:
+        """Send queued answers to `worker`, most urgent first, while the window allows (one
+        answer may always be in flight)."""
+        queue = self.outbox[worker]
+        while queue:
+            size = len(queue[0][3][2])
+            if (
+                self.window
+                and self.in_flight[worker]
+                and self.in_flight[worker] + size > self.window
+            ):
+                return
+            _, _, klass, frames = heapq.heappop(queue)
+            self.routers[klass].send_multipart(frames)
+            self.in_flight[worker] += size
 
 
 def _peek_priority(frames: list[bytes]) -> int:

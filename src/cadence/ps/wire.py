@@ -33,6 +33,7 @@ class Kind(IntEnum):
     PARAM = 4  # server -> worker: the slice's value at version `step`, `extra` = min clock
     STOP = 5  # worker -> server: this worker is done
     STATS = 6  # server -> worker: JSON counters, the answer to STOP
+    ACK = 7  # worker -> server: a PARAM of `numel` elements arrived (returns send credit)
 
 
 class BadMessage(ValueError):

@@ -140,7 +140,7 @@ class WorkerChannels:
                     else:
                         while True:
                             try:
-                                self._receive(sock.recv_multipart(zmq.NOBLOCK))
+                                self._receive(sock, sock.recv_multipart(zmq.NOBLOCK))
                             except zmq.Again:
                                 break
         except BaseException as exc:  # surfaced to the training thread by the next wait
@@ -150,7 +150,7 @@ class WorkerChannels:
                 for sock in row:
                     sock.close(linger=0)
 
-    def _receive(self, frames: list[bytes]) -> None:
+    def _receive(self, sock: zmq.Socket[bytes], frames: list[bytes]) -> None:
         header = Header.unpack(frames[0])
         if header.kind == Kind.STATS:
             self._stats.put(json.loads(frames[1]))
@@ -160,6 +160,9 @@ class WorkerChannels:
         piece = self.plan.slices[header.key]
         target = self.flat[piece.param][piece.start : piece.start + piece.length]
         target.copy_(torch.frombuffer(bytearray(frames[1]), dtype=torch.float32))
+        # Acknowledge on the same channel: returns the server's send credit (its window).
+        ack = Header(Kind.ACK, header.priority, self.rank, header.key, header.step, 0, header.numel)
+        sock.send_multipart([ack.pack(), b""])
         self.versions[header.key] = header.step
         self.min_clocks[header.key] = header.extra
         block = self.block_of_key[header.key]
