@@ -8,16 +8,20 @@ from tests.cli_helpers import assert_one_line_error, run_cadence
 
 
 def test_train_ps_backup_workers_with_a_straggler(tmp_path):
+    # 3 workers, steps made by the first 2 gradients, worker 2 slowed: the fast workers reach
+    # each epoch end first and wait there, so the straggler must finish its steps without them
+    # (it hung before workers said they pause).
     proc = run_cadence(
-        "train", "--model", "mlp", "--strategy", "ps", "--servers", "2", "--workers", "2",
-        "--consistency", "backup:1", "--straggler", "1:0.02", "--ps-priority", "graph",
-        "--optimizer", "sgd", "--lr", "0.05", "--steps", "30", "--out", "out", "--name", "ps",
-        cwd=tmp_path,
+        "train", "--model", "mlp", "--strategy", "ps", "--servers", "2", "--workers", "3",
+        "--consistency", "backup:2", "--straggler", "2:0.02", "--ps-priority", "graph",
+        "--optimizer", "sgd", "--lr", "0.05", "--batch-size", "48", "--steps", "40",
+        "--out", "out", "--name", "ps", cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     metrics = json.loads((tmp_path / "out" / "ps" / "metrics.json").read_text())
-    assert metrics["steps"] == 30 and metrics["world_size"] == 2
-    assert metrics["config"]["consistency"] == "backup:1"
+    assert metrics["steps"] == 40 and metrics["world_size"] == 3
+    assert len(metrics["epochs"]) == 2  # crosses an epoch end
+    assert metrics["config"]["consistency"] == "backup:2"
     assert metrics["step_loss"][-1] < metrics["step_loss"][0]
     assert metrics["final_test_accuracy"] > 0.5
 

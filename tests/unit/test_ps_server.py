@@ -193,3 +193,25 @@ def test_window_holds_answers_back_and_sends_the_most_urgent_first():
     assert order == [0, 1]  # A (most urgent) overtakes B, which was asked for first
     fake.send(0, Kind.ACK, values=[0.0, 0.0], key=1)
     assert fake.stop()["rejected"] == 0
+
+
+def test_backup_makes_steps_without_idle_workers():
+    fake = Fake("backup:2", workers=3)
+    fake.send(0, Kind.INIT, values=[0.0, 0.0])
+    fake.send(0, Kind.PUSH, 0, [1.0, 1.0])
+    fake.send(1, Kind.PUSH, 0, [3.0, 3.0])
+    assert fake.value(1, step=1)[0].step == 1  # K = 2 of 3 made step 0 (-0.5 * 2)
+    for w in (0, 1):  # the fast workers pause (the training loop evaluates, or is done)
+        fake.send(w, Kind.IDLE, 0)
+    fake.send(2, Kind.PUSH, 1, [2.0, 2.0])  # the straggler, alone at work now
+    header, value = fake.value(2, step=2)
+    assert header.step == 2
+    np.testing.assert_allclose(value, [-2.0, -2.0])  # -1 - 0.5 * 2
+    fake.send(0, Kind.PUSH, 0, [9.0, 9.0])  # a late step-0 gradient: dropped, still idle
+    fake.send(0, Kind.PUSH, 2, [2.0, 2.0])  # back at work: step 2 needs K = 2 again
+    fake.send(0, Kind.PULL, 3)
+    assert fake.recv(0, timeout_ms=300) is None
+    fake.send(1, Kind.PUSH, 2, [2.0, 2.0])
+    np.testing.assert_allclose(np.frombuffer(fake.recv(0)[1], np.float32), [-3.0, -3.0])
+    stats = fake.stop()
+    assert (stats["applied"], stats["dropped"]) == (3, 1)

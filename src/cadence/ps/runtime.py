@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,7 @@ class PSTrainer(nn.Module):
         config: PSConfig,
         rank: int = 0,
         example: Tensor | None = None,
+        pause_after: Callable[[int], bool] | None = None,
     ) -> None:
         super().__init__()
         self.module = model
@@ -120,6 +122,8 @@ class PSTrainer(nn.Module):
         )
         self.step = 0
         self.max_staleness = 0
+        self.iterations = 0
+        self.pause_after = pause_after
         self._pushed: set[int] = set()
         self._handles = [
             block.register_forward_pre_hook(self._make_wait(b)) for b, block in enumerate(blocks)
@@ -190,6 +194,7 @@ class PSTrainer(nn.Module):
             self._send(Kind.PULL, key, step)
 
     def _push_param(self, index: int) -> None:
+        self._last_push = self.step
         keys = [s.key for s in self.plan.slices_of(index)]
         for key in keys:
             self._send(Kind.PUSH, key, self.step, self._flat(key, grad=True))
@@ -221,6 +226,9 @@ class PSTrainer(nn.Module):
                 self._push_param(index)
         if self.config.priority != "fifo":
             self._pull(self.plan.pull_order(), self.step + 1)
+        self.iterations += 1
+        if self.pause_after is not None and self.pause_after(self.iterations):
+            self._idle()  # e.g. the loop's epoch end: it waits there for every worker
         return loss.detach()
 
     def _advance(self) -> None:
@@ -234,10 +242,20 @@ class PSTrainer(nn.Module):
         self._started = True
 
     _started = False
+    _last_push = -1
 
     def sync(self) -> None:
-        """Wait until the parameters of the next step are all here."""
+        """Wait until the parameters of the next step are all here. With backup workers, also
+        tell the servers this worker pauses (the loop evaluates, or is done), so workers still
+        behind make their steps without it instead of waiting for K gradients forever."""
         self.channels.wait_all()
+        self._idle()
+
+    def _idle(self) -> None:
+        if self.mode == "backup" and self._last_push >= 0:
+            for server in range(self.config.servers):
+                header = Header(Kind.IDLE, 0, self.rank, 0, self._last_push)
+                self.channels.send(server, 0, header)
 
     def close(self) -> dict[str, Any]:
         """Stop the servers (every worker must call it); returns the servers' counters summed

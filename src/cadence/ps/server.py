@@ -92,6 +92,9 @@ class Server:
             [] for _ in range(self.workers)
         ]
         self.in_flight = [0] * self.workers
+        # backup: workers pausing (between epochs, or done) after pushing the step noted here;
+        # a step is then made from fewer than K gradients rather than never.
+        self.idle: list[int | None] = [None] * self.workers
 
     def serve(self) -> None:
         poller = zmq.Poller()
@@ -135,6 +138,11 @@ class Server:
             if header.kind == Kind.STOP:
                 self._stop(header.worker, klass)
                 return
+            if header.kind == Kind.IDLE:
+                self.idle[header.worker] = header.step
+                for waiting in self.slices.values():
+                    self._complete(waiting)
+                return
             state = self.slices.get(header.key)
             if state is None:
                 raise BadMessage(f"slice {header.key} is not on this server")
@@ -174,7 +182,10 @@ class Server:
             self._apply(state, grad / self.workers)
             state.clocks[header.worker] = max(state.clocks[header.worker], header.step + 1)
             return
-        need = self.workers if self.mode == "bsp" else self.bound
+        rested = self.idle[header.worker]
+        if rested is not None and header.step > rested:
+            self.idle[header.worker] = None  # back at work
+        need = self._need()
         if header.step != state.version or state.count >= need:
             if self.mode == "bsp":
                 raise BadMessage(f"BSP gradient for step {header.step} at version {state.version}")
@@ -185,9 +196,22 @@ class Server:
         else:
             state.grad_sum += grad
         state.count += 1
-        if state.count == need:
-            self._apply(state, state.grad_sum / need)
+        self._complete(state)
+
+    def _need(self) -> int:
+        """Gradients that make a step: W (bsp), or K, fewer if fewer are at work (backup)."""
+        if self.mode == "bsp":
+            return self.workers
+        working = sum(1 for step in self.idle if step is None)
+        return max(1, min(self.bound, working))
+
+    def _complete(self, state: SliceState) -> None:
+        """Apply the step once enough gradients are in, and answer whoever waits."""
+        if self.mode in ("bsp", "backup") and state.count and state.count >= self._need():
+            assert state.grad_sum is not None
+            self._apply(state, state.grad_sum / state.count)
             state.grad_sum, state.count = None, 0
+            self._answer(state)
 
     def _apply(self, state: SliceState, grad: np.ndarray) -> None:
         state.optimizer.step(state.value, grad)

@@ -34,6 +34,7 @@ class Kind(IntEnum):
     STOP = 5  # worker -> server: this worker is done
     STATS = 6  # server -> worker: JSON counters, the answer to STOP
     ACK = 7  # worker -> server: a PARAM of `numel` elements arrived (returns send credit)
+    IDLE = 8  # worker -> server: pausing after pushing step `step` (backup: do not wait for me)
 
 
 class BadMessage(ValueError):
