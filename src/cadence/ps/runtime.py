@@ -32,7 +32,7 @@ from cadence.ps.config import PSConfig, parse_consistency, parse_straggler
 from cadence.ps.plan import PSPlan, build_plan
 from cadence.ps.trace import model_blocks, model_priorities, param_infos
 from cadence.ps.wire import Header, Kind
-from cadence.ps.worker import WorkerChannels
+from cadence.ps.worker import ServerTimeout, WorkerChannels
 
 _OPT_KEYS = ("lr", "momentum", "dampening", "nesterov", "weight_decay", "betas", "eps")
 
@@ -120,6 +120,7 @@ class PSTrainer(nn.Module):
         self.channels = WorkerChannels(
             self.plan, rank, self.addresses, self.params, len(blocks), config.timeout_s
         )
+        self.channels.check = self._check_servers
         self.step = 0
         self.max_staleness = 0
         self.iterations = 0
@@ -139,6 +140,7 @@ class PSTrainer(nn.Module):
     def _start_servers(self, opt_name: str, opt_kwargs: dict[str, Any]) -> list[Any]:
         world = dist.get_world_size() if dist.is_initialized() else 1
         mine: dict[int, tuple[str, list[int]]] = {}
+        self._owned: list[int] = []
         procs = []
         for server in range(self.rank, self.config.servers, world):
             slices = [
@@ -158,6 +160,7 @@ class PSTrainer(nn.Module):
             }
             proc, ports = spawn_server(settings)
             procs.append(proc)
+            self._owned.append(server)
             mine[server] = (own_address(), ports)
         gathered: list[Any] = [mine]
         if dist.is_initialized():
@@ -166,6 +169,14 @@ class PSTrainer(nn.Module):
         table = {s: addr for part in gathered for s, addr in part.items()}
         self.addresses = [table[s] for s in range(self.config.servers)]
         return procs
+
+    def _check_servers(self) -> None:
+        for server, proc in zip(self._owned, self.servers, strict=True):
+            if proc.poll() is not None:
+                raise ServerTimeout(
+                    f"worker {self.rank}: parameter server {server} (pid {proc.pid}) exited "
+                    f"with code {proc.returncode}"
+                )
 
     def _make_wait(self, block: int) -> Any:
         def wait(module: nn.Module, args: Any) -> None:

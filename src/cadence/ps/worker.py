@@ -11,13 +11,16 @@ from __future__ import annotations
 import json
 import queue
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 import torch
 import zmq
 
 from cadence.ps.plan import PSPlan
 from cadence.ps.wire import Header, Kind, channel_socket
+
+_CHECK_S = 0.5
 
 
 class ServerTimeout(RuntimeError):
@@ -50,6 +53,8 @@ class WorkerChannels:
         # block the communication thread's bookkeeping)
         self._stats: queue.SimpleQueue[dict[str, int]] = queue.SimpleQueue()
         self.error: BaseException | None = None
+        self.check: Callable[[], None] | None = None
+        """Called while waiting: raises if a server this process started has died."""
         self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         endpoint = f"inproc://ps-worker-{id(self)}"
         self._inbox = self.ctx.socket(zmq.PAIR)
@@ -75,15 +80,21 @@ class WorkerChannels:
                 self.ready[block].clear()
 
     def wait_block(self, block: int) -> None:
-        if not self.ready[block].wait(self.timeout_s):
+        """Wait for a block's parameters; fail at once if `check` reports a dead server, or
+        after the timeout naming the servers that owe them."""
+        deadline = time.monotonic() + self.timeout_s
+        while not self.ready[block].wait(min(_CHECK_S, max(0.0, deadline - time.monotonic()))):
             self._raise_if_failed()
-            servers = sorted(
-                {s.server for s in self.plan.slices if self.block_of_key[s.key] == block}
-            )
-            raise ServerTimeout(
-                f"worker {self.rank}: parameter server(s) {servers} sent no parameters for "
-                f"block {block} within {self.timeout_s:.0f} s (dead or unreachable?)"
-            )
+            if self.check is not None:
+                self.check()
+            if time.monotonic() >= deadline:
+                servers = sorted(
+                    {s.server for s in self.plan.slices if self.block_of_key[s.key] == block}
+                )
+                raise ServerTimeout(
+                    f"worker {self.rank}: parameter server(s) {servers} sent no parameters for "
+                    f"block {block} within {self.timeout_s:.0f} s (dead or unreachable?)"
+                )
         self._raise_if_failed()
 
     def wait_all(self) -> None:
