@@ -46,7 +46,7 @@ class Fake:
         header = Header(kind, 0, w, key, step, 0, len(values), **fields)
         self.socks[w].send_multipart([header.pack(), data])
 
-    def recv(self, w, timeout_ms=5000):
+    def recv(self, w, timeout_ms=30000):
         if not self.socks[w].poll(timeout_ms):
             return None
         raw, payload = self.socks[w].recv_multipart()
