@@ -23,6 +23,9 @@ _LAZY = {
     "SimResult": ("cadence.sim", "SimResult"),
     "zero": ("cadence.zero", "zero"),
     "parallelize_gpt": ("cadence.tp", "parallelize_gpt"),
+    # `cadence.pipeline` is the subpackage, so its entry point is exported as pipeline_parallel.
+    "pipeline_parallel": ("cadence.pipeline", "pipeline"),
+    "model_parallel": ("cadence.pipeline", "model_parallel"),
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -55,6 +55,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
         schedule=args.schedule,
         recompute=args.recompute,
         pipeline_backend=args.pipeline_backend,
+        servers=args.servers,
+        consistency=args.consistency,
+        ps_priority=args.ps_priority,
+        straggler=args.straggler,
     )
     metrics, run_dir = train(config)
     if run_dir is not None:
@@ -243,6 +247,18 @@ def _add_train(sub: Any) -> None:
         default="auto",
         help="pipeline runtime: auto, cadence, torch (torch's runtime on our action lists) "
         "or torch-builtin (torch's ScheduleGPipe/Schedule1F1B)",
+    )
+    # --strategy ps (cadence.ps)
+    p.add_argument("--servers", type=int, default=1, help="ps: parameter server processes")
+    p.add_argument(
+        "--consistency", default="bsp", help="ps: bsp, asp, ssp:S (staleness) or backup:K"
+    )
+    p.add_argument("--ps-priority", default="graph", help="ps: transfer order fifo, layer or graph")
+    p.add_argument(
+        "--straggler",
+        default=None,
+        metavar="RANK:DELAY",
+        help="ps: that worker sleeps DELAY seconds every step",
     )
     p.add_argument("--json", default=None, metavar="FILE", help="also write the metrics here")
     p.set_defaults(func=_cmd_train)

@@ -86,6 +86,19 @@ class TrainConfig:
     """Pipeline runtime: torch (torch's runtime on our action lists), cadence (ours; needed for
     kfkb:K>1 and recompute), torch-builtin (torch's ScheduleGPipe/Schedule1F1B), auto."""
 
+    # --- parameter server (--strategy ps; cadence.ps) ---
+    servers: int = 1
+    """Parameter servers S, started by the workers (server s by worker s % W); parameters are
+    balanced over them by bytes, large tensors sliced."""
+    consistency: str = "bsp"
+    """Parameter server: bsp, asp, ssp:S (at most S steps ahead of the slowest worker) or
+    backup:K (the first K of W gradients make each step; late ones are dropped)."""
+    ps_priority: str = "graph"
+    """Parameter server transfer order: fifo, layer (block order) or graph (torch.fx critical
+    path from measured per-op times)."""
+    straggler: str | None = None
+    """`RANK:DELAY`: that parameter-server worker sleeps DELAY seconds every step."""
+
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise UserError(f"--workers must be at least 1 (got {self.workers})")
@@ -113,6 +126,22 @@ class TrainConfig:
         self._check_dp()
         self._check_zero()
         self._check_pipeline()
+        self._check_ps()
+
+    def _check_ps(self) -> None:
+        from cadence.ps.config import PSConfig  # torch-free
+
+        if self.strategy != "ps":
+            if self.straggler is not None:
+                raise UserError("--straggler is for --strategy ps")
+            return
+        PSConfig(
+            servers=self.servers,
+            workers=self.workers,
+            consistency=self.consistency,
+            priority=self.ps_priority,
+            straggler=self.straggler,
+        )
 
     def _check_dp(self) -> None:
         if not self.ddp_bucket_mb > 0:

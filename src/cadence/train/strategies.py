@@ -160,6 +160,24 @@ def _unwrap_pipeline(model: nn.Module) -> nn.Module:
     return full
 
 
+# --- parameter server (cadence.ps) ---------------------------------------------------------
+def _ps_for(config: TrainConfig) -> Wrap:
+    def wrap(
+        model: nn.Module, optimizer: Optimizer, ctx: DistContext
+    ) -> tuple[nn.Module, Optimizer]:
+        from cadence.ps.strategy import ps_wrap
+
+        return ps_wrap(model, optimizer, ctx.rank, ctx.world_size, config)
+
+    return wrap
+
+
+def _unwrap_ps(model: nn.Module) -> nn.Module:
+    from cadence.ps.strategy import ps_unwrap
+
+    return ps_unwrap(model)
+
+
 _STRATEGIES: dict[str, Strategy] = {
     "ddp": Strategy(
         "ddp",
@@ -195,6 +213,14 @@ _STRATEGIES: dict[str, Strategy] = {
         ),
         _unwrap_pipeline,
         _pipeline_for,
+    ),
+    "ps": Strategy(
+        "ps",
+        "parameter servers (--servers) over ZeroMQ: prioritised pulls (--ps-priority), "
+        "--consistency bsp|asp|ssp:S|backup:K",
+        lambda model, optimizer, ctx: _ps_for(TrainConfig(strategy="ps"))(model, optimizer, ctx),
+        _unwrap_ps,
+        _ps_for,
     ),
 }
 
