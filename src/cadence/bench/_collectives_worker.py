@@ -11,7 +11,6 @@ import os
 import statistics
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -23,9 +22,7 @@ from cadence.bench.collectives import CollectivesBenchConfig
 from cadence.comm import collectives as ours
 from cadence.comm import destroy, init_from_env
 from cadence.comm.calibrate import calibrate
-from cadence.errors import UserError
-from cadence.launch.env import LOG_FILE_ENV
-from cadence.launch.errors import record_error
+from cadence.launch.errors import fail_worker
 
 # A timed block repeats a call until ~1 MB has moved (1 to 8 calls): single calls of small
 # messages are too short for the clock, and the median of several drops scheduler hiccups.
@@ -120,14 +117,7 @@ def main(argv: list[str]) -> int:
         raw["sizes"], raw["collectives"] = tuple(raw["sizes"]), tuple(raw["collectives"])
         run(CollectivesBenchConfig(**raw), Path(argv[1]))
     except BaseException as exc:  # record every cause for the parent, then die
-        record_error(rank, exc, isinstance(exc, UserError))
-        log = os.environ.get(LOG_FILE_ENV)
-        if log:
-            with open(log, "a") as stream:
-                traceback.print_exc(file=stream)
-        else:
-            traceback.print_exc()
-        return 130 if isinstance(exc, KeyboardInterrupt) else 1
+        return fail_worker(rank, exc)
     return 0
 
 

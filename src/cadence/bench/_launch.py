@@ -8,50 +8,19 @@ reports it: the earliest recorded cause, in one line.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import cadence
-from cadence.errors import UserError, WorkerFailed
+from cadence.errors import WorkerFailed
 from cadence.launch.env import ERROR_FILE_ENV, LOG_FILE_ENV, THREADS_ENV
-from cadence.launch.errors import read_error
+from cadence.launch.local import error_file, failure_cause, log_file, stop_all
 from cadence.netem import EmulatedCluster
 
 _MASTER_PORT = 29500  # every port is free inside a fresh namespace
 _POLL_S = 0.2
-_GRACE_S = 5.0
-
-
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + _GRACE_S
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _failure(procs: list[subprocess.Popen[bytes]], logs: Path, dead: list[int]) -> Exception:
-    """The earliest recorded error (peers fail afterwards on closed sockets); else the first
-    rank seen dying without a record (a native crash)."""
-    records = [read_error(logs / f"rank{rank}.error.json") for rank in range(len(procs))]
-    errors = [e for e in records if e is not None and e.kind != "KeyboardInterrupt"]
-    if errors:
-        first = min(errors, key=lambda e: e.time)
-        if first.user_error:
-            return UserError(first.message)
-        log = logs / f"rank{first.rank}.log"
-        return WorkerFailed(f"rank {first.rank} failed: {first.summary()} (traceback in {log})")
-    code = procs[dead[0]].returncode or 0
-    cause = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-    return WorkerFailed(f"rank {dead[0]} died with {cause} (output in {logs})")
 
 
 def _env(cluster: EmulatedCluster, rank: int, logs: Path, threads: int) -> dict[str, str]:
@@ -69,8 +38,8 @@ def _env(cluster: EmulatedCluster, rank: int, logs: Path, threads: int) -> dict[
         PYTHONUNBUFFERED="1",
     )
     env[THREADS_ENV] = str(threads)
-    env[ERROR_FILE_ENV] = str(logs / f"rank{rank}.error.json")
-    env[LOG_FILE_ENV] = str(logs / f"rank{rank}.log")
+    env[ERROR_FILE_ENV] = str(error_file(logs, rank))
+    env[LOG_FILE_ENV] = str(log_file(logs, rank))
     env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10d warns about every reverse-DNS miss
     return env
 
@@ -87,7 +56,7 @@ def run_workers(
     try:
         for rank in range(len(cluster.hosts)):
             cmd = [*cluster.exec_prefix(rank), sys.executable, "-m", module, *args]
-            with open(logs / f"rank{rank}.log", "ab") as stream:
+            with open(log_file(logs, rank), "ab") as stream:
                 procs.append(
                     subprocess.Popen(
                         cmd, env=_env(cluster, rank, logs, threads), stdout=stream, stderr=stream
@@ -98,12 +67,12 @@ def run_workers(
             dead = [rank for rank, c in enumerate(codes) if c not in (None, 0)]
             if dead:
                 time.sleep(_POLL_S)  # let the root cause finish writing its error file
-                _stop(procs)
-                raise _failure(procs, logs, dead)
+                stop_all(procs)
+                raise failure_cause(procs, logs, dead)
             if all(c == 0 for c in codes):
                 return
             if time.monotonic() > deadline:
                 raise WorkerFailed(f"workers did not finish in {timeout_s:.0f} s (logs in {logs})")
             time.sleep(_POLL_S)
     finally:
-        _stop(procs)
+        stop_all(procs)

@@ -9,7 +9,8 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from cadence.launch.env import ERROR_FILE_ENV
+from cadence.errors import UserError
+from cadence.launch.env import ERROR_FILE_ENV, LOG_FILE_ENV
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,19 @@ def record_error(rank: int, exc: BaseException, user_error: bool) -> None:
     tmp = Path(path).with_suffix(".tmp")
     tmp.write_text(json.dumps(data))
     os.replace(tmp, path)
+
+
+def fail_worker(rank: int, exc: BaseException) -> int:
+    """What a worker entry point does with the exception that ends it: record it for the
+    launcher, put the traceback in its log (or on stderr), and return the exit status."""
+    record_error(rank, exc, isinstance(exc, UserError))
+    log = os.environ.get(LOG_FILE_ENV)
+    if log:
+        with open(log, "a") as stream:
+            traceback.print_exception(exc, file=stream)
+    else:
+        traceback.print_exception(exc)
+    return 130 if isinstance(exc, KeyboardInterrupt) else 1
 
 
 def read_error(path: Path) -> RankError | None:

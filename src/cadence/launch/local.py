@@ -79,8 +79,8 @@ def _worker_env(
         OMP_NUM_THREADS=str(threads),
         PYTHONUNBUFFERED="1",
     )
-    env[ERROR_FILE_ENV] = str(_error_file(logs, rank))
-    env[LOG_FILE_ENV] = str(_log_file(logs, rank))
+    env[ERROR_FILE_ENV] = str(error_file(logs, rank))
+    env[LOG_FILE_ENV] = str(log_file(logs, rank))
     env[THREADS_ENV] = str(threads)
     # c10d warns about every reverse-DNS miss inside namespaces; keep real errors only.
     env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
@@ -92,15 +92,15 @@ def _worker_env(
     return env
 
 
-def _error_file(logs: Path, rank: int) -> Path:
+def error_file(logs: Path, rank: int) -> Path:
     return logs / f"rank{rank}.error.json"
 
 
-def _log_file(logs: Path, rank: int) -> Path:
+def log_file(logs: Path, rank: int) -> Path:
     return logs / f"rank{rank}.log"
 
 
-def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
     for proc in procs:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -113,7 +113,7 @@ def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
             proc.wait()
 
 
-def _failure(procs: list[subprocess.Popen[bytes]], logs: Path, dead: list[int]) -> Exception:
+def failure_cause(procs: list[subprocess.Popen[bytes]], logs: Path, dead: list[int]) -> Exception:
     """Name the root cause among the ranks in `dead` (seen exiting badly before the supervisor
     stopped the others, whose SIGTERM is a consequence, not a cause).
 
@@ -121,13 +121,13 @@ def _failure(procs: list[subprocess.Popen[bytes]], logs: Path, dead: list[int]) 
     errors its peers recorded are then almost always their sockets closing under them. Otherwise
     the earliest recorded failure is the cause.
     """
-    records = {rank: read_error(_error_file(logs, rank)) for rank in range(len(procs))}
+    records = {rank: read_error(error_file(logs, rank)) for rank in range(len(procs))}
     silent = [rank for rank in dead if records[rank] is None]
     if silent:
         rank = silent[0]
         code = procs[rank].returncode or 0
         cause = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-        log = _log_file(logs, rank)
+        log = log_file(logs, rank)
         where = f" (its output is in {log})" if log.exists() else ""
         return WorkerFailed(f"rank {rank} died with {cause} before recording an error{where}")
     errors = [e for e in records.values() if e is not None]
@@ -137,7 +137,7 @@ def _failure(procs: list[subprocess.Popen[bytes]], logs: Path, dead: list[int]) 
     first: RankError = min(errors, key=lambda e: e.time)
     if first.user_error:
         return UserError(first.message)
-    log = _log_file(logs, first.rank)
+    log = log_file(logs, first.rank)
     return WorkerFailed(f"rank {first.rank} failed: {first.summary()} (traceback in {log})")
 
 
@@ -156,7 +156,7 @@ def launch_local(
     else:
         port = config.master_port or 29500  # inside a fresh namespace every port is free
     for rank in range(config.workers):
-        _error_file(logs, rank).unlink(missing_ok=True)
+        error_file(logs, rank).unlink(missing_ok=True)
 
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -165,7 +165,7 @@ def launch_local(
             if cluster is not None:
                 cmd = cluster.exec_prefix(rank) + cmd
             # Rank 0 owns the terminal (progress bar); the others write to their log files.
-            stream = open(_log_file(logs, rank), "ab") if rank else None  # noqa: SIM115
+            stream = open(log_file(logs, rank), "ab") if rank else None  # noqa: SIM115
             procs.append(
                 subprocess.Popen(
                     cmd,
@@ -181,11 +181,11 @@ def launch_local(
             dead = [rank for rank, c in enumerate(codes) if c not in (None, 0)]
             if dead:
                 time.sleep(POLL_S)  # let the root cause finish writing its error file
-                _stop_all(procs)
-                raise _failure(procs, logs, dead)
+                stop_all(procs)
+                raise failure_cause(procs, logs, dead)
             if all(c == 0 for c in codes):
                 break
             time.sleep(POLL_S)
     finally:
-        _stop_all(procs)
+        stop_all(procs)
     return json.loads((run_dir / "metrics.json").read_text())

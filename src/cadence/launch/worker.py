@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +16,8 @@ import torch.distributed as dist
 
 from cadence.comm import destroy, init_from_env
 from cadence.config import TrainConfig
-from cadence.errors import UserError
-from cadence.launch.env import BANDWIDTH_ENV, LOG_FILE_ENV, THREADS_ENV
-from cadence.launch.errors import record_error
+from cadence.launch.env import BANDWIDTH_ENV, THREADS_ENV
+from cadence.launch.errors import fail_worker
 
 
 def run_worker(config: TrainConfig, run_dir: Path | None) -> dict[str, Any]:
@@ -49,14 +47,7 @@ def main(argv: list[str]) -> int:
     try:
         run_worker(config, run_dir if rank == 0 else None)
     except BaseException as exc:  # record every cause, Ctrl-C included, then die
-        record_error(rank, exc, isinstance(exc, UserError))
-        log = os.environ.get(LOG_FILE_ENV)
-        if log:
-            with open(log, "a") as stream:
-                traceback.print_exc(file=stream)
-        else:
-            traceback.print_exc()
-        return 130 if isinstance(exc, KeyboardInterrupt) else 1
+        return fail_worker(rank, exc)
     return 0
 
 
