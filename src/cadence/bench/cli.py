@@ -17,6 +17,11 @@ def _command_line() -> str:
     return "cadence " + shlex.join(sys.argv[1:])
 
 
+def _names(text: str) -> tuple[str, ...]:
+    """A comma-separated flag value as its non-empty items."""
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
 def _cmd_collectives(args: argparse.Namespace) -> int:
     from cadence.bench.collectives import (
         DEFAULT_COLLECTIVES,
@@ -26,7 +31,7 @@ def _cmd_collectives(args: argparse.Namespace) -> int:
     )
     from cadence.netem import parse_bandwidth
 
-    collectives = tuple(c.strip() for c in args.collectives.split(",") if c.strip())
+    collectives = _names(args.collectives)
     config = CollectivesBenchConfig(
         sizes=parse_sizes(args.sizes) if args.sizes else CollectivesBenchConfig().sizes,
         collectives=collectives or DEFAULT_COLLECTIVES,
@@ -72,18 +77,15 @@ def _add_collectives(bsub: Any) -> None:
 def _cmd_dp(args: argparse.Namespace) -> int:
     from cadence.bench.dp import DPBenchConfig, run_dp_bench
 
-    def names(text: str) -> tuple[str, ...]:
-        return tuple(part.strip() for part in text.split(",") if part.strip())
-
     try:
-        buckets = tuple(float(mb) for mb in names(args.ddp_buckets_mb))
+        buckets = tuple(float(mb) for mb in _names(args.ddp_buckets_mb))
     except ValueError:
         from cadence.errors import UserError
 
         raise UserError(f"--ddp-buckets-mb must be numbers, got '{args.ddp_buckets_mb}'") from None
     config = DPBenchConfig(
-        models=names(args.models),
-        caps=names(args.caps),
+        models=_names(args.models),
+        caps=_names(args.caps),
         workers=args.workers,
         batch_size=args.batch_size,
         steps=args.steps,
