@@ -1,0 +1,360 @@
+"""Task graph of one pipeline step, built from the same `Schedule` the executor runs.
+
+What the graph follows (`cadence/pipeline/executor.py`, our runtime):
+
+- stage s runs its action list in order on one compute stream; an action on a group of K
+  micro-batches is K forward (or backward) tasks, one per micro-batch, so memory rises and
+  falls micro-batch by micro-batch;
+- after a forward group, the group's activations go to stage s + 1 as ONE message (one
+  latency, K x the bytes); after a backward group, its input gradients go back to s - 1 the
+  same way. Sends are asynchronous: the sender computes on while the message moves;
+- a forward on s > 0 (a backward on s < S - 1) waits for its group's message
+  (`validation.message_source`, the dependency the validator replays);
+- a message is a flow over the sender's transmit link and the receiver's receive link (both
+  directions of a cable are separate, as on full-duplex Ethernet), shared fairly with any
+  other message in flight there;
+- after its last action, each stage steps its optimizer (`update_s_per_byte` x its parameter
+  bytes); the step ends when every stage has finished (pipelines flush every step).
+
+Memory per stage: parameters + gradients + optimizer state from the start, plus each
+micro-batch's saved activations from the end of its forward to the end of its backward (with
+recomputation: its input only, plus the full activations of the one micro-batch being
+recomputed) -- the accounting of `pipeline/memory.py`, but over simulated time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cadence.comm.cost import AlphaBeta
+from cadence.errors import UserError
+from cadence.pipeline.schedule import FORWARD, Action, Schedule
+from cadence.pipeline.stages import StagePlan
+from cadence.pipeline.validation import message_source, validate
+from cadence.profile import Profile
+from cadence.sim.engine import Schedule as Timed
+from cadence.sim.engine import run
+from cadence.sim.graph import LINK, STREAM, TaskGraph
+from cadence.sim.metrics import (
+    SimResult,
+    _intersection,
+    _length,
+    _union,
+    memory_timeline,
+    moving_interval,
+)
+
+MESSAGE_KINDS = ("activation", "gradient")
+
+
+@dataclass(frozen=True)
+class Affine:
+    """Seconds of some work on n samples: `fixed_s + per_sample_s * n`."""
+
+    fixed_s: float
+    """Cost paid whatever the size (per-operator overhead; large for small CPU batches)."""
+    per_sample_s: float
+    """Cost of each sample."""
+
+    def __call__(self, samples: int) -> float:
+        return max(0.0, self.fixed_s + self.per_sample_s * samples)
+
+
+@dataclass(frozen=True)
+class StageCosts:
+    """Compute cost of each stage as a function of the micro-batch size."""
+
+    forward: tuple[Affine, ...]
+    """Forward of one micro-batch on each stage (the last stage's includes the loss)."""
+    backward: tuple[Affine, ...]
+    """Backward of one micro-batch on each stage (input and weight gradients)."""
+
+
+def _calibration(profile: Profile) -> float:
+    # As `sim.compute.block_costs`: block timings count work shared by both gradients twice;
+    # scale them so that they add up to the measured whole iteration.
+    if profile.block_sum_s > 0 and profile.iteration_s > profile.loss_s:
+        return (profile.iteration_s - profile.loss_s) / profile.block_sum_s
+    return 1.0
+
+
+def _stage_seconds(
+    profile: Profile, ranges: Sequence[tuple[int, int]]
+) -> list[tuple[float, float]]:
+    scale = _calibration(profile)
+    out = []
+    for s, (a, b) in enumerate(ranges):
+        fwd = sum(x.forward_s for x in profile.blocks[a:b]) * scale
+        bwd = sum(x.backward_s for x in profile.blocks[a:b]) * scale
+        if s == len(ranges) - 1:
+            fwd += profile.loss_s
+        out.append((fwd, bwd))
+    return out
+
+
+def stage_costs(
+    profiles: Profile | Sequence[Profile], ranges: Sequence[tuple[int, int]]
+) -> StageCosts:
+    """Per-stage costs from one profile (proportional to the batch) or from profiles at two or
+    more batch sizes (a least-squares line per stage: fixed + per-sample cost, which is what
+    makes small micro-batches on a CPU cost more per sample than large ones)."""
+    items = [profiles] if isinstance(profiles, Profile) else list(profiles)
+    if not items:
+        raise UserError("simulate_pipeline needs at least one profile")
+    names = {p.model for p in items}
+    if len(names) > 1:
+        raise UserError(f"profiles of different models: {sorted(names)}")
+    batches = [p.batch_size for p in items]
+    per = [_stage_seconds(p, ranges) for p in items]
+
+    def fit(values: list[float]) -> Affine:
+        if len(set(batches)) < 2:
+            return Affine(0.0, sum(values) / sum(batches))
+        n = len(batches)
+        mx, my = sum(batches) / n, sum(values) / n
+        sxx = sum((x - mx) ** 2 for x in batches)
+        slope = sum((x - mx) * (y - my) for x, y in zip(batches, values, strict=True)) / sxx
+        slope = max(slope, 0.0)
+        return Affine(max(my - slope * mx, 0.0), slope)
+
+    stages = range(len(ranges))
+    return StageCosts(
+        forward=tuple(fit([p[s][0] for p in per]) for s in stages),
+        backward=tuple(fit([p[s][1] for p in per]) for s in stages),
+    )
+
+
+@dataclass(frozen=True)
+class PipelineBuilt:
+    """A pipeline step's graph plus what the figures are read from."""
+
+    graph: TaskGraph
+    """The tasks."""
+    static_bytes: tuple[int, ...]
+    """Parameters + gradients + optimizer state of each stage."""
+    messages: int
+    """Messages sent in one step (all stages)."""
+
+
+def build_pipeline(
+    plan: StagePlan,
+    costs: StageCosts,
+    schedule: Schedule,
+    microbatch_size: int,
+    link: AlphaBeta,
+    *,
+    optimizer_factor: float = 2.0,
+    update_s_per_byte: float = 0.0,
+) -> PipelineBuilt:
+    """Graph of one step of `schedule` over `plan`'s stages, micro-batches of
+    `microbatch_size` samples, every neighbour pair joined by `link`."""
+    validate(schedule)
+    S = schedule.num_stages
+    if plan.num_stages != S:
+        raise UserError(f"stage plan has {plan.num_stages} stages, schedule {S}")
+    graph = TaskGraph()
+    rate = 1.0 / link.beta_s_per_byte if link.beta_s_per_byte > 0 else 1e18
+    compute = [graph.resource(f"w{s}.compute", STREAM, worker=s) for s in range(S)]
+    tx = [graph.resource(f"w{s}.tx", LINK, bytes_per_s=rate, worker=s) for s in range(S)]
+    rx = [graph.resource(f"w{s}.rx", LINK, bytes_per_s=rate, worker=s) for s in range(S)]
+    static = tuple(int(p * (2 + optimizer_factor)) for p in plan.param_bytes)
+
+    # Visit actions in an order where every message's sender comes first: the validator's
+    # replay order (tasks may only depend on tasks already added).
+    order = _replay_order(schedule)
+    last_task: list[int | None] = [None] * S
+    sent: dict[Action, int] = {}  # action -> its outgoing message (flow task)
+    messages = 0
+    for action in order:
+        s = action.stage
+        source = message_source(schedule, action)
+        inbound = sent[source] if source is not None else None
+        forward = action.kind == FORWARD
+        full = plan.activation_bytes_per_sample[s] * microbatch_size
+        kept = plan.input_bytes_per_sample[s] * microbatch_size if schedule.recompute else full
+        deps: list[int | None] = [last_task[s], inbound]
+        for m in action.microbatches:
+            first = last_task[s] is None
+            if forward:
+                seconds, mem_start, mem_end = costs.forward[s](microbatch_size), 0, int(kept)
+            else:
+                seconds = costs.backward[s](microbatch_size)
+                mem_start, mem_end = 0, -int(kept)
+                if schedule.recompute:  # re-run the forward, holding its full activations
+                    seconds += costs.forward[s](microbatch_size)
+                    mem_start, mem_end = int(full), -int(full + kept)
+            last_task[s] = graph.add(
+                f"{s}{action.kind}{m}",
+                "forward" if forward else "backward",
+                resources=(compute[s],),
+                duration_s=seconds,
+                deps=deps,
+                worker=s,
+                mem_start=mem_start + (static[s] if first else 0),
+                mem_end=mem_end,
+            )
+            deps = [last_task[s]]
+        peer = s + 1 if forward else s - 1
+        if 0 <= peer < S:
+            per_sample = plan.output_bytes_per_sample[s if forward else peer]
+            sent[action] = graph.add(
+                f"{action}>{peer}",
+                "activation" if forward else "gradient",
+                resources=(tx[s], rx[peer]),
+                duration_s=link.alpha_s,
+                nbytes=per_sample * microbatch_size * len(action.microbatches),
+                deps=[last_task[s]],
+                worker=s,
+            )
+            messages += 1
+    for s in range(S):
+        graph.add(
+            "update",
+            "update",
+            resources=(compute[s],),
+            duration_s=update_s_per_byte * plan.param_bytes[s],
+            deps=[last_task[s], *(t for a, t in sent.items() if a.stage == s)],
+            worker=s,
+        )
+    return PipelineBuilt(graph, static, messages)
+
+
+def _replay_order(schedule: Schedule) -> list[Action]:
+    """Every action once, each after the action whose message it needs."""
+    S = schedule.num_stages
+    pos = [0] * S
+    done: set[Action] = set()
+    out: list[Action] = []
+    while len(out) < sum(len(a) for a in schedule.actions):
+        for s in range(S):
+            acts = schedule.actions[s]
+            while pos[s] < len(acts):
+                source = message_source(schedule, acts[pos[s]])
+                if source is not None and source not in done:
+                    break
+                done.add(acts[pos[s]])
+                out.append(acts[pos[s]])
+                pos[s] += 1
+    return out
+
+
+def stage_peaks(result: SimResult) -> tuple[int, ...]:
+    """Peak simulated memory of each stage (bytes), parameters and optimizer state included."""
+    return _peaks(result.schedule, result.world_size)
+
+
+def _peaks(timed: Timed, stages: int) -> tuple[int, ...]:
+    return tuple(max(level for _, level in memory_timeline(timed, 0, s)) for s in range(stages))
+
+
+def analyse_pipeline(built: PipelineBuilt, name: str) -> SimResult:
+    """Figures of one simulated pipeline step (the step is the iteration: pipelines flush)."""
+    timed = run(built.graph)
+    graph = timed.graph
+    S = len(built.static_bytes)
+    span = timed.makespan_s
+    unions = {r: _union(_intervals(timed, r)) for r in range(len(graph.resources))}
+    busy = {res.name: _length(unions[r]) for r, res in enumerate(graph.resources)}
+    flows = [t for t in graph.tasks if t.kind in MESSAGE_KINDS]
+    work = [0.0] * S  # forward + backward seconds of each stage
+    update = [0.0] * S
+    for t in graph.tasks:
+        if t.kind == "update":
+            update[t.worker] += t.duration_s
+        elif t.kind in ("forward", "backward"):
+            work[t.worker] += t.duration_s
+    link_bytes: dict[int, float] = {}
+    for t in flows:
+        for r in t.resources:
+            link_bytes[r] = link_bytes.get(r, 0.0) + t.nbytes
+    wire_s = max((b / graph.resources[r].bytes_per_s for r, b in link_bytes.items()), default=0.0)
+    serial = sum(work) + sum(update)
+    serial += sum(t.duration_s + t.nbytes / graph.resources[t.resources[0]].bytes_per_s
+                  for t in flows)
+    bound = max([wire_s, *(w + u for w, u in zip(work, update, strict=True))])
+    eff = (serial - span) / (serial - bound) if serial - bound > 1e-12 * serial else 1.0
+    tx0, compute0 = S, 0  # resources are added as S computes, then S tx links, S rx links
+    overlap = _intersection(unions[tx0], unions[compute0]) / busy["w0.tx"] if busy["w0.tx"] else 0.0
+    return SimResult(
+        strategy=f"pipeline:{name}",
+        world_size=S,
+        iteration_s=span,
+        compute_s=max(work),
+        update_s=max(update),
+        wire_s=wire_s,
+        serial_s=serial,
+        bound_s=bound,
+        overlap_ratio=overlap,
+        efficiency=eff,
+        busy_s=busy,
+        peak_memory_bytes=max(_peaks(timed, S)),
+        wire_bytes=max(link_bytes.values(), default=0.0),
+        iterations=1,
+        schedule=timed,
+        window=(0.0, span),
+        base_memory_bytes=0,
+    )
+
+
+def _intervals(timed: Timed, r: int) -> list[tuple[float, float]]:
+    graph = timed.graph
+    if graph.resources[r].kind == LINK:
+        return [moving_interval(timed, t.id) for t in graph.tasks if r in t.resources]
+    return [(timed.start_s[t.id], timed.end_s[t.id]) for t in graph.tasks if r in t.resources]
+
+
+def simulate_pipeline(
+    profile: Profile | Sequence[Profile],
+    *,
+    stages: int,
+    microbatches: int,
+    schedule: str | Schedule = "1f1b",
+    link: AlphaBeta | float,
+    batch_size: int | None = None,
+    recompute: bool = False,
+    ranges: tuple[tuple[int, int], ...] | None = None,
+    optimizer: str = "adam",
+    update_s_per_byte: float = 0.0,
+) -> SimResult:
+    """Predict one step of pipeline-parallel training.
+
+    `profile`: a `Profile` (times scale with the micro-batch size), or profiles of the same
+    model at several batch sizes (fixed + per-sample cost per stage). `stages` S, `microbatches`
+    M, `schedule` a name ("gpipe", "1f1b", "kfkb:K") or a built `Schedule`, `link` an
+    `AlphaBeta` or bytes/s between neighbouring stages. `batch_size` B is the samples per step
+    (default: the first profile's), cut into M micro-batches of B / M. `ranges`: block range of
+    each stage (default: balanced on the profile). The result's `iteration_s` is the step time,
+    `peak_memory_bytes` the largest stage's peak (`stage_peaks(result)` gives every stage's),
+    `wire_bytes` the busiest link direction's bytes.
+    """
+    from cadence.pipeline.memory import optimizer_state_factor
+    from cadence.pipeline.schedule import build_schedule
+    from cadence.pipeline.stages import plan_stages
+    from cadence.sim.compute import link_model
+
+    first = profile if isinstance(profile, Profile) else list(profile)[0]
+    batch = batch_size if batch_size is not None else first.batch_size
+    if microbatches < 1 or batch % microbatches:
+        raise UserError(
+            f"{microbatches} micro-batches do not divide the batch of {batch}: use one of "
+            f"{[m for m in range(1, batch + 1) if batch % m == 0]}"
+        )
+    plan = plan_stages(first, stages, ranges)
+    if isinstance(schedule, str):
+        schedule = build_schedule(schedule, stages, microbatches, recompute)
+    if (schedule.num_stages, schedule.num_microbatches) != (stages, microbatches):
+        raise UserError(
+            f"schedule {schedule.name} is for {schedule.num_stages} stages and "
+            f"{schedule.num_microbatches} micro-batches, not {stages} and {microbatches}"
+        )
+    built = build_pipeline(
+        plan,
+        stage_costs(profile, plan.ranges),
+        schedule,
+        batch // microbatches,
+        link_model(link),
+        optimizer_factor=optimizer_state_factor(optimizer),
+        update_s_per_byte=update_s_per_byte,
+    )
+    return analyse_pipeline(built, schedule.name)

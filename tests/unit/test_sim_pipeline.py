@@ -1,0 +1,122 @@
+"""The pipeline simulator adapter on tiny hand-checkable cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from cadence.comm.cost import AlphaBeta
+from cadence.errors import UserError
+from cadence.pipeline.memory import stage_memory
+from cadence.pipeline.schedule import build_schedule
+from cadence.pipeline.stages import plan_stages
+from cadence.profile.record import BlockProfile, Profile
+from cadence.sim.pipeline_adapter import (
+    Affine,
+    simulate_pipeline,
+    stage_costs,
+    stage_peaks,
+)
+
+T = 0.04  # each block: forward T, input-grad T, weight-grad T at the profiled batch
+FAST = 1e15  # bytes/s: messages take no time
+
+
+def _profile(blocks: int = 2, batch: int = 4, t: float = T, act: int = 400) -> Profile:
+    items = tuple(
+        BlockProfile(f"b{i}", t, t, t, 1000, act, 40 * batch, 0) for i in range(blocks)
+    )
+    # iteration_s = loss_s = 0: no calibration, the block times are taken as they are.
+    return Profile("toy", batch, (10,), items, 0.0, 0.0, 1, 0, "cpu", 1, "x", 0, "cpu_accounted")
+
+
+def test_gpipe_and_1f1b_makespan_is_m_plus_s_minus_1_slots() -> None:
+    # 2 stages of one block; 4 micro-batches of 1 sample: f = T/4, b = 2T/4 per micro-batch.
+    f, b = T / 4, 2 * T / 4
+    for name in ("gpipe", "1f1b"):
+        r = simulate_pipeline(_profile(), stages=2, microbatches=4, schedule=name, link=FAST)
+        assert r.iteration_s == pytest.approx((4 + 2 - 1) * (f + b))
+        assert r.compute_s == pytest.approx(4 * (f + b))
+        assert r.world_size == 2
+
+
+def test_kfkb_runs_groups_as_units() -> None:
+    # K = 2: two groups of 2 micro-batches, a slot is 2f + 2b: (G + S - 1) slots.
+    f, b = T / 4, 2 * T / 4
+    r = simulate_pipeline(_profile(), stages=2, microbatches=4, schedule="kfkb:2", link=FAST)
+    assert r.iteration_s == pytest.approx((2 + 2 - 1) * 2 * (f + b))
+
+
+def test_kfkb_sends_fewer_messages_of_the_same_bytes() -> None:
+    def flows(name: str) -> list[float]:
+        r = simulate_pipeline(_profile(), stages=2, microbatches=4, schedule=name, link=FAST)
+        return [t.nbytes for t in r.schedule.graph.tasks if t.kind in ("activation", "gradient")]
+
+    one, two = flows("1f1b"), flows("kfkb:2")
+    assert len(one) == 8 and len(two) == 4  # one message per group and direction
+    assert sum(one) == pytest.approx(sum(two))  # 40 bytes per sample each way, 4 samples
+    assert sum(one) == pytest.approx(2 * 4 * 40)
+
+
+def test_latency_favours_fewer_messages() -> None:
+    slow = AlphaBeta(alpha_s=2 * T, beta_s_per_byte=0.0)  # every message costs 2T
+    times = {
+        name: simulate_pipeline(
+            _profile(), stages=2, microbatches=4, schedule=name, link=slow
+        ).iteration_s
+        for name in ("1f1b", "kfkb:2")
+    }
+    # 1F1B's critical path crosses more messages, each paying the latency; kFkB:2 trades
+    # that for a larger bubble (a slot of 2f + 2b), which is cheaper here.
+    assert times["kfkb:2"] < times["1f1b"]
+
+
+def test_bandwidth_bound_step_is_at_least_the_wire_time() -> None:
+    rate = 100.0  # bytes/s: 160 bytes each way take 1.6 s, far more than the compute
+    r = simulate_pipeline(_profile(), stages=2, microbatches=4, schedule="1f1b", link=rate)
+    assert r.wire_s == pytest.approx(160 / rate)
+    assert r.iteration_s >= r.wire_s
+    assert r.bound_s == pytest.approx(r.wire_s)
+
+
+def test_peak_memory_grows_with_k_and_matches_the_memory_model() -> None:
+    profile = _profile(batch=8)
+    plan = plan_stages(profile, 2)
+    peaks = []
+    for name in ("1f1b", "kfkb:2", "kfkb:4", "gpipe"):
+        for recompute in (False, True):
+            r = simulate_pipeline(
+                profile, stages=2, microbatches=8, schedule=name, link=FAST, recompute=recompute
+            )
+            schedule = build_schedule(name, 2, 8, recompute)
+            model = tuple(m.total for m in stage_memory(plan, schedule, 1))
+            assert stage_peaks(r) == model
+            if not recompute:
+                peaks.append(stage_peaks(r)[0])
+    assert peaks[0] < peaks[1] < peaks[2] <= peaks[3]
+    assert r.peak_memory_bytes == max(stage_peaks(r))
+
+
+def test_recompute_costs_a_forward_per_micro_batch() -> None:
+    kw = {"stages": 2, "microbatches": 4, "schedule": "gpipe", "link": FAST}
+    plain = simulate_pipeline(_profile(), **kw)  # type: ignore[arg-type]
+    again = simulate_pipeline(_profile(), recompute=True, **kw)  # type: ignore[arg-type]
+    assert again.compute_s == pytest.approx(plain.compute_s + 4 * T / 4)
+
+
+def test_two_profiles_give_fixed_plus_per_sample_costs() -> None:
+    small, large = _profile(batch=2, t=0.03), _profile(batch=8, t=0.06)
+    costs = stage_costs([small, large], ((0, 1), (1, 2)))
+    # forward of a stage: 0.03 s at 2 samples, 0.06 s at 8 -> 0.02 + 0.005 / sample
+    assert costs.forward[0].fixed_s == pytest.approx(0.02)
+    assert costs.forward[0].per_sample_s == pytest.approx(0.005)
+    assert costs.backward[1](8) == pytest.approx(0.12)
+    assert Affine(0.0, 0.5)(4) == 2.0
+
+
+def test_bad_input_is_one_clear_line() -> None:
+    with pytest.raises(UserError, match=r"3 micro-batches do not divide the batch of 4"):
+        simulate_pipeline(_profile(), stages=2, microbatches=3, link=FAST)
+    with pytest.raises(UserError, match=r"cannot be split into 3 stages"):
+        simulate_pipeline(_profile(), stages=3, microbatches=2, link=FAST)
+    with pytest.raises(UserError, match=r"kfkb:3 needs K to divide"):
+        simulate_pipeline(_profile(), stages=2, microbatches=4, schedule="kfkb:3", link=FAST)
