@@ -58,6 +58,8 @@ class ClusterInfo:
     """Creation time, seconds since the epoch."""
     persistent: bool
     """True when left running on purpose (``cadence netem up``); never auto-removed."""
+    priority_classes: int = 0
+    """TOS-based priority classes on every port (0: none, one tbf per port)."""
     present_namespaces: tuple[str, ...] = field(default=())
     """Namespaces of the cluster that exist right now (filled in by ``list_clusters``)."""
 
@@ -97,6 +99,7 @@ class ClusterInfo:
             owner_start=data.get("owner_start"),
             created=float(data.get("created", 0.0)),
             persistent=bool(data.get("persistent", False)),
+            priority_classes=int(data.get("priority_classes", 0)),
             present_namespaces=tuple(data.get("present_namespaces", ())),
         )
 

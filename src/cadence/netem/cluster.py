@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import FrameType, TracebackType
 
 from cadence.errors import UserError
-from cadence.netem import _iproute, _state, registry
+from cadence.netem import _iproute, _state, priority, registry
 from cadence.netem._bandwidth import tbf_burst_bytes
 from cadence.netem._state import ClusterInfo
 
@@ -91,6 +91,8 @@ class EmulatedCluster:
 
     Use as a context manager (torn down on exit, whatever happens), or call :meth:`up` and
     :meth:`down` directly; ``persistent=True`` marks a cluster left running on purpose.
+    ``priority_classes`` > 0 shapes every port with that many TOS-based priority classes
+    (:mod:`cadence.netem.priority`) instead of one tbf.
     """
 
     def __init__(
@@ -99,11 +101,16 @@ class EmulatedCluster:
         bandwidth_bps: float,
         name: str | None = None,
         persistent: bool = False,
+        priority_classes: int = 0,
     ) -> None:
         if not 1 <= hosts <= MAX_HOSTS:
             raise UserError(f"bad host count {hosts}: use 1 to {MAX_HOSTS}")
         if not bandwidth_bps > 0:
             raise UserError(f"bad bandwidth {bandwidth_bps}: must be positive")
+        priority.check_classes(priority_classes)
+        if priority_classes and math.isinf(bandwidth_bps):
+            raise UserError("priority classes need a bandwidth cap (e.g. --bandwidth 400mbit)")
+        self.priority_classes = priority_classes
         cluster_id = name if name is not None else secrets.token_hex(3)
         if not _ID_PATTERN.match(cluster_id):
             raise UserError(f"bad cluster name {cluster_id!r}: use 1-12 of a-z, 0-9")
@@ -126,7 +133,12 @@ class EmulatedCluster:
     @classmethod
     def attach(cls, info: ClusterInfo) -> EmulatedCluster:
         """A handle on an existing cluster (e.g. a persistent one) that does not own it."""
-        cluster = cls(len(info.host_namespaces), info.bandwidth_bps, name=info.cluster_id)
+        cluster = cls(
+            len(info.host_namespaces),
+            info.bandwidth_bps,
+            name=info.cluster_id,
+            priority_classes=info.priority_classes,
+        )
         cluster.persistent = info.persistent
         cluster._owner = False
         cluster._created = info.created
@@ -149,6 +161,7 @@ class EmulatedCluster:
             owner_start=_state.process_start_ticks(pid),
             created=self._created,
             persistent=self.persistent,
+            priority_classes=self.priority_classes,
         )
 
     def up(self) -> None:
@@ -192,6 +205,11 @@ class EmulatedCluster:
 
     def _shape(self, namespace: str, dev: str) -> None:
         if math.isinf(self.bandwidth_bps):
+            return
+        if self.priority_classes:
+            # Both ends, like tbf: a host's own flows queue at its egress, flows of
+            # several hosts to one host at that host's switch port.
+            priority.install(namespace, dev, self.bandwidth_bps, self.priority_classes)
             return
         rate = f"{int(self.bandwidth_bps)}bit"
         burst = str(tbf_burst_bytes(self.bandwidth_bps))

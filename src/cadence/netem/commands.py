@@ -25,6 +25,8 @@ def describe(info: ClusterInfo) -> str:
         health = f"partial ({len(info.present_namespaces)}/{expected} namespaces)"
     kind = "persistent" if info.persistent else f"owner pid {info.owner_pid}"
     stale = "  STALE (owner gone)" if info.stale else ""
+    if info.priority_classes:
+        kind = f"{info.priority_classes} priority classes  {kind}"
     age = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.created)) if info.created else "?"
     return (
         f"{info.cluster_id}  {len(info.host_namespaces)} hosts  "
@@ -32,10 +34,15 @@ def describe(info: ClusterInfo) -> str:
     )
 
 
-def netem_up(hosts: int, bandwidth_bps: float, echo: bool = True) -> ClusterInfo:
-    """Create a persistent cluster that outlives this process (remove with ``netem_down``)."""
+def netem_up(
+    hosts: int, bandwidth_bps: float, echo: bool = True, priority_classes: int = 0
+) -> ClusterInfo:
+    """Create a persistent cluster that outlives this process (remove with ``netem_down``);
+    ``priority_classes`` > 0 installs that many TOS priority classes on every port."""
     _iproute.check_netem_available()
-    cluster = EmulatedCluster(hosts, bandwidth_bps, persistent=True)
+    cluster = EmulatedCluster(
+        hosts, bandwidth_bps, persistent=True, priority_classes=priority_classes
+    )
     with cleanup_on_signals():
         cluster.up()
     info = next(i for i in registry.list_clusters() if i.cluster_id == cluster.cluster_id)
