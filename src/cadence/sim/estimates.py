@@ -1,0 +1,225 @@
+"""Alpha-beta estimates of one training iteration for ZeRO, the parameter server and tensor
+parallelism (alone and x data parallel), from the same per-block costs the event simulator uses.
+
+Each function walks what cadence's executor for that strategy does, with one communication
+thread that runs collectives in submission order (`_Comm`), and one compute stream:
+
+- ZeRO (`cadence/zero/engine.py`): stage 1 all-reduces gradients bucket by bucket (one bucket
+  per block) after backward; stages 2 and 3 reduce-scatter a block's gradients as soon as its
+  backward ends. With `onebit` after warm-up every stage sends the momentum as sign bits (an
+  all-to-all plus an all-gather of 1/32 of the bytes). Each rank then steps its 1/p shard.
+  Stages 1 and 2 all-gather the parameters before the next forward; stage 3 gathers each block
+  before its forward (prefetching the next one when a forward starts) and again before its
+  backward (except the last block, still gathered), and frees it afterwards.
+- Parameter server (`cadence/ps/`): a worker pushes each block's gradients when its backward
+  ends; each server holds 1/S of the parameters, so its link carries W/S workers' pushes and
+  pulls; the servers step; the next forward of a block waits only for that block's pull
+  (per-block ready flags; pulls go out front block first, as the priorities order them).
+- Tensor parallel (`cadence/tp/`): every collective of `gpt_tp_plan` blocks the layer that
+  issued it, so the iteration is compute/t + the plan's communication; x data parallel adds
+  the all-reduce of 1/t of the gradients across replicas, overlapped with backward.
+
+They are estimates, not event simulations: one worker stands for all, and concurrent flows on a
+link are not modelled beyond the server fan-in. `cadence plan strategies` labels them so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cadence.comm.cost import AlphaBeta
+from cadence.sim.compute import BlockCosts
+
+ONEBIT_RATIO = 32  # fp32 momentum -> one sign bit per element
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What an estimate predicts for one iteration of one worker."""
+
+    iteration_s: float
+    """Predicted iteration time (steady state)."""
+    compute_s: float
+    """Forward, loss and backward seconds of one worker under this strategy."""
+    wire_s: float
+    """Seconds the worker's link needs for the iteration's bytes, back to back."""
+    wire_bytes: float
+    """Bytes on one worker's link per iteration (the busier direction)."""
+
+
+class _Comm:
+    """One communication thread: collectives run one at a time, in submission order."""
+
+    def __init__(self) -> None:
+        self.free_s = 0.0
+        self.busy_s = 0.0
+
+    def run(self, submitted_s: float, seconds: float) -> float:
+        self.free_s = max(self.free_s, submitted_s) + seconds
+        self.busy_s += seconds
+        return self.free_s
+
+
+def _backward_ends(costs: BlockCosts, start_s: float) -> list[float]:
+    """When each block's backward ends (ordinary order, back to front), from `start_s`."""
+    ends = [0.0] * len(costs.forward_s)
+    t = start_s
+    for b in reversed(range(len(ends))):
+        t += costs.input_grad_s[b] + costs.weight_grad_s[b]
+        ends[b] = t
+    return ends
+
+
+def _onebit_s(link: AlphaBeta, nbytes: int, p: int) -> float:
+    packed = max(1, nbytes // ONEBIT_RATIO) + 4 * p  # sign bits + one fp32 scale per chunk
+    return link.time("all_to_all", "pairwise", packed, p) + link.time(
+        "allgather", "ring", packed, p
+    )
+
+
+def zero_estimate(
+    costs: BlockCosts,
+    link: AlphaBeta,
+    world_size: int,
+    stage: int,
+    compression: str = "none",
+    update_s: float = 0.0,
+    gather_bytes_per_param: int = 4,
+) -> Estimate:
+    """One ZeRO iteration (after 1-bit Adam's warm-up when `compression` is "onebit");
+    `update_s` is the optimizer step over the whole model on one rank."""
+    if stage not in (1, 2, 3):
+        raise ValueError(f"stage must be 1, 2 or 3, got {stage}")
+    p, nb = world_size, len(costs.forward_s)
+    pbytes = costs.param_bytes
+    elem = 2 if compression == "fp16" else 4
+
+    def grad_s(b: int) -> float:
+        if compression == "onebit":
+            return _onebit_s(link, pbytes[b], p)
+        n = pbytes[b] * elem // 4
+        if stage == 1:
+            return link.time("allreduce", "ring", n, p)
+        return link.time("reduce_scatter", "ring", n, p)
+
+    def gather_s(b: int) -> float:
+        return link.time("allgather", "ring", pbytes[b] * gather_bytes_per_param // 4, p)
+
+    comm = _Comm()
+    t = 0.0
+    if stage == 3:  # gather each block before its forward, the next one prefetched
+        done = comm.run(0.0, gather_s(0))
+        for b in range(nb):
+            start = max(t, done)
+            if b + 1 < nb:
+                done = comm.run(start, gather_s(b + 1))
+            t = start + costs.forward_s[b]
+    else:
+        t = sum(costs.forward_s)
+    t += costs.loss_s
+    if stage == 1:
+        t = _backward_ends(costs, t)[0]
+        for b in reversed(range(nb)):
+            comm.run(t, grad_s(b))
+    else:
+        ready = t  # stage 3: the last block is still gathered
+        for b in reversed(range(nb)):
+            start = max(t, ready)
+            if stage == 3 and b > 0:
+                ready = comm.run(start, gather_s(b - 1))
+            t = start + costs.input_grad_s[b] + costs.weight_grad_s[b]
+            comm.run(t, grad_s(b))
+    t = max(t, comm.free_s) + update_s / p
+    if stage < 3:
+        t = comm.run(t, sum(gather_s(b) for b in range(nb)))
+    return Estimate(t, costs.compute_s, comm.busy_s, bytes_on_wire(comm.busy_s, link))
+
+
+def bytes_on_wire(seconds: float, link: AlphaBeta) -> float:
+    return seconds / link.beta_s_per_byte if link.beta_s_per_byte > 0 else 0.0
+
+
+def ps_estimate(
+    costs: BlockCosts,
+    link: AlphaBeta,
+    workers: int,
+    servers: int,
+    colocated: bool,
+    update_s: float = 0.0,
+    iterations: int = 4,
+) -> Estimate:
+    """One BSP parameter-server iteration in steady state. Each server holds 1/S of every
+    block. Servers on hosts of their own: a server's link carries W/S workers' flows at once,
+    so a push or pull moves at S/W of the link when W > S. Servers co-located with the W
+    workers (S = W): 1/W of each block stays on the host, and each host's link carries its
+    worker's (W-1)/W share one way and its server's (W-1)/W share the other. The servers'
+    update of a block (`update_s` x its share of the bytes, spread over S servers) follows the
+    last worker's push of it; a co-located server's step also takes its host's processor.
+    """
+    nb = len(costs.forward_s)
+    factor = (workers - 1) / workers if colocated else max(1.0, workers / servers)
+    share = [pb / max(1, sum(costs.param_bytes)) for pb in costs.param_bytes]
+
+    def transfer_s(b: int) -> float:
+        return link.alpha_s + costs.param_bytes[b] * link.beta_s_per_byte * factor
+
+    pulled = [0.0] * nb
+    push, pull = _Comm(), _Comm()  # a socket each way: pushes and pulls do not queue together
+    starts = []
+    t = 0.0
+    for _ in range(iterations):
+        starts.append(max(t, pulled[0]))
+        for b in range(nb):
+            t = max(t, pulled[b]) + costs.forward_s[b]
+        ends = _backward_ends(costs, t + costs.loss_s)
+        t = ends[0] + (update_s / servers if colocated else 0.0)  # the host's server steps
+        updated = [
+            push.run(ends[b], transfer_s(b)) + update_s * share[b] / servers
+            for b in reversed(range(nb))
+        ][::-1]
+        pulled = [pull.run(updated[b], transfer_s(b)) for b in range(nb)]
+    starts.append(max(t, pulled[0]))
+    period = (starts[-1] - starts[1]) / (iterations - 1)
+    wire = sum(transfer_s(b) for b in range(nb))
+    return Estimate(period, costs.compute_s, wire, bytes_on_wire(wire, link))
+
+
+def tp_estimate(
+    costs: BlockCosts,
+    link: AlphaBeta,
+    tp_comm_s: float,
+    tp_size: int,
+    dp_size: int = 1,
+    update_s: float = 0.0,
+) -> Estimate:
+    """Tensor parallel of size t (x data parallel of size d): the group computes the batch of
+    t data-parallel workers split t ways (`costs` are one worker's batch), its blocking
+    collectives take `tp_comm_s`, and with d > 1 the all-reduce of 1/t of the gradients
+    across replicas overlaps the backward pass (it starts with the backward)."""
+    compute = costs.compute_s
+    backward = sum(costs.input_grad_s) + sum(costs.weight_grad_s)
+    dp_s = 0.0
+    if dp_size > 1:
+        dp_s = link.time("allreduce", "ring", sum(costs.param_bytes) // tp_size, dp_size)
+    exposed = max(0.0, dp_s - backward)
+    iteration = compute + tp_comm_s + exposed + update_s / tp_size
+    wire = tp_comm_s + dp_s
+    return Estimate(iteration, compute, wire, bytes_on_wire(wire, link))
+
+
+def state_bytes(param_bytes: int, optimizer_slots: int, strategy: str, n: int) -> int:
+    """Parameters + gradients + optimizer state per worker (fp32), by ZeRO's formulas:
+    `strategy` is "replicated" (data parallel), "zero1", "zero2", "zero3", "sharded" (tensor
+    parallel or a pipeline stage holding 1/n of everything) or "ps-worker" (no optimizer)."""
+    p = param_bytes
+    table = {
+        "replicated": 2 * p + optimizer_slots * p,
+        "zero1": 2 * p + optimizer_slots * p // n,
+        "zero2": p + (1 + optimizer_slots) * p // n,
+        "zero3": (2 + optimizer_slots) * p // n,
+        "sharded": (2 + optimizer_slots) * p // n,
+        "ps-worker": 2 * p,
+    }
+    if strategy not in table:
+        raise ValueError(f"unknown memory layout {strategy!r}")
+    return table[strategy]

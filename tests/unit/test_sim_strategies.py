@@ -1,0 +1,154 @@
+"""Strategy estimates and the cross-strategy ranking behind `cadence plan strategies` / `map`."""
+
+from __future__ import annotations
+
+import pytest
+
+from cadence.comm.cost import AlphaBeta
+from cadence.profile import BlockProfile, Profile
+from cadence.sim.command import Setup
+from cadence.sim.compute import BlockCosts, block_costs, block_params
+from cadence.sim.estimates import ps_estimate, state_bytes, tp_estimate, zero_estimate
+from cadence.sim.strategies import best_fitting, rank_strategies, why
+
+MB = 1_000_000
+
+
+def _costs(nb: int = 2, f: float = 1.0, b: float = 2.0, pbytes: int = 4 * MB) -> BlockCosts:
+    return BlockCosts(
+        names=tuple(f"b{i}" for i in range(nb)),
+        forward_s=(f,) * nb,
+        input_grad_s=(b / 2,) * nb,
+        weight_grad_s=(b / 2,) * nb,
+        activation_bytes=(MB,) * nb,
+        param_bytes=(pbytes,) * nb,
+        loss_s=0.0,
+    )
+
+
+FREE = AlphaBeta(alpha_s=0.0, beta_s_per_byte=0.0)
+SLOW = AlphaBeta(alpha_s=0.0, beta_s_per_byte=1e-6)  # 1 MB/s
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_zero_on_a_free_link_is_compute_plus_a_sharded_step(stage: int) -> None:
+    est = zero_estimate(_costs(), FREE, 4, stage, update_s=2.0)
+    assert est.iteration_s == pytest.approx(6.0 + 2.0 / 4)
+
+
+def test_zero_stage1_sends_after_backward_and_gathers_after_the_step() -> None:
+    costs, p = _costs(), 4
+    est = zero_estimate(costs, SLOW, p, 1)
+    ar = SLOW.time("allreduce", "ring", 4 * MB, p)
+    ag = SLOW.time("allgather", "ring", 4 * MB, p)
+    assert est.iteration_s == pytest.approx(6.0 + 2 * ar + 2 * ag)
+
+
+def test_zero_stage2_overlaps_reduce_scatter_with_backward() -> None:
+    costs, p = _costs(), 2
+    est = zero_estimate(costs, SLOW, p, 2)
+    rs = SLOW.time("reduce_scatter", "ring", 4 * MB, p)  # 2 s each
+    ag = SLOW.time("allgather", "ring", 8 * MB, p)
+    # block 1's reduce-scatter (ends 4 + 2) runs under block 0's backward (ends 6); block 0's
+    # then starts at 6, so only one is exposed.
+    assert est.iteration_s == pytest.approx(6.0 + rs + ag)
+
+
+def test_onebit_cuts_the_gradient_bytes_not_the_parameter_gathers() -> None:
+    plain = zero_estimate(_costs(), SLOW, 2, 1, "none")
+    onebit = zero_estimate(_costs(), SLOW, 2, 1, "onebit")
+    gathers = SLOW.time("allgather", "ring", 8 * MB, 2)
+    assert onebit.iteration_s < plain.iteration_s
+    assert onebit.iteration_s - 6.0 - gathers < (plain.iteration_s - 6.0 - gathers) / 10
+
+
+def test_stage3_gathers_hide_behind_compute_on_a_fast_link() -> None:
+    fast = AlphaBeta(alpha_s=0.0, beta_s_per_byte=1e-9)
+    est = zero_estimate(_costs(nb=4), fast, 2, 3)
+    first_gather = fast.time("allgather", "ring", 4 * MB, 2)
+    assert est.iteration_s == pytest.approx(12.0 + first_gather, rel=1e-3)
+
+
+def test_ps_period_is_compute_when_the_link_is_free() -> None:
+    assert ps_estimate(_costs(), FREE, 4, 4, True).iteration_s == pytest.approx(6.0)
+    assert ps_estimate(_costs(), FREE, 4, 1, False).iteration_s == pytest.approx(6.0)
+
+
+def test_ps_single_server_fan_in_slows_every_transfer() -> None:
+    one = ps_estimate(_costs(), SLOW, 4, 1, False).iteration_s
+    spread = ps_estimate(_costs(), SLOW, 4, 4, True).iteration_s
+    assert one > spread > 6.0
+
+
+def test_tp_adds_blocking_communication_and_exposed_data_parallel_sync() -> None:
+    costs = _costs()
+    assert tp_estimate(costs, SLOW, 1.5, 2).iteration_s == pytest.approx(6.0 + 1.5)
+    sync = SLOW.time("allreduce", "ring", 4 * MB, 4)  # 1/2 of 8 MB over 4 replicas: 6 s
+    est = tp_estimate(costs, SLOW, 1.5, 2, dp_size=4)
+    assert est.iteration_s == pytest.approx(6.0 + 1.5 + sync - 4.0)
+
+
+def test_state_bytes_follow_the_zero_formulas() -> None:
+    p, n = 1200, 4
+    assert state_bytes(p, 2, "replicated", n) == 4 * p
+    assert state_bytes(p, 2, "zero1", n) == 2 * p + 2 * p // n
+    assert state_bytes(p, 2, "zero2", n) == p + 3 * p // n
+    assert state_bytes(p, 2, "zero3", n) == 4 * p // n
+    with pytest.raises(ValueError):
+        state_bytes(p, 2, "zero4", n)
+
+
+def _profile(nb: int = 4) -> Profile:
+    blocks = tuple(
+        BlockProfile(f"b{i}", 0.01, 0.01 if i else 0.0, 0.01, 4 * MB, MB, MB, 0) for i in range(nb)
+    )
+    return Profile(
+        model="mlp",
+        batch_size=8,
+        input_shape=(64,),
+        blocks=blocks,
+        iteration_s=nb * 0.03,
+        loss_s=0.0,
+        iterations=10,
+        warmup=2,
+        device="cpu",
+        threads=1,
+        torch_version="test",
+        peak_memory_bytes=0,
+        peak_memory_kind="cpu_accounted",
+    )
+
+
+def _setup(workers: int, bps: float) -> Setup:
+    profile = _profile()
+    return Setup(
+        profile=profile,
+        params=tuple(block_params(block_costs(profile))),
+        world_size=workers,
+        link=AlphaBeta.from_bandwidth(bps),
+        description="test",
+        update_s_per_byte=1e-9,
+    )
+
+
+def test_ranking_covers_every_strategy_fastest_first() -> None:
+    rows = rank_strategies(_setup(4, 100e6), "mlp")
+    names = {c.strategy for c in rows}
+    assert {"ddp", "cadence-dp", "zero", "ps", "pipeline", "pipeline x dp"} <= names
+    times = [c.iteration_s for c in rows]
+    assert times == sorted(times)
+    assert all(c.iteration_s > 0 and c.memory_bytes > 0 for c in rows)
+
+
+def test_a_memory_limit_picks_the_fastest_that_fits() -> None:
+    rows = rank_strategies(_setup(4, 100e6), "mlp")
+    replicated = next(c for c in rows if c.strategy == "ddp").memory_bytes
+    pick = best_fitting(rows, replicated - 1)
+    assert pick is not None and pick.memory_bytes < replicated
+    assert pick.strategy not in ("ddp", "cadence-dp")
+    assert "nothing fits" in why(rows, 1)
+
+
+def test_a_single_worker_ranks_only_data_parallel() -> None:
+    rows = rank_strategies(_setup(1, 100e6), "mlp")
+    assert {c.strategy for c in rows} == {"ddp", "cadence-dp"}
