@@ -27,7 +27,8 @@ def test_candidates_cover_every_split_and_k() -> None:
     assert microbatch_counts(8, [4, 2]) == [2, 4]
     assert [s.name for s in schedules_for(2, 4)] == ["gpipe", "1f1b", "kfkb:2", "kfkb:4"]
     plan = plan_pipeline(_profile(), stages=2, batch_size=8, link=FAST)
-    assert len(plan.candidates) == 2 + 3 + 4 + 5  # per M: gpipe + one per divisor K
+    assert [s.name for s in schedules_for(2, 1)] == ["gpipe"]  # M = 1: they are all one
+    assert len(plan.candidates) == 1 + 3 + 4 + 5  # per M > 1: gpipe + one per divisor K
     times = [round(c.predicted_s, 9) for c in plan.candidates]
     assert times == sorted(times) and plan.best == plan.candidates[0]
     assert plan.ranges == ((0, 2), (2, 4))

@@ -145,7 +145,10 @@ def divisors(n: int) -> list[int]:
 
 
 def schedules_for(stages: int, microbatches: int, recompute: bool = False) -> list[Schedule]:
-    """GPipe, then kFkB for every K dividing M in increasing K (K = 1: 1F1B)."""
+    """GPipe, then kFkB for every K dividing M in increasing K (K = 1: 1F1B). With one
+    micro-batch all of them are the same schedule: GPipe alone."""
+    if microbatches == 1:
+        return [build_schedule("gpipe", stages, 1, recompute)]
     names = ["gpipe"] + ["1f1b" if k == 1 else f"kfkb:{k}" for k in divisors(microbatches)]
     return [build_schedule(n, stages, microbatches, recompute) for n in names]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -24,6 +25,7 @@ from cadence.errors import UserError
 from cadence.models import get_model_spec, loss_fn
 from cadence.models.blocks import BlockModel
 from cadence.pipeline.api import pipeline
+from cadence.pipeline.auto import plan_at_start
 from cadence.pipeline.executor import PipelineExecutor
 from cadence.pipeline.stages import balance, stage_module
 
@@ -57,6 +59,8 @@ class PipelineTrainer(nn.Module):
         self.executor = executor
         self.ranges = ranges
         self._full = [model]  # a list keeps the whole model out of this module's parameters
+        self.plan_record: dict[str, Any] | None = None
+        """What `--schedule auto` chose and weighed (saved in metrics.json), else None."""
 
     @property
     def full_model(self) -> BlockModel:
@@ -114,15 +118,26 @@ def pipeline_wrap_for(
                 f"(replicas x stages), got {ctx.world_size}"
             )
         replicas = ctx.world_size // config.stages
-        microbatch = config.batch_size // (replicas * config.microbatches)
-        ranges = None
-        if ctx.is_main:
-            ranges = profiled_ranges(model, config.model, config.stages, microbatch)
-        ranges = broadcast_object(ranges)
+        schedule, microbatches, record = config.schedule, config.microbatches, None
+        if schedule == "auto":
+            record = plan_at_start(model, config, replicas, ctx.is_main, ctx.world_size)
+            schedule = record["best"]["schedule"]
+            microbatches = record["best"]["microbatches"]
+            ranges: tuple[tuple[int, int], ...] = tuple((a, b) for a, b in record["ranges"])
+            if ctx.is_main:
+                print(f"pipeline plan: {record['why']}", flush=True)
+        else:
+            microbatch = config.batch_size // (replicas * microbatches)
+            found = None
+            if ctx.is_main:
+                found = profiled_ranges(model, config.model, config.stages, microbatch)
+            ranges = broadcast_object(found)
         executor = pipeline(
-            model, loss_fn, config.schedule, config.microbatches, ranges, config.recompute,
+            model, loss_fn, schedule, microbatches, ranges, config.recompute,
             backend=config.pipeline_backend, data_parallel=replicas,
         )
-        return PipelineTrainer(model, executor, ranges), optimizer
+        trainer = PipelineTrainer(model, executor, ranges)
+        trainer.plan_record = record
+        return trainer, optimizer
 
     return wrap
