@@ -27,7 +27,8 @@ _PROFILE_ITERATIONS = 3
 _FREE_LINK = AlphaBeta(alpha_s=0.0, beta_s_per_byte=0.0)
 
 
-def _profiles(model: BlockModel, name: str, sizes: list[int]) -> list[Any]:
+def profiles_for_model(model: BlockModel, name: str, sizes: list[int]) -> list[Any]:
+    """Profiles of (a copy of) `model` at each batch size, on synthetic batches of zoo `name`."""
     from cadence.profile import profile_model
 
     out = []
@@ -53,7 +54,7 @@ def plan_at_start(
         smallest = max(1, per_replica // min(MAX_MICROBATCHES, per_replica))
         try:
             plan = plan_pipeline(
-                _profiles(model, config.model, sorted({smallest, per_replica})),
+                profiles_for_model(model, config.model, sorted({smallest, per_replica})),
                 stages=config.stages,
                 batch_size=per_replica,
                 link=link or _FREE_LINK,
