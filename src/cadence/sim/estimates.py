@@ -180,8 +180,10 @@ def ps_estimate(
         pulled = [pull.run(updated[b], transfer_s(b)) for b in range(nb)]
     starts.append(max(t, pulled[0]))
     period = (starts[-1] - starts[1]) / (iterations - 1)
-    wire = sum(transfer_s(b) for b in range(nb))
-    return Estimate(period, costs.compute_s, wire, bytes_on_wire(wire, link))
+    # Busier direction of a worker's link: co-located, its pushes and its server's replies go
+    # out; otherwise its pushes (pulls come in).
+    sent = sum(costs.param_bytes) * (2 * factor if colocated else 1.0)
+    return Estimate(period, costs.compute_s, sent * link.beta_s_per_byte, sent)
 
 
 def tp_estimate(

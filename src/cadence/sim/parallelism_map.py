@@ -36,8 +36,10 @@ def _panel(ax: Any, data: dict[str, Any]) -> set[str | None]:
         else:
             speed = c["ddp_iteration_s"] / best["iteration_s"]
             setting = _short(best["setting"]) if strategy != "ddp" else ""
-            label = f"{strategy}\n{setting}\n{speed:.2f}x ddp speed".replace("\n\n", "\n")
-        ax.text(x + 0.5, y + 0.5, label, ha="center", va="center", fontsize=7)
+            how = "simulated" if best["method"] == "simulated" else "estimated"
+            label = f"{strategy}\n{setting}\n{speed:.2f}x ddp speed\n({how})"
+            label = label.replace("\n\n", "\n")
+        ax.text(x + 0.5, y + 0.5, label, ha="center", va="center", fontsize=6.5)
     ax.set_xlim(0, len(bandwidths))
     ax.set_ylim(0, len(workers))
     ax.set_xticks([i + 0.5 for i in range(len(bandwidths))], bandwidths)

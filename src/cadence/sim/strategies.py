@@ -106,11 +106,9 @@ def _ps(setup: Setup, costs: BlockCosts, update_s: float) -> list[Candidate]:
     n, p = setup.world_size, sum(costs.param_bytes)
     rows = []
     memory = state_bytes(p, 2, "ps-worker", n) + _activations(costs)
+    # Servers share the workers' hosts: same machine count as the other strategies.
     colocated = ps_estimate(costs, setup.link, n, n, True, update_s)
-    rows.append(_row("ps", f"{n} servers, one per worker host, bsp", colocated, memory))
-    single = ps_estimate(costs, setup.link, n, 1, False, update_s)
-    rows.append(_row("ps", "1 server on its own host, bsp", single, memory))
-    return rows
+    return [_row("ps", f"{n} servers, one per worker host, bsp", colocated, memory)]
 
 
 def _tensor(setup: Setup, costs: BlockCosts, update_s: float, model_name: str) -> list[Candidate]:
@@ -139,7 +137,7 @@ def _tensor(setup: Setup, costs: BlockCosts, update_s: float, model_name: str) -
     return rows
 
 
-def _pipeline(setup: Setup, costs: BlockCosts) -> list[Candidate]:
+def _pipeline(setup: Setup, costs: BlockCosts, memory_limit: int | None) -> list[Candidate]:
     """All workers as stages, and 2 stages x data parallel over the rest, each with the
     planner's pick (schedule and micro-batches); the replicas' all-reduce of a stage's
     gradients starts once its last backward is done, so it is added whole."""
@@ -158,10 +156,11 @@ def _pipeline(setup: Setup, costs: BlockCosts) -> list[Candidate]:
                 stages=stages,
                 batch_size=batch * stages,
                 link=setup.link,
+                memory_limit=memory_limit,
                 update_s_per_byte=setup.update_s_per_byte,
             )
         except UserError:
-            continue  # the model cannot be cut into this many stages
+            continue  # cannot be cut into this many stages, or no schedule fits the limit
         pick = plan.best
         result = simulate_pipeline(
             setup.profile,
@@ -190,8 +189,10 @@ def rank_strategies(
     setup: Setup,
     model_name: str,
     options: SimOptions | None = None,
+    memory_limit: int | None = None,
 ) -> list[Candidate]:
-    """Every candidate for `setup`, fastest first."""
+    """Every candidate for `setup`, fastest first; `memory_limit` (bytes per worker) makes the
+    pipeline planner pick the fastest schedule that fits."""
     options = dataclasses.replace(
         options or SimOptions(), update_s_per_byte=setup.update_s_per_byte
     )
@@ -202,7 +203,7 @@ def rank_strategies(
         rows += _zero(setup, costs, update_s)
         rows += _ps(setup, costs, update_s)
         rows += _tensor(setup, costs, update_s, model_name)
-        rows += _pipeline(setup, costs)
+        rows += _pipeline(setup, costs, memory_limit)
     return sorted(rows, key=lambda c: round(c.iteration_s, 9))
 
 

@@ -56,7 +56,7 @@ def plan_strategies_command(args: Any) -> int:
     """Rank every strategy for one model, cluster size and bandwidth; print and save."""
     limit = _memory_limit(args.memory_limit)
     setup = _setup(args, args.workers, args.bandwidth)
-    rows = rank_strategies(setup, args.model, SimOptions())
+    rows = rank_strategies(setup, args.model, SimOptions(), limit)
     print(setup.description)
     for line in table_lines(rows, limit):
         print(line)
@@ -101,7 +101,7 @@ def plan_map_command(args: Any) -> int:
                 alpha_s=args.latency, beta_s_per_byte=8.0 / (rate * args.payload_fraction)
             )
             setup = dataclasses.replace(base, world_size=n, link=link)
-            rows = rank_strategies(setup, args.model, SimOptions())
+            rows = rank_strategies(setup, args.model, SimOptions(), limit)
             best = best_fitting(rows, limit)
             ddp = next(c for c in rows if c.strategy == "ddp")
             cell = {
@@ -117,6 +117,7 @@ def plan_map_command(args: Any) -> int:
             print(f"  {n:>4} workers, {text:>8}: {name}{ratio}")
     data = {
         "model": args.model,
+        "setup": base.description,
         "batch_per_worker": base.profile.batch_size,
         "memory_limit_bytes": limit,
         "cells": cells,
