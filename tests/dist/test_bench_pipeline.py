@@ -1,0 +1,54 @@
+"""`cadence bench pipeline` end to end on a tiny config in an emulated cluster, and bad input."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cadence.bench.pipeline import kendall_tau
+from tests.cli_helpers import assert_one_line_error, run_cadence
+from tests.conftest import needs_netem
+
+
+@needs_netem
+def test_bench_pipeline_times_every_candidate_and_writes_json_png_and_table(
+    tmp_path: Path,
+) -> None:
+    proc = run_cadence(
+        "bench", "pipeline", "--models", "mlp", "--batch-size", "8", "--microbatches", "2",
+        "--warmup", "1", "--rounds", "10", "--contention", "off", "--out", "out/b.json",
+        cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "out" / "b.json").read_text())
+    assert report["command"].startswith("cadence bench pipeline")
+    (sc,) = report["scenarios"]
+    names = [r["name"] for r in sc["rows"]]
+    assert {"gpipe", "1f1b", "torch-gpipe", "torch-1f1b"} <= set(names)
+    for r in sc["rows"]:
+        assert len(r["step_s"]) == 10 and 0 < r["measured_s"] < 5
+        assert len(r["measured_peak_bytes"]) == 2 and min(r["measured_peak_bytes"]) > 0
+        assert r["name"] in ("gpipe", "1f1b", "torch-gpipe", "torch-1f1b") or r["fits"]
+    assert sc["pick_over_best"] >= 1.0 and -1.0 <= sc["kendall_tau"] <= 1.0
+    assert sc["best_measured_s"] == min(r["measured_s"] for r in sc["rows"])
+    assert (tmp_path / "out" / "b.png").stat().st_size > 5_000
+    assert "| gpipe | 2 | cadence |" in proc.stdout
+
+
+def test_kendall_tau() -> None:
+    assert kendall_tau([1, 2, 3], [10, 20, 30]) == 1.0
+    assert kendall_tau([1, 2, 3], [3, 2, 1]) == -1.0
+    assert kendall_tau([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(4 / 6)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--models", "alexnet"], "unknown model 'alexnet'"),
+        (["--rounds", "5"], "--rounds must be at least 10"),
+        (["--microbatches", "5"], "--microbatches 5 does not divide --batch-size 32: use one of"),
+        (["--memory-limit", "lots"], "bad --memory-limit 'lots'"),
+    ],
+)
+def test_bench_pipeline_bad_input_is_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
+    assert_one_line_error(run_cadence("bench", "pipeline", *args, cwd=tmp_path, timeout=60), needle)
