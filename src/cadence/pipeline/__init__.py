@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         peak_in_flight,
         stage_memory,
     )
+    from cadence.pipeline.planner import PipelinePlan, plan_pipeline
     from cadence.pipeline.schedule import (
         Action,
         Schedule,
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 _LAZY = {
     "Action": "cadence.pipeline.schedule",
     "PipelineExecutor": "cadence.pipeline.executor",
+    "PipelinePlan": "cadence.pipeline.planner",
+    "plan_pipeline": "cadence.pipeline.planner",
     "Schedule": "cadence.pipeline.schedule",
     "StageMemory": "cadence.pipeline.memory",
     "StagePlan": "cadence.pipeline.stages",
@@ -56,6 +59,7 @@ _LAZY = {
 __all__ = [
     "Action",
     "PipelineExecutor",
+    "PipelinePlan",
     "Schedule",
     "StageMemory",
     "StagePlan",
@@ -71,6 +75,7 @@ __all__ = [
     "parse_schedule_name",
     "peak_in_flight",
     "pipeline",
+    "plan_pipeline",
     "plan_stages",
     "stage_memory",
     "stage_module",

@@ -119,7 +119,9 @@ def pipeline_wrap_for(
             )
         replicas = ctx.world_size // config.stages
         schedule, microbatches, record = config.schedule, config.microbatches, None
+        backend = config.pipeline_backend
         if schedule == "auto":
+            backend = "cadence"  # the runtime the planner's simulator models
             record = plan_at_start(model, config, replicas, ctx.is_main, ctx.world_size)
             schedule = record["best"]["schedule"]
             microbatches = record["best"]["microbatches"]
@@ -134,7 +136,7 @@ def pipeline_wrap_for(
             ranges = broadcast_object(found)
         executor = pipeline(
             model, loss_fn, schedule, microbatches, ranges, config.recompute,
-            backend=config.pipeline_backend, data_parallel=replicas,
+            backend=backend, data_parallel=replicas,
         )
         trainer = PipelineTrainer(model, executor, ranges)
         trainer.plan_record = record
