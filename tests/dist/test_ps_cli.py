@@ -24,6 +24,17 @@ def test_train_ps_backup_workers_with_a_straggler(tmp_path):
     assert metrics["config"]["consistency"] == "backup:2"
     assert metrics["step_loss"][-1] < metrics["step_loss"][0]
     assert metrics["final_test_accuracy"] > 0.5
+    # The run's counters: the servers' and every worker's, summed.
+    ps = metrics["ps"]
+    assert ps["servers"]["rejected"] == 0 and ps["servers"]["dropped"] > 0  # worker 2 is late
+    assert [w["rank"] for w in ps["workers"]] == [0, 1, 2]
+    assert ps["bytes_pushed"] == sum(w["bytes_pushed"] for w in ps["workers"])
+    assert sum(ps["bytes_per_class"]) == ps["bytes_pushed"] + ps["bytes_pulled"]
+    # mlp (85k float32 parameters): each worker pushes every gradient of its 40 steps.
+    params = metrics["num_parameters"]
+    assert all(w["bytes_pushed"] == 40 * 4 * params for w in ps["workers"])
+    assert all(w["bytes_pulled"] >= 40 * 4 * params for w in ps["workers"])
+    assert ps["param_wait_s"] >= 0 and ps["max_staleness"] == 0
 
 
 @pytest.mark.parametrize(

@@ -8,12 +8,14 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from cadence.errors import UserError
 from cadence.netem import EmulatedCluster, start_background_load
 from cadence.netem.priority import CHANNEL_DSCP, class_bytes, network_class, tc_commands
+from tests.cli_helpers import assert_one_line_error, run_cadence
 from tests.conftest import needs_netem
 
 # Receiver: accept one connection, read NBYTES, answer one byte. Sender: connect with a TOS
@@ -100,3 +102,26 @@ def test_tc_commands_map_ps_channels_to_classes() -> None:
 def test_bad_class_settings_are_user_errors(classes: int, bw: float) -> None:
     with pytest.raises(UserError):
         EmulatedCluster(2, bw, priority_classes=classes)
+
+
+@needs_netem
+def test_ps_training_with_network_classes(tmp_path: Path) -> None:
+    proc = run_cadence(
+        "train", "--model", "mlp", "--strategy", "ps", "--ps-priority", "graph+net",
+        "--emulate-bandwidth", "50mbit", "--optimizer", "sgd", "--steps", "6",
+        "--batch-size", "32", "--out", "out", "--name", "net", cwd=tmp_path, timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    metrics = json.loads((tmp_path / "out" / "net" / "metrics.json").read_text())
+    assert metrics["config"]["ps_priority"] == "graph+net" and metrics["steps"] == 6
+    per_class = metrics["ps"]["bytes_per_class"]
+    assert per_class[0] > 0 and sum(per_class) == (
+        metrics["ps"]["bytes_pushed"] + metrics["ps"]["bytes_pulled"]
+    )
+
+
+def test_network_classes_need_an_emulated_cluster(tmp_path: Path) -> None:
+    proc = run_cadence(
+        "train", "--strategy", "ps", "--ps-priority", "graph+net", cwd=tmp_path, timeout=60
+    )
+    assert_one_line_error(proc, "needs --emulate-bandwidth")

@@ -12,6 +12,23 @@ OPTIMIZERS = ("sgd", "adam", "adamw")
 DSCP = (46, 34, 18, 0)
 
 
+NET_SUFFIX = "+net"
+NETWORK_CLASSES = 4
+"""Priority classes installed on the emulated switch ports by `ORDER+net` (one per channel)."""
+
+
+def parse_priority(text: str) -> tuple[str, bool]:
+    """`fifo|layer|graph` optionally followed by `+net` -> (order, network classes wanted)."""
+    order = text.removesuffix(NET_SUFFIX)
+    if order not in PRIORITIES:
+        choices = ", ".join(PRIORITIES)
+        raise UserError(
+            f"unknown --ps-priority '{text}': choose one of {choices}, optionally with +net "
+            "(priority classes on the emulated switch ports), e.g. graph+net"
+        )
+    return order, order != text
+
+
 def parse_consistency(text: str) -> tuple[str, int]:
     """`bsp`, `asp`, `ssp:S` or `backup:K` -> (mode, bound); bound is 0 for bsp/asp."""
     mode, _, arg = text.partition(":")
@@ -55,7 +72,8 @@ class PSConfig:
     """bsp (synchronous), asp (apply each gradient on arrival), ssp:S (at most S steps ahead
     of the slowest worker) or backup:K (the first K of W gradients make each step)."""
     priority: str = "graph"
-    """Order of parameter transfers: fifo, layer (block order) or graph (torch.fx critical path)."""
+    """Order of parameter transfers: fifo, layer (block order) or graph (torch.fx critical path);
+    `+net` (e.g. graph+net) also asks the emulated cluster for switch-port priority classes."""
     classes: int = 4
     """Priority classes: channels (sockets) per worker-server pair, each with its DSCP mark."""
     slice_bytes: int = 4 << 20
@@ -69,6 +87,16 @@ class PSConfig:
     """A worker waiting longer than this for a server's answer fails, naming the server."""
     trace_iterations: int = 3
     """Timed forward passes behind the per-op times of the graph priority."""
+    checkpoint_dir: str | None = None
+    """Servers save their shards and optimizer state here (`server<S>.npz`) when they stop
+    and every `checkpoint_every` steps, and restore them on start when the files exist."""
+    checkpoint_every: int = 0
+    """Steps (versions of each slice) between periodic checkpoints; 0: only at the end."""
+
+    @property
+    def order(self) -> str:
+        """The transfer order without the network part: fifo, layer or graph."""
+        return parse_priority(self.priority)[0]
 
     def __post_init__(self) -> None:
         if self.servers < 1:
@@ -80,10 +108,7 @@ class PSConfig:
             raise UserError(
                 f"--consistency {self.consistency}: K must be at most --workers {self.workers}"
             )
-        if self.priority not in PRIORITIES:
-            raise UserError(
-                f"unknown --ps-priority '{self.priority}': choose one of {', '.join(PRIORITIES)}"
-            )
+        parse_priority(self.priority)
         if not 1 <= self.classes <= len(DSCP):
             raise UserError(f"priority classes must be 1..{len(DSCP)} (got {self.classes})")
         if self.slice_bytes < 4:
@@ -95,5 +120,11 @@ class PSConfig:
             )
         if self.window_bytes < 0:
             raise UserError(f"window must be non-negative (got {self.window_bytes})")
+        if self.checkpoint_every < 0:
+            raise UserError(
+                f"--ps-checkpoint-every must be non-negative (got {self.checkpoint_every})"
+            )
+        if self.checkpoint_every and self.checkpoint_dir is None:
+            raise UserError("--ps-checkpoint-every needs --ps-checkpoint-dir")
         if not self.timeout_s > 0:
             raise UserError(f"timeout must be positive (got {self.timeout_s})")

@@ -28,6 +28,7 @@ import cadence
 from cadence.comm.ops import broadcast_object
 from cadence.errors import UserError
 from cadence.models import loss_fn
+from cadence.ps.checkpoint import checkpoint_path
 from cadence.ps.config import PSConfig, parse_consistency, parse_straggler
 from cadence.ps.plan import PSPlan, build_plan
 from cadence.ps.trace import model_blocks, model_priorities, param_infos
@@ -110,7 +111,7 @@ class PSTrainer(nn.Module):
             raise UserError("--strategy ps needs float32 parameters")
         priorities = None
         if rank == 0:
-            priorities = model_priorities(model, config.priority, example, config.trace_iterations)
+            priorities = model_priorities(model, config.order, example, config.trace_iterations)
         priorities = broadcast_object(priorities)
         self.plan: PSPlan = build_plan(
             infos, priorities, config.servers, config.classes, config.slice_bytes
@@ -123,6 +124,8 @@ class PSTrainer(nn.Module):
         self.channels.check = self._check_servers
         self.step = 0
         self.max_staleness = 0
+        self.staleness: list[int] = []  # asp/ssp: steps behind the slowest worker, per step
+        self.step_wait_s: list[float] = []  # per step: waiting for parameters in the forward
         self.iterations = 0
         self.pause_after = pause_after
         self._pushed: set[int] = set()
@@ -158,6 +161,10 @@ class PSTrainer(nn.Module):
                 "parent_pid": os.getpid(),
                 "window_bytes": self.config.window_bytes,
             }
+            if self.config.checkpoint_dir is not None:
+                path = checkpoint_path(self.config.checkpoint_dir, server)
+                settings["checkpoint"] = str(path.resolve())
+                settings["checkpoint_every"] = self.config.checkpoint_every
             proc, ports = spawn_server(settings)
             procs.append(proc)
             self._owned.append(server)
@@ -211,7 +218,7 @@ class PSTrainer(nn.Module):
             self._send(Kind.PUSH, key, self.step, self._flat(key, grad=True))
         self.params[index].grad = None
         self._pushed.add(index)
-        if self.config.priority == "fifo":
+        if self.config.order == "fifo":
             self._pull(keys, self.step + 1)
 
     def _on_grad(self, param: Tensor) -> None:
@@ -226,8 +233,10 @@ class PSTrainer(nn.Module):
         """Forward (block by block as parameters arrive), backward pushing gradients, pulls."""
         if self.delay_s:
             time.sleep(self.delay_s)
+        waited = self.channels.wait_s
         out = self.module(x)
         self.channels.wait_all()  # blocks the forward did not run
+        self.step_wait_s.append(self.channels.wait_s - waited)
         self._advance()
         loss = loss_fn(out, y)
         self._pushed.clear()
@@ -235,7 +244,7 @@ class PSTrainer(nn.Module):
         for index in range(len(self.params)):
             if index not in self._pushed:
                 self._push_param(index)
-        if self.config.priority != "fifo":
+        if self.config.order != "fifo":
             self._pull(self.plan.pull_order(), self.step + 1)
         self.iterations += 1
         if self.pause_after is not None and self.pause_after(self.iterations):
@@ -250,6 +259,7 @@ class PSTrainer(nn.Module):
             self.step += 1
             oldest = min(self.channels.min_clocks, default=self.step)
             self.max_staleness = max(self.max_staleness, self.step - oldest)
+            self.staleness.append(self.step - oldest)
         self._started = True
 
     _started = False
@@ -284,3 +294,36 @@ class PSTrainer(nn.Module):
         totals["max_staleness"] = self.max_staleness
         totals["version"] = min(self.channels.versions, default=0)
         return totals
+
+    def worker_counters(self) -> dict[str, Any]:
+        """This worker's traffic, waiting and staleness (JSON-safe)."""
+        stale = self.staleness or [0]
+        waits = sorted(self.step_wait_s) or [0.0]
+        return {
+            "rank": self.rank,
+            **self.channels.counters(),
+            "median_step_param_wait_s": waits[len(waits) // 2],
+            "max_staleness": max(stale),
+            "mean_staleness": sum(stale) / len(stale),
+        }
+
+    def run_report(self) -> dict[str, Any]:
+        """Stop the servers (every worker calls it once, after its last step) and return the
+        run's counters for metrics.json: the servers' (rejected and dropped messages, updates)
+        and every worker's (bytes pushed/pulled, per priority class, waiting, staleness)."""
+        mine = self.worker_counters()
+        servers = self.close()
+        workers: list[Any] = [mine]
+        if dist.is_initialized():
+            workers = [None] * dist.get_world_size()
+            dist.all_gather_object(workers, mine)
+        summary = {
+            key: sum(w[key] for w in workers)
+            for key in ("bytes_pushed", "bytes_pulled", "param_wait_s")
+        }
+        per_class = [w["bytes_per_class"] for w in workers]
+        summary["bytes_per_class"] = [sum(c) for c in zip(*per_class, strict=True)]
+        summary["max_staleness"] = max(w["max_staleness"] for w in workers)
+        summary["mean_staleness"] = sum(w["mean_staleness"] for w in workers) / len(workers)
+        servers.pop("max_staleness", None)
+        return {"ps": {"servers": servers, **summary, "workers": workers}}

@@ -21,11 +21,13 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import zmq
 
+from cadence.ps import checkpoint
 from cadence.ps.config import parse_consistency
 from cadence.ps.optim import SliceOptimizer
 from cadence.ps.wire import FLOAT32, BadMessage, Header, Kind, channel_socket
@@ -75,6 +77,16 @@ class Server:
             self.slices[key] = SliceState(
                 key, priority, klass, value, opt, clocks=[0] * self.workers
             )
+        # Checkpoints: restored before any socket exists (a mismatch ends us at start-up);
+        # a restored server ignores INIT values (worker 0 sends its fresh model's).
+        path = settings.get("checkpoint")
+        self.checkpoint = None if path is None else Path(path)
+        self.checkpoint_every = int(settings.get("checkpoint_every", 0))
+        self.restored = self.checkpoint is not None and self.checkpoint.exists()
+        if self.restored:
+            assert self.checkpoint is not None
+            checkpoint.restore(self.checkpoint, self.slices)
+        self._snapshots: dict[int, dict[int, dict[str, Any]]] = {}  # version -> key -> state
         self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.routers = [
             channel_socket(self.ctx, zmq.ROUTER, c) for c in range(int(settings["classes"]))
@@ -122,6 +134,9 @@ class Server:
         self.close()
 
     def close(self) -> None:
+        if self.checkpoint is not None:  # a clean stop always leaves the final state
+            snaps = {key: checkpoint.snapshot(state) for key, state in self.slices.items()}
+            checkpoint.save(self.checkpoint, snaps)
         for sock in self.routers:
             sock.close(linger=1000)  # let the last answers (STATS) leave
         self.ctx.term()
@@ -149,7 +164,8 @@ class Server:
             if header.kind in (Kind.INIT, Kind.PUSH):
                 values = _values(header, payload, state)
                 if header.kind == Kind.INIT:
-                    state.value[:] = values
+                    if not self.restored:
+                        state.value[:] = values
                     state.initialized = True
                 else:
                     self._push(state, header, values)
@@ -217,6 +233,21 @@ class Server:
         state.optimizer.step(state.value, grad)
         state.version += 1
         self.stats["applied"] += 1
+        if self.checkpoint is not None and self.checkpoint_every:
+            self._maybe_checkpoint(state)
+
+    def _maybe_checkpoint(self, state: SliceState) -> None:
+        """Snapshot a slice at every `checkpoint_every`-th version; write the file once every
+        slice of this server has a snapshot of that version."""
+        if state.version % self.checkpoint_every:
+            return
+        snaps = self._snapshots.setdefault(state.version, {})
+        snaps[state.key] = checkpoint.snapshot(state)
+        if len(snaps) == len(self.slices):
+            assert self.checkpoint is not None
+            checkpoint.save(self.checkpoint, snaps)
+            for version in [v for v in self._snapshots if v <= state.version]:
+                del self._snapshots[version]
 
     def _ready(self, state: SliceState, step: int) -> bool:
         if not state.initialized:
@@ -282,7 +313,11 @@ def _values(header: Header, payload: bytes, state: SliceState) -> np.ndarray:
 
 def main() -> int:
     settings = json.loads(sys.stdin.readline())
-    server = Server(settings)
+    try:
+        server = Server(settings)
+    except ValueError as exc:  # e.g. a checkpoint of another model: one line, in the log
+        print(f"parameter server: {exc}", file=sys.stderr, flush=True)
+        return 2
     print(json.dumps({"ports": server.ports}), flush=True)
     server.serve()
     return 0

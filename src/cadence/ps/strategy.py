@@ -23,6 +23,8 @@ def ps_config(train: Any, workers: int) -> PSConfig:
         consistency=train.consistency,
         priority=train.ps_priority,
         straggler=train.straggler,
+        checkpoint_dir=train.ps_checkpoint_dir,
+        checkpoint_every=train.ps_checkpoint_every,
     )
 
 
@@ -37,7 +39,7 @@ def ps_wrap(
     config = ps_config(train, world_size)
     spec = get_model_spec(train.model)
     example = None
-    if config.priority == "graph":  # a batch to trace and time the forward ops on
+    if config.order == "graph":  # a batch to trace and time the forward ops on
         per_worker = max(1, train.batch_size // world_size)
         example = spec.synthetic_batch(per_worker)[0]
     # The loop waits for every worker at each epoch end (and at the last step): backup

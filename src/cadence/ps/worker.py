@@ -13,6 +13,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import zmq
@@ -53,6 +54,12 @@ class WorkerChannels:
         # block the communication thread's bookkeeping)
         self._stats: queue.SimpleQueue[dict[str, int]] = queue.SimpleQueue()
         self.error: BaseException | None = None
+        # Counters for the run's metrics: payload bytes each way and per class (channel),
+        # and the training thread's time spent waiting for parameters.
+        self.bytes_pushed = 0
+        self.bytes_pulled = 0
+        self.class_bytes = [0] * plan.classes
+        self.wait_s = 0.0
         self.check: Callable[[], None] | None = None
         """Called while waiting: raises if a server this process started has died."""
         self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
@@ -70,6 +77,9 @@ class WorkerChannels:
     def send(self, server: int, klass: int, header: Header, payload: bytes = b"") -> None:
         with self._send_lock:  # autograd hooks and the training thread share the pair socket
             self._outbox.send_multipart([bytes([server, klass]), header.pack(), payload])
+            if header.kind == Kind.PUSH:
+                self.bytes_pushed += len(payload)
+                self.class_bytes[klass] += len(payload)
 
     def expect(self, keys: Sequence[int]) -> None:
         """Mark the blocks of `keys` not ready until their answers arrive (call before pulling)."""
@@ -82,7 +92,16 @@ class WorkerChannels:
     def wait_block(self, block: int) -> None:
         """Wait for a block's parameters; fail at once if `check` reports a dead server, or
         after the timeout naming the servers that owe them."""
-        deadline = time.monotonic() + self.timeout_s
+        if self.ready[block].is_set():
+            self._raise_if_failed()
+            return
+        start = time.monotonic()
+        try:
+            self._wait_block(block, start + self.timeout_s)
+        finally:
+            self.wait_s += time.monotonic() - start
+
+    def _wait_block(self, block: int, deadline: float) -> None:
         while not self.ready[block].wait(min(_CHECK_S, max(0.0, deadline - time.monotonic()))):
             self._raise_if_failed()
             if self.check is not None:
@@ -121,6 +140,15 @@ class WorkerChannels:
         self._inbox.close()
         self.ctx.term()
         return stats
+
+    def counters(self) -> dict[str, Any]:
+        """This worker's traffic and waiting so far (JSON-safe)."""
+        return {
+            "bytes_pushed": self.bytes_pushed,
+            "bytes_pulled": self.bytes_pulled,
+            "bytes_per_class": list(self.class_bytes),
+            "param_wait_s": self.wait_s,
+        }
 
     def _raise_if_failed(self) -> None:
         if self.error is not None:
@@ -175,6 +203,8 @@ class WorkerChannels:
         ack = Header(Kind.ACK, header.priority, self.rank, header.key, header.step, 0, header.numel)
         sock.send_multipart([ack.pack(), b""])
         self.versions[header.key] = header.step
+        self.bytes_pulled += len(frames[1])
+        self.class_bytes[piece.klass] += len(frames[1])
         self.min_clocks[header.key] = header.extra
         block = self.block_of_key[header.key]
         with self._lock:
