@@ -53,6 +53,7 @@ def train_zero(
     steps: int,
     freeze_steps: int = 100,
     gather_dtype: str = "fp32",
+    overlap_gather: bool = False,
 ) -> tuple[dict[str, torch.Tensor], list[float], list[dict[str, int]], dict[str, int]]:
     """(final full state dict, global losses, bytes per step, peak memory) of one ZeRO run."""
     model, opt = cadence.zero(
@@ -62,6 +63,7 @@ def train_zero(
         compression=compression,
         freeze_steps=freeze_steps,
         gather_dtype=gather_dtype,
+        overlap_gather=overlap_gather,
         **opt_kwargs(optimizer),
     )
     losses, sent = [], []
@@ -79,10 +81,10 @@ def train_zero(
 
 
 def parity_runs(rank: int, world_size: int, runs: list[tuple], steps: int) -> list:
-    """Several (optimizer, stage, compression[, gather dtype]) runs in one process group:
-    (final state, bytes sent in the last step) each."""
+    """Several (optimizer, stage, compression[, gather dtype[, overlap gather]]) runs in one
+    process group: (final state, bytes sent in the last step) each."""
     out = []
-    for optimizer, stage, compression, *gather in runs:
+    for optimizer, stage, compression, *extra in runs:
         state, _, sent, _ = train_zero(
             rank,
             world_size,
@@ -91,7 +93,8 @@ def parity_runs(rank: int, world_size: int, runs: list[tuple], steps: int) -> li
             stage,
             compression,
             steps,
-            gather_dtype=gather[0] if gather else "fp32",
+            gather_dtype=extra[0] if extra else "fp32",
+            overlap_gather=bool(extra[1:] and extra[1]),
         )
         out.append((state, sent[-1]))
     return out

@@ -49,6 +49,7 @@ def zero(
     *,
     gather_dtype: str = "fp32",
     prefetch: bool = True,
+    overlap_gather: bool = False,
     **optimizer_kwargs: Any,
 ) -> tuple[nn.Module, ZeroOptimizer]:
     """Shard `model`'s training state over the current process group (a world of one without).
@@ -64,6 +65,7 @@ def zero(
         freeze_steps=freeze_steps,
         gather_dtype=gather_dtype,
         prefetch=prefetch,
+        overlap_gather=overlap_gather,
     )
     return zero_from_config(model, config, **optimizer_kwargs)
 

@@ -68,6 +68,7 @@ def load_sharded_state(engine: ZeroEngine, state: dict[str, Any]) -> None:
     engine.inner.load_state_dict(state["optimizer"])
     engine.steps_done = state["steps_done"]
     engine.after_update()
+    engine.wait_gathers()
 
 
 def _rank_file(directory: Path, rank: int, world_size: int) -> Path:

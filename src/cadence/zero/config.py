@@ -28,6 +28,11 @@ class ZeroConfig:
     """Wire dtype of the parameter all-gather; "bf16" halves it (full params are then rounded)."""
     prefetch: bool = True
     """Stage 3: gather the next block's parameters while the current block computes."""
+    overlap_gather: bool = False
+    """Stages 1-2: `step()` only starts the parameter all-gathers; each block waits for its
+    own just before its next forward, so the gathers travel while earlier blocks compute.
+    Parameters read outside a forward (not `state_dict()`, which waits) may then be stale
+    until `optimizer.wait_gathers()`."""
 
     def __post_init__(self) -> None:
         if self.stage not in STAGES:

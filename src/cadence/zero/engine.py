@@ -95,6 +95,10 @@ class ZeroEngine:
             for st in self.states:
                 for p in st.params:
                     p.register_post_accumulate_grad_hook(self._grad_hook(st))
+        if config.overlap_gather and config.stage < 3:
+            for st in self.states:
+                st.block.register_forward_pre_hook(self._wait_gather_hook(st))
+            model.register_state_dict_pre_hook(lambda *_a, **_k: self.wait_gathers())
 
     def _make_state(
         self, spec: Bucket, block: nn.Module, params: list[nn.Parameter]
@@ -134,6 +138,7 @@ class ZeroEngine:
         return self._pool.submit(task)
 
     def close(self) -> None:
+        self.wait_gathers()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
 
@@ -250,11 +255,24 @@ class ZeroEngine:
             collectives.all_gather_into_tensor(st.flat, src, group=self.group)
 
     def gather_all(self) -> None:
-        futures = [self.submit(self._gather_fn(st), "parameters") for st in self.states]
-        for fut in futures:
-            fut.result()
+        for st in self.states:  # forward order: the first block's parameters arrive first
+            st.pending = self.submit(self._gather_fn(st), "parameters")
+        if not (self.config.overlap_gather and self.p > 1):
+            self.wait_gathers()
+
+    def wait_gathers(self) -> None:
+        """Block until every started parameter all-gather has landed."""
         for st in self.states:
+            self._wait_gather(st)
+
+    def _wait_gather(self, st: BucketState) -> None:
+        if st.pending is not None:
+            st.pending.result()
+            st.pending = None
             st.gathered = True
+
+    def _wait_gather_hook(self, st: BucketState) -> Callable[[nn.Module, Any], None]:
+        return lambda _module, _args: self._wait_gather(st)
 
     def _gather_fn(self, st: BucketState) -> Callable[[], None]:
         return lambda: self.gather_task(st)

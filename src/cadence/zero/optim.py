@@ -39,6 +39,10 @@ class ZeroOptimizer(Optimizer):
         """Peak bytes held in parameters, gradients and optimizer state (error buffers included)."""
         return dict(self.engine.peak)
 
+    def wait_gathers(self) -> None:
+        """With `overlap_gather`: make every parameter current now (no-op otherwise)."""
+        self.engine.wait_gathers()
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.engine.zero_grad()
 
@@ -49,6 +53,7 @@ class ZeroOptimizer(Optimizer):
             with torch.enable_grad():
                 loss = closure()
         eng = self.engine
+        eng.wait_gathers()  # overlap_gather: a block the last forward skipped
         eng.sample_memory()
         compressed = eng.compressed_phase
         eng.finish_reductions()
