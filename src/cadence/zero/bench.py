@@ -1,124 +1,184 @@
-"""ZeRO stages with and without 1-bit Adam against DDP + Adam in an emulated 2-host cluster.
+"""`cadence bench zero`: ZeRO stages with and without 1-bit Adam against DDP + Adam, FSDP2 and
+DeepSpeed ZeRO-2, in one emulated cluster.
 
-    python -m cadence.zero.bench --model gpt_mini --bandwidth 200mbit --steps 40 \\
-        --freeze-steps 10 --out results/zero-bench-gpt_mini-200mbit
+    cadence bench zero --model vgg16 --bandwidth 200mbit --steps 24 --freeze-steps 8 \\
+        --out results/zero-bench-vgg16-200mbit
 
-Each job is a real `cadence train --emulate-bandwidth` run; the iteration time is the median
-over the steps after 1-bit Adam's switch-over (the same window for every job). Bytes per step
-are cadence's exact per-rank payload (`comm_bytes_per_step`, which the tests check against the
-counted sends); DDP's is its ring all-reduce. FSDP2 and DeepSpeed are not run here.
+Every job runs `bench_worker.py`'s loop (same model, data, batch, seed, cap, threads); the
+iteration time is the median over the steps after 1-bit Adam's switch-over plus two (the same
+window for every job). Two byte figures per job and rank: the computed payload (cadence's
+`comm_bytes_per_step`, DDP's ring all-reduce; none for the peers) and the bytes the host's
+interface really sent in the window (kernel counters, TCP/IP headers included).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+import platform
+import shutil
 import statistics
-import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cadence.config import TrainConfig
-from cadence.models import get_model_spec
-from cadence.netem import parse_bandwidth
-from cadence.train.run import train
-from cadence.zero.layout import bucket_params, build_layout, comm_bytes_per_step
+from cadence.errors import UserError
+from cadence.zero.bench_report import plot_losses, plot_times, table_lines, targets
+from cadence.zero.bench_worker import JobSpec
 
-JOBS: tuple[tuple[str, int, str], ...] = (
-    ("ddp", 0, "none"),
-    ("zero", 1, "none"),
-    ("zero", 1, "onebit"),
-    ("zero", 2, "none"),
-    ("zero", 2, "onebit"),
-    ("zero", 3, "none"),
-    ("zero", 3, "onebit"),
-)
+WORKER = "cadence.zero.bench_worker"
+ALL_JOBS = (
+    "ddp", "fsdp2", "deepspeed-zero2",
+    "zero1-none", "zero1-onebit", "zero1-onebit-bf16",
+    "zero2-none", "zero2-onebit", "zero2-onebit-bf16",
+    "zero3-none", "zero3-onebit", "zero3-onebit-bf16",
+    "zero1-onebit-overlap", "zero1-onebit-bf16-overlap",
+    "zero2-onebit-overlap", "zero2-onebit-bf16-overlap",
+)  # fmt: skip
 
 
-def _bytes(model: str, workers: int, strategy: str, stage: int, compression: str) -> int:
-    net = get_model_spec(model).build()
-    if strategy == "ddp":
+def job_spec(name: str, base: JobSpec) -> JobSpec:
+    """The job called `name` ("ddp", "fsdp2", "deepspeed-zero2", "zero<S>-<comp>[-bf16]")."""
+    if name in ("ddp", "fsdp2"):
+        return replace(base, name=name, kind=name)
+    if name == "deepspeed-zero2":
+        return replace(base, name=name, kind="deepspeed", stage=2)
+    parts = name.split("-")
+    options = set(parts[2:])
+    ok = (
+        len(parts) >= 2
+        and parts[0] in ("zero1", "zero2", "zero3")
+        and parts[1] in ("none", "fp16", "onebit")
+        and options <= {"bf16", "overlap"}
+        and len(options) == len(parts) - 2
+    )
+    if not ok:
+        raise UserError(
+            f"unknown zero bench job '{name}': zero<1|2|3>-<none|fp16|onebit>[-bf16][-overlap] "
+            f"or one of {', '.join(ALL_JOBS[:3])}"
+        )
+    return replace(
+        base,
+        name=name,
+        kind="zero",
+        stage=int(parts[0][-1]),
+        compression=parts[1],
+        gather_dtype="bf16" if "bf16" in options else "fp32",
+        overlap_gather="overlap" in options,
+    )
+
+
+def payload_bytes(spec: JobSpec, workers: int) -> int | None:
+    """Computed payload bytes per step and rank after warm-up (None: not modelled here)."""
+    from cadence.models import get_model_spec
+    from cadence.zero.layout import bucket_params, build_layout, comm_bytes_per_step
+
+    net = get_model_spec(spec.model).build()
+    if spec.kind == "ddp":
         grad = sum(p.numel() * 4 for p in net.parameters() if p.requires_grad)
         return 2 * (workers - 1) * grad // workers
+    if spec.kind != "zero":
+        return None
     entries = [e for e in bucket_params(net) if e[2]]
     layout = build_layout(
         [(n, [(k, tuple(p.shape)) for k, p in params]) for n, _, params in entries], workers
     )
-    return comm_bytes_per_step(layout, stage, compression, compressed_phase=True)["total"]
+    gather = 2 if spec.gather_dtype == "bf16" else 4
+    return comm_bytes_per_step(layout, spec.stage, spec.compression, True, gather)["total"]
+
+
+def _run_job(cluster: Any, spec: JobSpec, run_dir: Path) -> list[dict[str, Any]]:
+    from cadence.bench._launch import run_workers
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    spec_path = run_dir / "spec.json"
+    spec_path.write_text(json.dumps(spec.to_json()) + "\n")
+    timeout = 180 + 30 * spec.steps
+    run_workers(cluster, WORKER, [str(spec_path), str(run_dir)], run_dir, spec.threads, timeout)
+    return [
+        json.loads((run_dir / f"rank{r}.json").read_text()) for r in range(len(cluster.hosts))
+    ]
+
+
+def _row(spec: JobSpec, ranks: list[dict[str, Any]], workers: int, bps: float) -> dict[str, Any]:
+    window = spec.steps - spec.window_start
+    times = [statistics.median(r["iteration_times_s"][spec.window_start :]) for r in ranks]
+    tx = [r["iface_bytes"]["end"][1] - r["iface_bytes"]["start"][1] for r in ranks]
+    rx = [r["iface_bytes"]["end"][0] - r["iface_bytes"]["start"][0] for r in ranks]
+    payload = payload_bytes(spec, workers)
+    wire_tx = statistics.mean(tx) / window
+    return {
+        "job": spec.name,
+        "median_iteration_s": max(times),  # the slowest rank sets the pace
+        "payload_bytes_per_step_per_rank": payload,
+        "payload_wire_s": None if payload is None else payload * 8 / bps,
+        "iface_tx_bytes_per_step_per_rank": wire_tx,
+        "iface_rx_bytes_per_step_per_rank": statistics.mean(rx) / window,
+        "iface_wire_s": wire_tx * 8 / bps,
+        "step_loss": ranks[0]["step_loss"],
+        "final_train_loss": ranks[0]["step_loss"][-1],
+    }
 
 
 def run_bench(
-    model: str, bandwidth: str, steps: int, freeze_steps: int, workers: int, out: Path
+    model: str,
+    bandwidth: str,
+    steps: int,
+    freeze_steps: int,
+    workers: int,
+    out: Path,
+    *,
+    jobs: tuple[str, ...] = (),
+    batch_size: int = 64,
+    command: str = "",
+    echo: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    out.mkdir(parents=True, exist_ok=True)
-    runs_dir = tempfile.mkdtemp(prefix="cadence-zero-bench-")
-    bps = parse_bandwidth(bandwidth)
-    rows = []
-    for strategy, stage, compression in JOBS:
-        name = "ddp" if strategy == "ddp" else f"zero{stage}-{compression}"
-        config = TrainConfig(
-            model=model,
-            strategy=strategy,
-            zero_stage=max(stage, 1),
-            compression=compression,
-            freeze_steps=freeze_steps,
-            steps=steps,
-            workers=workers,
-            emulate_bandwidth=bandwidth,
-            out=runs_dir,
-            name=name,
-            threads=1,
-        )
-        metrics, _ = train(config)
-        window = metrics["iteration_times_s"][freeze_steps + 2 :]
-        sent = _bytes(model, workers, strategy, stage, compression)
-        rows.append(
-            {
-                "job": name,
-                "median_iteration_s": statistics.median(window),
-                "bytes_per_step_per_rank": sent,
-                "wire_s": sent * 8 / bps,
-                "final_train_loss": metrics["step_loss"][-1],
-            }
-        )
-        print(
-            f"{name:<14} {rows[-1]['median_iteration_s'] * 1000:8.1f} ms  "
-            f"{sent / 1e6:8.2f} MB/step  wire {rows[-1]['wire_s'] * 1000:7.1f} ms",
-            flush=True,
-        )
-    ddp = rows[0]["median_iteration_s"]
-    for row in rows:
-        row["vs_ddp"] = row["median_iteration_s"] / ddp
-    summary = {
-        "command": " ".join(["python -m cadence.zero.bench", *sys.argv[1:]]),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "model": model,
-        "bandwidth": bandwidth,
-        "workers": workers,
-        "steps": steps,
-        "freeze_steps": freeze_steps,
-        "rows": rows,
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    return summary
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="gpt_mini")
-    p.add_argument("--bandwidth", default="200mbit")
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--freeze-steps", type=int, default=10)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--out", required=True)
-    args = p.parse_args(argv)
-    run_bench(
-        args.model, args.bandwidth, args.steps, args.freeze_steps, args.workers, Path(args.out)
+    from cadence.netem import (
+        EmulatedCluster,
+        check_netem_available,
+        cleanup_on_signals,
+        parse_bandwidth,
     )
-    return 0
+    from cadence.zero.peers import deepspeed_missing
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    if steps < freeze_steps + 12:
+        raise UserError(f"--steps must be at least --freeze-steps + 12 (10 timed), got {steps}")
+    base = JobSpec(name="", kind="ddp", model=model, batch_size=batch_size, steps=steps,
+                   window_start=freeze_steps + 2, freeze_steps=freeze_steps)  # fmt: skip
+    specs = [job_spec(name, base) for name in jobs or ALL_JOBS]
+    bps = parse_bandwidth(bandwidth)
+    check_netem_available()
+    out.mkdir(parents=True, exist_ok=True)
+    runs_dir = Path(tempfile.mkdtemp(prefix="cadence-zero-bench-"))
+    rows: list[dict[str, Any]] = []
+    skipped: dict[str, str] = {}
+    summary: dict[str, Any] = {
+        "command": command,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.node()} ({platform.machine()})",
+        "model": model, "bandwidth": bandwidth, "workers": workers, "batch_size": batch_size,
+        "steps": steps, "freeze_steps": freeze_steps, "timed_steps": steps - base.window_start,
+        "rows": rows, "skipped": skipped,
+    }  # fmt: skip
+    with cleanup_on_signals(), EmulatedCluster(workers, bps) as cluster:
+        for spec in specs:
+            reason = deepspeed_missing() if spec.kind == "deepspeed" else None
+            if reason is not None:
+                echo(f"{spec.name}: skipped: {reason}")
+                skipped[spec.name] = reason
+                continue
+            rows.append(_row(spec, _run_job(cluster, spec, runs_dir / spec.name), workers, bps))
+            r = rows[-1]
+            echo(f"{spec.name:<26} {r['median_iteration_s'] * 1000:8.1f} ms  "
+                 f"iface {r['iface_tx_bytes_per_step_per_rank'] / 1e6:7.2f} MB/step")  # fmt: skip
+    shutil.rmtree(runs_dir, ignore_errors=True)
+    summary["targets"] = targets(summary)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    plot_times(out / "iteration.png", summary)
+    plot_losses(out / "loss.png", summary)
+    for line in table_lines(summary):
+        echo(line)
+    echo(f"wrote {out}/summary.json, iteration.png, loss.png")
+    return summary

@@ -1,0 +1,151 @@
+"""One rank of one `cadence bench zero` job: `python -m cadence.zero.bench_worker SPEC.json DIR`.
+
+Every job (DDP, FSDP2, DeepSpeed, cadence's stages) runs this same loop on the same model,
+data, global batch and seed; only `peers.py`'s wrap differs. The loop times each step end to
+end and reads the emulated host's interface counters (bytes the kernel actually moved, headers
+included) just before the timed window and just after it. Writes DIR/rank<R>.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+JOB_KINDS = ("ddp", "fsdp2", "deepspeed", "zero")
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSpec:
+    """What one benchmark job trains and how."""
+
+    name: str
+    """Row label, e.g. "zero2-onebit-bf16"."""
+    kind: str
+    """One of `JOB_KINDS`."""
+    stage: int = 0
+    """ZeRO stage for kind "zero"."""
+    compression: str = "none"
+    """cadence.zero compression for kind "zero"."""
+    gather_dtype: str = "fp32"
+    """cadence.zero parameter all-gather dtype for kind "zero"."""
+    overlap_gather: bool = False
+    """cadence.zero stages 1-2: parameter all-gathers overlap the next forward."""
+    model: str = "gpt_mini"
+    """Model zoo name."""
+    batch_size: int = 64
+    """Global batch per step."""
+    steps: int = 30
+    """Steps to run."""
+    window_start: int = 12
+    """First timed step; steps before it are warm-up (and 1-bit Adam's fp32 phase)."""
+    freeze_steps: int = 10
+    """1-bit Adam warm-up steps."""
+    lr: float = 2e-3
+    """Adam learning rate (every job)."""
+    seed: int = 0
+    """Model initialisation and data order."""
+    threads: int = 1
+    """Intra-op threads per rank."""
+    iface: str = "cad0"
+    """The emulated host's interface whose counters are read."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def read_iface_bytes(iface: str) -> tuple[int, int]:
+    """(rx, tx) bytes of `iface` in this process's network namespace, from /proc/net/dev."""
+    for line in Path("/proc/self/net/dev").read_text().splitlines()[2:]:
+        name, _, fields = line.partition(":")
+        if name.strip() == iface:
+            values = fields.split()
+            return int(values[0]), int(values[8])
+    raise RuntimeError(f"no interface {iface} in this network namespace")
+
+
+def _build_job(spec: JobSpec, model: Any, world_size: int) -> Any:
+    from cadence.zero import peers
+
+    if spec.kind == "ddp":
+        return peers.wrap_ddp(model, spec.lr)
+    if spec.kind == "fsdp2":
+        return peers.wrap_fsdp2(model, spec.lr)
+    if spec.kind == "deepspeed":
+        return peers.wrap_deepspeed(model, spec.lr, spec.batch_size // world_size)
+    return peers.wrap_zero(model, spec.lr, spec.stage, spec.compression, spec.freeze_steps,
+                           spec.gather_dtype, spec.overlap_gather)  # fmt: skip
+
+
+def run(spec: JobSpec, out_dir: Path) -> None:
+    import torch
+
+    from cadence.comm import all_reduce_sum, destroy, init_from_env
+    from cadence.models import get_model_spec, load_dataset
+    from cadence.train.sharding import epoch_batches
+
+    torch.set_num_threads(spec.threads)
+    ctx = init_from_env()
+    try:
+        torch.manual_seed(spec.seed)
+        model_spec = get_model_spec(spec.model)
+        data = load_dataset(model_spec.datasets[0], model_spec, seed=spec.seed)
+        job = _build_job(spec, model_spec.build(), ctx.world_size)
+        times: list[float] = []
+        losses: list[Any] = []
+        counters: dict[str, tuple[int, int]] = {}
+        epoch = 0
+        t_prev = time.perf_counter()
+        while len(times) < spec.steps:
+            epoch += 1
+            for idx in epoch_batches(len(data.train_x), spec.batch_size, ctx.rank,
+                                     ctx.world_size, spec.seed, epoch):  # fmt: skip
+                if len(times) == spec.steps:
+                    break
+                if len(times) == spec.window_start and ctx.world_size > 1:
+                    counters["start"] = read_iface_bytes(spec.iface)
+                losses.append(job.train_step(data.train_x[idx], data.train_y[idx]))
+                now = time.perf_counter()
+                times.append(now - t_prev)
+                t_prev = now
+        if ctx.world_size > 1:
+            counters["end"] = read_iface_bytes(spec.iface)
+        job.close()
+        mean_loss = all_reduce_sum(torch.stack(losses).float()) / ctx.world_size
+        record = {
+            "rank": ctx.rank,
+            "iteration_times_s": times,
+            "step_loss": mean_loss.tolist(),
+            "iface_bytes": counters,
+        }
+        (out_dir / f"rank{ctx.rank}.json").write_text(json.dumps(record) + "\n")
+        if ctx.world_size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()  # leave together (see cadence.launch.worker)
+    finally:
+        destroy()
+
+
+def main(argv: list[str]) -> int:
+    from cadence.launch.errors import fail_worker
+
+    spec = JobSpec(**json.loads(Path(argv[0]).read_text()))
+    try:
+        run(spec, Path(argv[1]))
+    except BaseException as exc:  # record the cause for the supervisor, then die
+        return fail_worker(int(os.environ.get("RANK", "0")), exc)
+    return 0
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1:])
+    if code == 0:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # skip interpreter teardown (gloo threads; see cadence.launch.worker)
+    sys.exit(code)
