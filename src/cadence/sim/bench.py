@@ -165,6 +165,19 @@ def run_emulated(
     return files
 
 
+def _per_worker(cfg: dict[str, Any]) -> tuple[str, int]:
+    return str(cfg["model"]), int(cfg["batch_size"]) // int(cfg["workers"])
+
+
+def _bench_dp_models(path: str) -> list[tuple[str, int]]:
+    from cadence.sim.bench_dp import read_bench_dp
+
+    data = read_bench_dp(path)
+    cfg = data.get("config", {})
+    per_worker = int(cfg.get("batch_size", 64)) // int(cfg.get("workers", 2))
+    return [(str(row["model"]), per_worker) for row in data["rows"]]
+
+
 def bench_sim_command(args: Any) -> int:
     """`cadence bench sim`: optionally train in the emulated cluster, then compare."""
     runs = list(args.runs)
@@ -178,23 +191,38 @@ def bench_sim_command(args: Any) -> int:
         runs += run_emulated(
             args.model, caps, strategies, args.steps, args.out_dir, args.workers, args.batch_size
         )
-    if not runs:
-        raise UserError("nothing to compare: give `cadence train --json` files or --run")
+    bench_files = list(getattr(args, "from_bench_dp", []) or [])
+    if not runs and not bench_files:
+        raise UserError(
+            "nothing to compare: give `cadence train --json` files, --from-bench-dp or --run"
+        )
     profiles: dict[str, Profile] = {}
     for path in args.profile or []:
         profile = Profile.load(path)
         profiles[profile.model] = profile
-    for path in runs:
-        cfg = _read_run(path)["config"]
-        if cfg["model"] not in profiles:
+    wanted = [_per_worker(_read_run(path)["config"]) for path in runs]
+    for path in bench_files:
+        wanted += _bench_dp_models(path)
+    for model, per_worker in wanted:
+        if model not in profiles:
             from cadence.profile import profile_command
 
-            per_worker = int(cfg["batch_size"]) // int(cfg["workers"])
-            print(f"profiling {cfg['model']} at batch {per_worker} (pass --profile to skip)")
-            profiles[cfg["model"]] = profile_command(
-                cfg["model"], batch_size=per_worker, iterations=5, echo=lambda _: None
+            print(f"profiling {model} at batch {per_worker} (pass --profile to skip)")
+            profiles[model] = profile_command(
+                model, batch_size=per_worker, iterations=5, echo=lambda _: None
             )
     rows = predict_runs(runs, profiles, args.payload_fraction, None, args.optimizer_step)
+    if bench_files:
+        from cadence.sim.bench_dp import predict_bench_dp
+
+        more, skipped = predict_bench_dp(
+            bench_files, profiles, args.payload_fraction, args.optimizer_step
+        )
+        rows += more
+        for line in skipped:
+            print(f"skipped {line}")
+    if not rows:
+        raise UserError("no run with a known link to predict")
     for line in table_lines(rows):
         print(line)
     if args.json:

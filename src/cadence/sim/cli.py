@@ -21,9 +21,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return plan_command(args)
 
 
-def _sim_arguments(p: Any) -> None:
+def _sim_arguments(p: Any, worker_list: bool = False) -> None:
     p.add_argument("--model", default="vgg16", help="model zoo name")
-    p.add_argument("--workers", type=int, default=64, help="data-parallel workers")
+    if worker_list:
+        p.add_argument("--workers", default="2,8,64", help="worker counts, comma-separated")
+    else:
+        p.add_argument("--workers", type=int, default=64, help="data-parallel workers")
     p.add_argument("--bandwidth", default="10gbit", help="per-worker link, e.g. 400mbit")
     p.add_argument("--latency", type=float, default=0.0, help="seconds per message (alpha)")
     p.add_argument(
@@ -103,6 +106,44 @@ def add_plan(sub: Any) -> None:
         "--reorder-ks", default="none", help="reordering points K to try, e.g. none,1,8"
     )
     dp.set_defaults(func=_cmd_plan)
+    from cadence.pipeline.plan_command import add_plan_pipeline
+
+    add_plan_pipeline(psub)
+    _add_strategy_plans(psub)
+
+
+def _cmd_plan_strategies(args: argparse.Namespace) -> int:
+    from cadence.sim.strategy_command import plan_strategies_command
+
+    return plan_strategies_command(args)
+
+
+def _cmd_plan_map(args: argparse.Namespace) -> int:
+    from cadence.sim.strategy_command import plan_map_command
+
+    return plan_map_command(args)
+
+
+def _add_strategy_plans(psub: Any) -> None:
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    p = psub.add_parser(
+        "strategies",
+        help="rank every strategy (data parallel, ZeRO, tensor, pipeline, parameter server)",
+        formatter_class=fmt,
+    )
+    _sim_arguments(p)
+    p.add_argument("--memory-limit", default=None, help="bytes per worker, e.g. 2gib")
+    p.set_defaults(func=_cmd_plan_strategies)
+    m = psub.add_parser(
+        "map",
+        help="the best strategy over cluster sizes and bandwidths, as a table and a picture",
+        formatter_class=fmt,
+    )
+    _sim_arguments(m, worker_list=True)
+    m.add_argument("--bandwidths", default="100mbit,1gbit,10gbit,100gbit", help="comma-separated")
+    m.add_argument("--memory-limit", default=None, help="bytes per worker, e.g. 2gib")
+    m.add_argument("--png", default=None, metavar="FILE", help="draw the map here")
+    m.set_defaults(func=_cmd_plan_map)
 
 
 def _cmd_bench_sim(args: argparse.Namespace) -> int:
@@ -118,6 +159,13 @@ def add_bench_sim(bsub: Any) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("runs", nargs="*", help="`cadence train --json` files to predict")
+    p.add_argument(
+        "--from-bench-dp",
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="also predict the DDP and cadence-dp rows of `cadence bench dp` result files",
+    )
     p.add_argument(
         "--profile",
         action="append",

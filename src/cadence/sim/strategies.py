@@ -104,7 +104,6 @@ def _row(strategy: str, setting: str, est: Estimate, memory: int) -> Candidate:
 
 def _ps(setup: Setup, costs: BlockCosts, update_s: float) -> list[Candidate]:
     n, p = setup.world_size, sum(costs.param_bytes)
-    rows = []
     memory = state_bytes(p, 2, "ps-worker", n) + _activations(costs)
     # Servers share the workers' hosts: same machine count as the other strategies.
     colocated = ps_estimate(costs, setup.link, n, n, True, update_s)

@@ -1,0 +1,52 @@
+"""`cadence bench sim --from-bench-dp`: predicting the rows of a `cadence bench dp` file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cadence.errors import UserError
+from cadence.sim.bench_dp import predict_bench_dp, read_bench_dp, scaled_profile
+from tests.unit.test_sim_cli import zoo_profile
+
+
+def _bench_file(tmp_path: Path) -> Path:
+    rows = [
+        {"model": "cnn", "cap": cap, "compute_s": 0.2, "iteration_s": {"ddp": t, "cadence": t}}
+        for cap, t in (("none", 0.25), ("100kbit", 30.0))
+    ]
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"config": {"workers": 2, "threshold_mb": 4.0}, "rows": rows}))
+    return path
+
+
+def test_rows_with_a_cap_are_predicted_and_uncapped_ones_skipped(tmp_path: Path) -> None:
+    profile = zoo_profile("cnn")
+    rows, skipped = predict_bench_dp(
+        [str(_bench_file(tmp_path))], {"cnn": profile}, 1.0, optimizer_step_s=0.0
+    )
+    assert [r["strategy"] for r in rows] == ["ddp", "cadence-dp"]
+    assert len(skipped) == 1 and "none" in skipped[0]
+    for r in rows:
+        assert r["compute_s"] == 0.2 and r["bandwidth"] == "100kbit"
+        # 116264 B of gradients on a 2-worker ring at 12.5 kB/s: the wire dominates.
+        assert r["wire_s"] == pytest.approx(116264 / 12500, rel=1e-6)
+        assert r["predicted_s"] >= r["wire_s"]
+        assert r["error"] == pytest.approx((r["predicted_s"] - 30.0) / 30.0)
+
+
+def test_profile_times_are_scaled_to_the_runs_compute() -> None:
+    profile = zoo_profile("cnn")
+    twice = scaled_profile(profile, 2.0)
+    assert twice.iteration_s == pytest.approx(2 * profile.iteration_s)
+    assert twice.blocks[1].forward_s == pytest.approx(2 * profile.blocks[1].forward_s)
+    assert twice.param_bytes == profile.param_bytes
+
+
+def test_a_file_that_is_not_a_bench_dp_result_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text('{"rows": [{"model": "cnn"}]}')
+    with pytest.raises(UserError, match="not a `cadence bench dp` file"):
+        read_bench_dp(str(bad))
