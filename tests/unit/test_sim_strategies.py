@@ -80,6 +80,13 @@ def test_ps_single_server_fan_in_slows_every_transfer() -> None:
     assert one > spread > 6.0
 
 
+def test_ps_front_first_pulls_let_the_next_forward_start_earlier() -> None:
+    costs = _costs(nb=4, f=1.0, b=1.0)
+    front = ps_estimate(costs, SLOW, 2, 1, False, front_first=True).iteration_s
+    fifo = ps_estimate(costs, SLOW, 2, 1, False, front_first=False).iteration_s
+    assert front < fifo
+
+
 def test_tp_adds_blocking_communication_and_exposed_data_parallel_sync() -> None:
     costs = _costs()
     assert tp_estimate(costs, SLOW, 1.5, 2).iteration_s == pytest.approx(6.0 + 1.5)

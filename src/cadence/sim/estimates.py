@@ -59,6 +59,20 @@ class _Comm:
         self.busy_s += seconds
         return self.free_s
 
+    def run_by_priority(
+        self, ready_s: list[float], seconds: list[float], priority: list[int]
+    ) -> list[float]:
+        """Run one job per index; whenever free, the ready job earliest in `priority` goes
+        (a priority queue, not a fixed order: nothing waits behind a job not yet ready)."""
+        rank = {job: i for i, job in enumerate(priority)}
+        pending, done = set(range(len(ready_s))), [0.0] * len(ready_s)
+        while pending:
+            now = max(self.free_s, min(ready_s[j] for j in pending))
+            job = min((j for j in pending if ready_s[j] <= now), key=rank.__getitem__)
+            done[job] = self.run(now, seconds[job])
+            pending.remove(job)
+        return done
+
 
 def _backward_ends(costs: BlockCosts, start_s: float) -> list[float]:
     """When each block's backward ends (ordinary order, back to front), from `start_s`."""
@@ -147,6 +161,7 @@ def ps_estimate(
     colocated: bool,
     update_s: float = 0.0,
     iterations: int = 4,
+    front_first: bool = True,
 ) -> Estimate:
     """One BSP parameter-server iteration in steady state. Each server holds 1/S of every
     block. Servers on hosts of their own: a server's link carries W/S workers' flows at once,
@@ -155,6 +170,9 @@ def ps_estimate(
     worker's (W-1)/W share one way and its server's (W-1)/W share the other. The servers'
     update of a block (`update_s` x its share of the bytes, spread over S servers) follows the
     last worker's push of it; a co-located server's step also takes its host's processor.
+    Pushes and pulls that are ready at once go front block first (`front_first`: layer or
+    graph priorities on a chain of blocks) or back block first, the order gradients appear
+    (FIFO).
     """
     nb = len(costs.forward_s)
     factor = (workers - 1) / workers if colocated else max(1.0, workers / servers)
@@ -163,6 +181,7 @@ def ps_estimate(
     def transfer_s(b: int) -> float:
         return link.alpha_s + costs.param_bytes[b] * link.beta_s_per_byte * factor
 
+    order = list(range(nb)) if front_first else list(reversed(range(nb)))
     pulled = [0.0] * nb
     push, pull = _Comm(), _Comm()  # a socket each way: pushes and pulls do not queue together
     starts = []
@@ -173,11 +192,10 @@ def ps_estimate(
             t = max(t, pulled[b]) + costs.forward_s[b]
         ends = _backward_ends(costs, t + costs.loss_s)
         t = ends[0] + (update_s / servers if colocated else 0.0)  # the host's server steps
-        updated = [
-            push.run(ends[b], transfer_s(b)) + update_s * share[b] / servers
-            for b in reversed(range(nb))
-        ][::-1]
-        pulled = [pull.run(updated[b], transfer_s(b)) for b in range(nb)]
+        sizes = [transfer_s(b) for b in range(nb)]
+        pushed = push.run_by_priority(ends, sizes, order)
+        updated = [pushed[b] + update_s * share[b] / servers for b in range(nb)]
+        pulled = pull.run_by_priority(updated, sizes, order)
     starts.append(max(t, pulled[0]))
     period = (starts[-1] - starts[1]) / (iterations - 1)
     # Busier direction of a worker's link: co-located, its pushes and its server's replies go
