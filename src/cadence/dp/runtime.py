@@ -28,6 +28,7 @@ from cadence.dp.layers import ModelLayout
 from cadence.dp.optimizer import LayerwiseUpdater
 from cadence.dp.plan import Chunk, DPPlan, build_plan
 from cadence.dp.reorder import BackwardReorder, deferrable
+from cadence.dp.trace import Recorder
 
 WAIT_POLL_S = 1.0
 
@@ -61,6 +62,7 @@ class SyncEngine:
         self.waited_s = 0.0  # main-thread seconds forward passes spent waiting for updates
         self.tuner: Autotuner | None = None
         self.tune_result: TuneResult | None = None  # what tuning chose (or loaded)
+        self.trace: Recorder | None = None  # timestamps for the timeline picture; off by default
         num_params = len(layout.params)
         # Parameters are updated together with the others of their front-most layer.
         self._update_params: list[list[int]] = [[] for _ in layout.layers]
@@ -179,7 +181,10 @@ class SyncEngine:
         def hook(_module: nn.Module, _args: Any) -> None:
             start = time.perf_counter()
             self._wait(lambda: all(self._applied[i] == self._backward_count for i in params))
-            self.waited_s += time.perf_counter() - start
+            end = time.perf_counter()
+            self.waited_s += end - start
+            if self.trace is not None and end - start > 1e-4:
+                self.trace.span("compute", "wait", "waiting for an update", start, end)
 
         return hook
 
@@ -265,14 +270,31 @@ class SyncEngine:
                 complete_oldest()
             buffer = self._pack(chunk)
             work = None
+            issued = time.perf_counter()
             if self.group is not None:
                 work = dist.all_reduce(buffer, group=self.group, async_op=True)
+            if self.trace is not None:
+                self._trace_chunk(self.trace, chunk, work, issued, iteration)
             in_flight.append((chunk, buffer, work))
             in_flight_bytes += chunk.nbytes
         while in_flight:
             complete_oldest()
         if iteration == self._replan_at:
             self._replan(iteration, time.perf_counter() - t_first)
+
+    @staticmethod
+    def _trace_chunk(
+        trace: Recorder, chunk: Chunk, work: Any, issued: float, iteration: int
+    ) -> None:
+        label = f"{chunk.nbytes / 2**20:.1f} MB"
+
+        def done(_fut: Any) -> None:  # runs on gloo's thread the moment the reduction ends
+            trace.span("comm", "allreduce", label, issued, trace.clock(), iteration)
+
+        if work is None:
+            done(None)
+        else:
+            work.get_future().then(done)
 
     def _chunk_ready(self, chunk: Chunk, iteration: int) -> Callable[[], bool]:
         needed = {seg.param for seg in chunk.segments}
@@ -308,7 +330,12 @@ class SyncEngine:
             offset += seg.length
 
     def _apply_layer(self, layer: int, iteration: int) -> None:
+        start = time.perf_counter()
         self.updater.step(layer)
+        if self.trace is not None:
+            self.trace.span(
+                "update", "update", f"layer {layer + 1}", start, time.perf_counter(), iteration
+            )
         with self._cv:
             for index in self._update_params[layer]:
                 self.layout.params[index].grad = None

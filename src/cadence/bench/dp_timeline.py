@@ -1,0 +1,238 @@
+"""`cadence bench dp-timeline`: one measured iteration of DDP and of cadence-dp, drawn one
+above the other on the same time axis (compute, communication and update rows).
+
+Each strategy trains for a few steps in the emulated cluster (or on the loopback with no cap);
+rank 0 records real timestamps (`cadence.dp.trace`) around one steady-state iteration. The
+picture spans from that iteration's first forward to the later of the next iteration's start
+and the end of its own communication and updates; work of the neighbouring iterations that
+falls inside the window is drawn faded, since that overlap is what the scheduling is about.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from cadence.errors import UserError
+
+NO_CAP = "none"
+STRATEGIES = ("ddp", "cadence")
+ROWS = ("compute", "comm", "update")
+ROW_NAMES = {"compute": "compute\n(main thread)", "comm": "all-reduce", "update": "updates"}
+COLOURS = {
+    "forward-pass": "#c6dbef",
+    "forward": "#4292c6",
+    "backward": "#fd8d3c",
+    "wait": "#d9d9d9",
+    "allreduce": "#41ab5d",
+    "update": "#807dba",
+    "step": "#807dba",
+}
+
+
+@dataclass(frozen=True)
+class DPTimelineConfig:
+    """What `cadence bench dp-timeline` records."""
+
+    model: str = "vgg16"
+    """Model zoo name."""
+    cap: str = "400mbit"
+    """Link cap; `none` runs on the loopback without an emulated cluster."""
+    workers: int = 2
+    """Ranks (emulated hosts)."""
+    batch_size: int = 64
+    """Global batch per step."""
+    steps: int = 8
+    """Steps per run."""
+    record_step: int = 5
+    """0-based step pictured (after warm-up; cadence re-plans after its first iteration)."""
+    threshold_mb: float = 4.0
+    """cadence-dp threshold."""
+    reorder_k: int | None = None
+    """cadence-dp reorder point."""
+    ddp_bucket_mb: float = 25.0
+    """DDP bucket size."""
+    threads: int = 1
+    """Intra-op threads per worker."""
+    master_port: int | None = None
+    """Rendezvous port for loopback runs (set by the launcher)."""
+    out: str = "results/dp-timeline.png"
+    """PNG output; the JSON events go next to it."""
+
+    def __post_init__(self) -> None:
+        from cadence.models import model_names
+        from cadence.netem import parse_bandwidth
+
+        if self.model not in model_names():
+            raise UserError(f"unknown model '{self.model}': choose from {', '.join(model_names())}")
+        if self.cap != NO_CAP:
+            parse_bandwidth(self.cap)
+        if not 1 <= self.record_step <= self.steps - 3:
+            raise UserError(
+                f"--record-step must be between 1 and --steps - 3 ({self.steps - 3}), "
+                f"got {self.record_step}"
+            )
+        if self.workers < 2 or self.batch_size % self.workers:
+            raise UserError("--workers must be >= 2 and divide --batch-size")
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DPTimelineConfig:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class _Host:
+    ip: str
+    iface: str
+
+
+@dataclass(frozen=True)
+class _Loopback:
+    """The launcher's view of a cluster, for runs on this machine's loopback."""
+
+    hosts: tuple[_Host, ...]
+    bandwidth_bps: float = float("inf")
+
+    def exec_prefix(self, index: int) -> list[str]:
+        return []
+
+
+def _record(config: DPTimelineConfig, strategy: str, run_dir: Path) -> dict[str, Any]:
+    from cadence.bench._launch import run_workers
+
+    (run_dir / "config.json").write_text(json.dumps(asdict(config)))
+    events = run_dir / f"events-{strategy}.json"
+    args = [str(run_dir / "config.json"), str(events), strategy]
+    module = "cadence.bench.dp_timeline_worker"
+    if config.cap == NO_CAP:
+        loopback = _Loopback(tuple(_Host("127.0.0.1", "lo") for _ in range(config.workers)))
+        run_workers(loopback, module, args, run_dir / strategy, config.threads, 900)  # type: ignore[arg-type]
+    else:
+        from cadence.netem import EmulatedCluster, cleanup_on_signals, parse_bandwidth
+
+        with (
+            cleanup_on_signals(),
+            EmulatedCluster(config.workers, parse_bandwidth(config.cap)) as c,
+        ):
+            run_workers(c, module, args, run_dir / strategy, config.threads, 900)
+    result: dict[str, Any] = json.loads(events.read_text())
+    return result
+
+
+def window(run: dict[str, Any]) -> tuple[float, float]:
+    """(0, end): from the pictured iteration's start to the later of the next iteration's start
+    and the end of the pictured iteration's own work."""
+    own = [e["end"] for e in run["events"] if e["iteration"] == run["iteration"]]
+    return 0.0, max([run["iteration_s"], *own])
+
+
+def lanes(spans: Sequence[tuple[float, float]]) -> list[int]:
+    """A lane per span so overlapping spans (chunks in flight together) sit side by side."""
+    ends: list[float] = []
+    out = []
+    for start, end in spans:
+        lane = next((i for i, e in enumerate(ends) if e <= start + 1e-9), len(ends))
+        if lane == len(ends):
+            ends.append(end)
+        else:
+            ends[lane] = end
+        out.append(lane)
+    return out
+
+
+def draw(runs: dict[str, dict[str, Any]], titles: dict[str, str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    right = max(window(run)[1] for run in runs.values())
+    fig, axes = plt.subplots(len(runs), 1, figsize=(12, 2.3 * len(runs) + 0.8), sharex=True)
+    axes = list(axes) if len(runs) > 1 else [axes]
+    for ax, (name, run) in zip(axes, runs.items(), strict=True):
+        it = run["iteration"]
+        for row_index, row in enumerate(ROWS):
+            events = [e for e in run["events"] if e["row"] == row and e["end"] > 0]
+            events = [e for e in events if e["start"] < right]
+            lane_of = lanes([(e["start"], e["end"]) for e in events]) if row == "comm" else None
+            height = 0.8 / (max(lane_of) + 1) if lane_of else 0.8
+            for i, e in enumerate(events):
+                lane = lane_of[i] if lane_of else 0
+                y = len(ROWS) - 1 - row_index - 0.4 + lane * height
+                base = e["kind"] == "forward-pass"
+                ax.broken_barh(
+                    [(e["start"], e["end"] - e["start"])],
+                    (y, height),
+                    facecolors=COLOURS.get(e["kind"], "grey"),
+                    edgecolors="white" if not base else "none",
+                    linewidth=0.3,
+                    alpha=1.0 if e["iteration"] == it else 0.35,
+                    zorder=1 if base else 2,
+                )
+        ax.axvline(run["iteration_s"], color="black", linestyle="--", linewidth=1)
+        ax.text(run["iteration_s"], len(ROWS) - 0.45, " next iteration", fontsize=8, va="bottom")
+        ax.set_yticks(range(len(ROWS)), [ROW_NAMES[r] for r in reversed(ROWS)], fontsize=8)
+        ax.set_ylim(-0.6, len(ROWS) - 0.2)
+        ax.set_title(titles[name], fontsize=10, loc="left")
+    axes[-1].set_xlim(-0.01 * right, 1.01 * right)
+    axes[-1].set_xlabel("seconds from the start of the pictured iteration (rank 0)")
+    kinds = ("forward", "backward", "wait", "allreduce", "update")
+    legend = [Patch(color=COLOURS[k], label=k) for k in kinds]
+    legend.append(Patch(color=COLOURS["allreduce"], alpha=0.35, label="neighbouring iterations"))
+    fig.legend(handles=legend, loc="lower center", ncol=len(legend), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run_dp_timeline(
+    config: DPTimelineConfig, command: str, echo: Callable[[str], None] = print
+) -> dict[str, Any]:
+    out = Path(config.out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create the directory of --out '{out}': {exc}") from None
+    if config.cap != NO_CAP:
+        from cadence.netem import check_netem_available
+
+        check_netem_available()
+    elif config.master_port is None:
+        from dataclasses import replace
+
+        from cadence.launch.local import free_port
+
+        config = replace(config, master_port=free_port())
+    runs: dict[str, dict[str, Any]] = {}
+    run_dir = Path(tempfile.mkdtemp(prefix="cadence-dp-timeline-"))  # kept on failure: logs
+    for strategy in STRATEGIES:
+        echo(f"{config.model} @ {config.cap}: recording {strategy}")
+        runs[strategy] = _record(config, strategy, run_dir)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    titles = {
+        "ddp": f"DDP ({config.ddp_bucket_mb:g} MB buckets): iteration "
+        f"{runs['ddp']['iteration_s']:.3f} s",
+        "cadence": f"cadence-dp (threshold {config.threshold_mb:g} MB, K "
+        f"{config.reorder_k or 'off'}): iteration {runs['cadence']['iteration_s']:.3f} s",
+    }
+    for name in STRATEGIES:
+        titles[name] = f"{config.model} @ {config.cap}, " + titles[name]
+    report = {
+        "command": command,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+        "config": asdict(config),
+        "runs": runs,
+    }
+    out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
+    draw(runs, titles, out)
+    for name in STRATEGIES:
+        echo(titles[name])
+    echo(f"wrote {out} and {out.with_suffix('.json')}")
+    return report

@@ -1,0 +1,126 @@
+"""One rank of `cadence bench dp-timeline`: `python -m cadence.bench.dp_timeline_worker
+CONFIG.json EVENTS.json STRATEGY`, started with torchrun-style environment variables.
+
+Trains the model with DDP or cadence-dp as `cadence train` would (same data, optimizer and
+batch share), records the iterations around `record_step` and, on rank 0, writes the events
+with times relative to the start of that iteration.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from cadence.bench.dp_timeline import DPTimelineConfig
+from cadence.comm import destroy, init_from_env
+from cadence.config import TrainConfig
+from cadence.dp.layers import model_layout
+from cadence.dp.trace import Recorder, trace_ddp, trace_layers
+from cadence.launch.errors import fail_worker
+from cadence.models import get_model_spec, load_dataset, loss_fn
+from cadence.train.optim import build_optimizer
+from cadence.train.sharding import epoch_batches
+
+
+def _wrap(
+    strategy: str, model: nn.Module, optimizer: torch.optim.Optimizer, config: DPTimelineConfig,
+    recorder: Recorder,
+) -> tuple[nn.Module, Any]:  # fmt: skip
+    if not dist.is_initialized():
+        return model, optimizer
+    if strategy == "ddp":
+        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=config.ddp_bucket_mb)
+        trace_ddp(ddp, recorder)
+        return ddp, optimizer
+    from cadence.dp import DPConfig, data_parallel
+
+    dp_config = DPConfig(
+        threshold_bytes=max(1, int(config.threshold_mb * 2**20)), reorder_k=config.reorder_k
+    )
+    model, scheduled = data_parallel(model, optimizer, dp_config)
+    engine: Any = getattr(model, "_cadence_dp_engine")  # noqa: B009 - set by data_parallel
+    engine.trace = recorder
+    return model, scheduled
+
+
+def run(config: DPTimelineConfig, strategy: str, events_path: Path) -> None:
+    torch.set_num_threads(config.threads)
+    ctx = init_from_env()
+    try:
+        torch.manual_seed(0)
+        spec = get_model_spec(config.model)
+        data = load_dataset(spec.datasets[0], spec, seed=0)
+        plain = spec.build()
+        optimizer = build_optimizer(plain.parameters(), TrainConfig(model=config.model))
+        recorder = Recorder()
+        layout = model_layout(plain)
+        model, optimizer = _wrap(strategy, plain, optimizer, config, recorder)
+        # After wrapping: cadence's own pre-hooks (waiting for updates) run before ours.
+        trace_layers(layout.layers, layout.params, recorder)
+        model.train()
+        batches = epoch_batches(
+            len(data.train_x), config.batch_size, ctx.rank, ctx.world_size, 0, 1
+        )
+        step_times = []
+        for step, idx in zip(range(config.steps), batches, strict=False):
+            # Record the iteration before the pictured one too: its communication and updates
+            # run on into the pictured iteration's forward pass.
+            recorder.active = config.record_step - 1 <= step <= config.record_step + 2
+            recorder.iteration = step + 1
+            x, y = data.train_x[idx], data.train_y[idx]
+            recorder.mark(f"start {step + 1}")
+            optimizer.zero_grad(set_to_none=True)
+            start = recorder.clock()
+            out = model(x)
+            recorder.span("compute", "forward-pass", "forward", start, recorder.clock())
+            loss = loss_fn(out, y)
+            called = recorder.clock()
+            loss.backward()
+            recorder.end_backward(called, recorder.clock())
+            start = recorder.clock()
+            optimizer.step()  # cadence's returns at once: its updates run per layer
+            if strategy == "ddp":
+                recorder.span("update", "step", "optimizer.step()", start, recorder.clock())
+            step_times.append(recorder.clock() - recorder.marks[f"start {step + 1}"])
+        recorder.mark(f"start {config.steps + 1}")
+        if hasattr(optimizer, "flush"):
+            optimizer.flush()
+        time.sleep(0.05)  # the last completion callbacks run on gloo's threads
+        recorder.active = False
+        if ctx.rank == 0:
+            it = config.record_step + 1
+            origin = recorder.marks[f"start {it}"]
+            data_out = {
+                "strategy": strategy,
+                "iteration": it,
+                "iteration_s": recorder.marks[f"start {it + 1}"] - origin,
+                "step_times_s": step_times,
+                "events": recorder.to_json(origin),
+            }
+            events_path.write_text(json.dumps(data_out, indent=1) + "\n")
+    finally:
+        destroy()
+
+
+def main(argv: list[str]) -> int:
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        config = DPTimelineConfig.from_json(json.loads(Path(argv[0]).read_text()))
+        if config.master_port is not None:  # loopback runs: a free port instead of 29500
+            os.environ["MASTER_PORT"] = str(config.master_port)
+        run(config, argv[2], Path(argv[1]))
+    except BaseException as exc:  # record every cause for the parent, then die
+        return fail_worker(rank, exc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
