@@ -21,6 +21,8 @@ from typing import Any
 from cadence.errors import UserError
 
 NO_CAP = "none"
+BALANCED = "balanced"
+"""A cap chosen per model so the wire time of one all-reduce equals the measured compute time."""
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,8 @@ class DPBenchConfig:
     models: tuple[str, ...] = ("vgg16", "resnet32", "cnn_lstm", "gpt_mini")
     """Model zoo names."""
     caps: tuple[str, ...] = (NO_CAP, "1gbit", "400mbit")
-    """Link caps; `none` runs on the loopback without an emulated cluster."""
+    """Link caps; `none` runs on the loopback without an emulated cluster; `balanced` picks,
+    per model, the cap at which wire time equals the measured compute time."""
     workers: int = 2
     """Ranks (emulated hosts)."""
     batch_size: int = 64
@@ -58,11 +61,9 @@ class DPBenchConfig:
 
         for model in self.models:
             if model not in model_names():
-                raise UserError(
-                    f"unknown model '{model}': choose from {', '.join(model_names())}"
-                )
+                raise UserError(f"unknown model '{model}': choose from {', '.join(model_names())}")
         for cap in self.caps:
-            if cap != NO_CAP:
+            if cap not in (NO_CAP, BALANCED):
                 parse_bandwidth(cap)
         if self.steps < 11:
             raise UserError(f"--steps must be at least 11 (10 timed), got {self.steps}")
@@ -125,13 +126,25 @@ def _train(
     return metrics
 
 
-def measure_compute(model: str, config: DPBenchConfig, echo: Callable[[str], None]) -> float:
-    """Median iteration of one worker on its share of the batch: no communication at all."""
+def measure_compute(
+    model: str, config: DPBenchConfig, echo: Callable[[str], None]
+) -> tuple[float, int]:
+    """Median iteration of one worker on its share of the batch (no communication at all),
+    and the model's gradient bytes."""
     echo(f"  {model}: compute only (1 worker, its share of the batch)")
-    return statistics.median(
-        _train(model, NO_CAP, Variant("compute", "ddp"), 1, config)["median_iteration_s"]
-        for _ in range(config.repeats)
-    )
+    runs = [
+        _train(model, NO_CAP, Variant("compute", "ddp"), 1, config) for _ in range(config.repeats)
+    ]
+    return statistics.median(m["median_iteration_s"] for m in runs), runs[0]["gradient_bytes"]
+
+
+def balanced_cap(compute_s: float, gradient_bytes: int, workers: int) -> str:
+    """The cap (tc syntax, 1 mbit resolution) at which one ring all-reduce of all gradients
+    takes `compute_s` on the wire: the hardest case for overlap, where neither side hides."""
+    from cadence.comm.cost import ring_allreduce_wire_s
+
+    one_bps = ring_allreduce_wire_s(gradient_bytes, workers, 1.0)  # seconds at 1 bit/s
+    return f"{max(1, round(one_bps / compute_s / 1e6))}mbit"
 
 
 def measure_case(
@@ -239,10 +252,13 @@ def run_dp_bench(
         "rows": rows,
     }
     for model in config.models:
-        compute_s = measure_compute(model, config, echo)
-        for cap in config.caps:
-            echo(f"{model} @ {cap}")
-            rows.append(measure_case(model, cap, compute_s, config, echo))
+        compute_s, grad_bytes = measure_compute(model, config, echo)
+        for rule in config.caps:
+            cap = rule
+            if rule == BALANCED:
+                cap = balanced_cap(compute_s, grad_bytes, config.workers)
+            echo(f"{model} @ {cap}" + (" (balanced: wire = compute)" if rule == BALANCED else ""))
+            rows.append({**measure_case(model, cap, compute_s, config, echo), "cap_rule": rule})
             report["seconds"] = time.time() - started
             # Written after every case: an interrupted benchmark keeps what it measured.
             tmp = out.with_suffix(".tmp")
