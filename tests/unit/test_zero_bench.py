@@ -1,0 +1,84 @@
+"""`cadence bench zero`'s pure parts: job names, interface counters, ratios and targets."""
+
+import socket
+
+import pytest
+
+from cadence.errors import UserError
+from cadence.zero.bench import ALL_JOBS, job_spec, payload_bytes
+from cadence.zero.bench_report import table_lines, targets
+from cadence.zero.bench_worker import JobSpec, read_iface_bytes
+
+BASE = JobSpec(name="", kind="ddp", model="mlp", steps=20, window_start=6, freeze_steps=4)
+
+
+def test_job_names_map_to_specs():
+    assert job_spec("fsdp2", BASE).kind == "fsdp2"
+    ds = job_spec("deepspeed-zero2", BASE)
+    assert (ds.kind, ds.stage) == ("deepspeed", 2)
+    z = job_spec("zero2-onebit-bf16-overlap", BASE)
+    assert (z.kind, z.stage, z.compression, z.gather_dtype, z.overlap_gather) == (
+        "zero", 2, "onebit", "bf16", True,
+    )  # fmt: skip
+    assert job_spec("zero3-none", BASE).gather_dtype == "fp32"
+    assert all(job_spec(name, BASE).name == name for name in ALL_JOBS)
+
+
+@pytest.mark.parametrize("bad", ["zero4-none", "zero1-gzip", "zero1-none-bf16-bf16", "ddp2"])
+def test_unknown_job_is_a_user_error(bad):
+    with pytest.raises(UserError, match="unknown zero bench job"):
+        job_spec(bad, BASE)
+
+
+def test_payload_halves_the_gather_with_bf16_and_peers_are_not_modelled():
+    fp32 = payload_bytes(job_spec("zero1-onebit", BASE), 2)
+    bf16 = payload_bytes(job_spec("zero1-onebit-bf16", BASE), 2)
+    assert fp32 is not None and bf16 is not None and bf16 < fp32
+    assert payload_bytes(job_spec("fsdp2", BASE), 2) is None
+    ddp = payload_bytes(job_spec("ddp", BASE), 2)
+    from cadence.models import get_model_spec
+
+    params = sum(p.numel() for p in get_model_spec("mlp").build().parameters())
+    assert ddp == 4 * params  # ring all-reduce at p = 2: 2 (p-1)/p of fp32 gradients
+
+
+def test_interface_counters_see_real_traffic_on_loopback():
+    rx0, tx0 = read_iface_bytes("lo")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx_sock:
+        rx_sock.bind(("127.0.0.1", 0))
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx_sock:
+            tx_sock.sendto(b"x" * 50_000, rx_sock.getsockname())
+        rx_sock.recv(65536)
+    rx1, tx1 = read_iface_bytes("lo")
+    assert tx1 - tx0 >= 50_000 and rx1 - rx0 >= 50_000
+    with pytest.raises(RuntimeError, match="no interface"):
+        read_iface_bytes("nosuchif0")
+
+
+def _row(job, seconds, tx, losses):
+    return {"job": job, "median_iteration_s": seconds, "iface_tx_bytes_per_step_per_rank": tx,
+            "payload_bytes_per_step_per_rank": None, "iface_wire_s": tx * 8 / 2e8,
+            "step_loss": losses, "final_train_loss": losses[-1]}  # fmt: skip
+
+
+def test_targets_compare_onebit_with_ddp_time_and_its_stage_bytes():
+    rows = [
+        _row("ddp", 2.0, 60e6, [3.0, 2.0, 1.5]),
+        _row("zero1-none", 2.2, 90e6, [3.0, 2.0, 1.4]),
+        _row("zero1-onebit", 1.1, 40e6, [3.0, 2.1, 1.6]),
+        _row("zero2-onebit", 1.3, 20e6, [3.0, 2.0, 1.6]),
+    ]
+    summary = {"rows": rows, "freeze_steps": 2, "skipped": {"fsdp2": "why"}, "model": "m",
+               "bandwidth": "200mbit", "workers": 2, "batch_size": 64, "steps": 3,
+               "timed_steps": 1}  # fmt: skip
+    checks = {c["target"]: c for c in targets(summary)}
+    summary["targets"] = list(checks.values())
+    assert checks["zero1-onebit time <= 0.6x DDP+Adam"]["value"] == pytest.approx(0.55)
+    assert checks["zero1-onebit time <= 0.6x DDP+Adam"]["met"]
+    assert not checks["zero2-onebit time <= 0.6x DDP+Adam"]["met"]  # 0.65
+    byte_check = checks["zero1-onebit iface bytes <= 0.55x zero1-none"]
+    assert byte_check["value"] == pytest.approx(40 / 90) and byte_check["met"]
+    assert not any("zero2-onebit iface" in t for t in checks)  # no zero2-none to compare with
+    assert rows[2]["loss_max_abs_diff_vs_ddp_first_steps"] == pytest.approx(0.1)
+    text = "\n".join(table_lines(summary))
+    assert "fsdp2: skipped (why)" in text and "MISSED" in text and "| zero1-onebit |" in text
