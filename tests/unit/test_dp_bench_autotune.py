@@ -1,0 +1,61 @@
+"""Pure parts of `cadence bench dp-autotune` and the balanced cap of `cadence bench dp`."""
+
+import pytest
+
+from cadence.bench.dp import balanced_cap
+from cadence.bench.dp_autotune import (
+    exhaustive_iterations,
+    summarise,
+    table_lines,
+    tuning_steps,
+)
+from cadence.comm.cost import ring_allreduce_wire_s
+from cadence.dp.autotune import Autotuner, Candidate, k_trials, threshold_trials
+from cadence.netem import parse_bandwidth
+
+
+@pytest.mark.parametrize(("trials", "layers"), [(3, 3), (7, 5)])
+def test_exhaustive_iteration_count_matches_the_real_tuner(trials, layers):
+    thresholds = [Candidate(t, None) for t in threshold_trials(1000, trials, 1.1)]
+    tuner = Autotuner(
+        "exhaustive",
+        Candidate(1000, None),
+        thresholds,
+        lambda best: [Candidate(best.threshold_bytes, k) for k in k_trials(layers)],
+        apply=lambda c: None,
+        waited_s=iter(range(0, 10**6, 10)).__next__,  # forwards always waited: not hidden
+        broadcast=False,
+        clock=iter(range(10**6)).__next__,
+    )
+    steps = 0
+    while not tuner.done:
+        tuner.before_forward()
+        steps += 1
+    assert tuner.result is not None
+    assert tuner.result.iterations == exhaustive_iterations(trials, layers)
+    assert tuning_steps(trials, layers) >= exhaustive_iterations(trials, layers) + 1
+
+
+def test_summary_ratios_and_table():
+    tuned = {
+        "exhaustive": {
+            "iterations": 200,
+            "trials": 66,
+            "threshold_bytes": 2**22,
+            "reorder_k": None,
+        },
+        "guided": {"iterations": 27, "trials": 8, "threshold_bytes": 2**23, "reorder_k": 3},
+    }
+    summary = summarise(tuned, {"exhaustive": [1.0, 1.2, 1.1], "guided": [1.21, 1.0]})
+    assert summary["time_ratio"] == pytest.approx(1.105 / 1.1)
+    assert summary["iteration_ratio"] == pytest.approx(27 / 200)
+    text = "\n".join(table_lines(tuned, summary))
+    assert "| guided | 27 | 8 | 8.00 MB | 3 | 1.105 s |" in text
+    assert "iteration time 1.005" in text and "warm-up iterations 0.135" in text
+
+
+def test_balanced_cap_makes_wire_time_equal_compute_time():
+    cap = balanced_cap(1.16, 61_014_312, 2)
+    assert cap == "421mbit"
+    wire = ring_allreduce_wire_s(61_014_312, 2, parse_bandwidth(cap))
+    assert wire == pytest.approx(1.16, rel=0.01)
