@@ -2,7 +2,7 @@
 
 import pytest
 
-from cadence.bench.dp_timeline import DPTimelineConfig, draw, lanes, window
+from cadence.bench.dp_timeline import DPTimelineConfig, breakdown, draw, lanes, window
 from cadence.dp.trace import Recorder, backward_spans
 from cadence.errors import UserError
 
@@ -72,3 +72,20 @@ def test_timeline_config_rejects_a_step_without_neighbours():
         DPTimelineConfig(model="mlp", cap="none", steps=6, record_step=5)
     with pytest.raises(UserError, match="unknown model"):
         DPTimelineConfig(model="alexnet")
+
+
+def test_breakdown_separates_waiting_inside_the_forward_and_merges_overlapping_reduces():
+    run = _run(1.0, 0.7)
+    run["events"] += [
+        {"row": "compute", "kind": "forward-pass", "label": "f", "start": 0.0, "end": 0.25,
+         "iteration": 2},
+        {"row": "compute", "kind": "wait", "label": "w", "start": 0.0, "end": 0.05,
+         "iteration": 2},
+        {"row": "comm", "kind": "allreduce", "label": "x", "start": 0.5, "end": 0.9,
+         "iteration": 2},
+    ]  # fmt: skip
+    got = breakdown(run)
+    assert got["forward_s"] == pytest.approx(0.2)
+    assert got["wait_s"] == pytest.approx(0.05)
+    assert got["allreduce_in_flight_s"] == pytest.approx(0.5)  # 0.4-0.7 and 0.5-0.9 overlap
+    assert got["updates_s"] == pytest.approx(0.05)

@@ -132,6 +132,44 @@ def window(run: dict[str, Any]) -> tuple[float, float]:
     return 0.0, max([run["iteration_s"], *own])
 
 
+def _union(spans: Sequence[tuple[float, float]]) -> float:
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def breakdown(run: dict[str, Any]) -> dict[str, float]:
+    """Seconds of the pictured iteration's work by kind (the main thread's compute, its
+    waiting, the time at least one all-reduce was in flight, the updates) and the iteration."""
+    own = [e for e in run["events"] if e["iteration"] == run["iteration"]]
+
+    def total(kind: str) -> float:
+        return sum(e["end"] - e["start"] for e in own if e["kind"] == kind)
+
+    waits = [
+        e for e in run["events"] if e["kind"] == "wait" and 0 <= e["start"] < run["iteration_s"]
+    ]
+    in_forward = sum(  # cadence's layers wait for their update inside the forward pass
+        w["end"] - w["start"]
+        for w in waits
+        for f in own
+        if f["kind"] == "forward-pass" and f["start"] <= w["start"] < f["end"]
+    )
+    return {
+        "iteration_s": run["iteration_s"],
+        "forward_s": total("forward-pass") - in_forward,
+        "backward_s": total("backward"),
+        "wait_s": sum(e["end"] - e["start"] for e in waits),
+        "allreduce_in_flight_s": _union(
+            [(e["start"], e["end"]) for e in own if e["row"] == "comm"]
+        ),
+        "updates_s": total("update") + total("step"),
+    }
+
+
 def lanes(spans: Sequence[tuple[float, float]]) -> list[int]:
     """A lane per span so overlapping spans (chunks in flight together) sit side by side."""
     ends: list[float] = []
@@ -224,6 +262,7 @@ def run_dp_timeline(
     }
     for name in STRATEGIES:
         titles[name] = f"{config.model} @ {config.cap}, " + titles[name]
+        runs[name]["breakdown"] = breakdown(runs[name])
     report = {
         "command": command,
         "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
@@ -234,5 +273,6 @@ def run_dp_timeline(
     draw(runs, titles, out)
     for name in STRATEGIES:
         echo(titles[name])
+        echo("  " + ", ".join(f"{k} {v:.3f}" for k, v in runs[name]["breakdown"].items()))
     echo(f"wrote {out} and {out.with_suffix('.json')}")
     return report
