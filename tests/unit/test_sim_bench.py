@@ -52,8 +52,8 @@ def test_runs_that_cannot_be_predicted_are_user_errors(tmp_path: Path) -> None:
     profiles = {"cnn": zoo_profile("cnn")}
     with pytest.raises(UserError, match="no --emulate-bandwidth cap"):
         predict_runs([write_run(tmp_path / "a.json", "ddp", 1.0, cap=None)], profiles)
-    with pytest.raises(UserError, match="used strategy 'zero'"):
-        predict_runs([write_run(tmp_path / "a.json", "zero", 1.0)], profiles)
+    with pytest.raises(UserError, match="used strategy 'pipeline'"):
+        predict_runs([write_run(tmp_path / "a.json", "pipeline", 1.0)], profiles)
     (tmp_path / "bad.json").write_text("[]")
     with pytest.raises(UserError, match="not a `cadence train --json` file"):
         predict_runs([str(tmp_path / "bad.json")], profiles)

@@ -25,6 +25,7 @@ from cadence.sim.command import STRATEGIES, Setup, model_params, run_strategy, s
 from cadence.sim.metrics import write_text
 from cadence.sim.options import SimOptions
 from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION
+from cadence.sim.zero_graph import ZeroSimPlan
 
 
 def _read_run(path: str) -> dict[str, Any]:
@@ -83,8 +84,13 @@ def predict_runs(
             update_s_per_byte=steps[key],
         )
         dp = DPConfig()  # the settings `cadence train --strategy cadence-dp` runs with
+        zero = None
+        if strategy == "zero":
+            zero = ZeroSimPlan(
+                stage=int(cfg.get("zero_stage", 2)), compression=cfg.get("compression", "none")
+            )
         result, _ = run_strategy(
-            setup, strategy, dp.threshold_bytes, dp.credit, DDP_BUCKET_BYTES, options
+            setup, strategy, dp.threshold_bytes, dp.credit, DDP_BUCKET_BYTES, options, zero=zero
         )
         measured = float(data["median_iteration_s"])
         rows.append(

@@ -76,7 +76,11 @@ def add_simulate(sub: Any) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     _sim_arguments(p)
-    p.add_argument("--strategy", default="cadence-dp", help="cadence-dp or ddp")
+    p.add_argument("--strategy", default="cadence-dp", help="cadence-dp, ddp or zero")
+    p.add_argument("--zero-stage", type=int, default=2, help="zero: stage 1, 2 or 3")
+    p.add_argument(
+        "--compression", default="none", help="zero: none, fp16 or onebit (after its warm-up)"
+    )
     p.add_argument("--threshold", default="4mib", help="cadence-dp split/fuse threshold")
     p.add_argument("--credit", default=None, help="cadence-dp bytes in flight (2 x threshold)")
     p.add_argument("--iterations", type=int, default=3, help="measured iterations")

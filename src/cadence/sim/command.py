@@ -15,11 +15,13 @@ from cadence.dp.plan import DPPlan, ParamInfo
 from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.api import DDP_BUCKET_BYTES, plan_dp, simulate_ddp, simulate_dp
+from cadence.sim.compute import block_costs
 from cadence.sim.metrics import SimResult
 from cadence.sim.options import SimOptions
 from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION, step_s_per_byte
+from cadence.sim.zero_graph import ZeroSimPlan, simulate_zero
 
-STRATEGIES = ("cadence-dp", "ddp")
+STRATEGIES = ("cadence-dp", "ddp", "zero")
 PLAN_THRESHOLDS = ("256kib", "1mib", "4mib", "16mib")
 _SIZE = re.compile(r"^(\d+(?:\.\d*)?)\s*(b|kb|mb|gb|kib|mib|gib)?$", re.IGNORECASE)
 _SCALE = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
@@ -151,9 +153,21 @@ def run_strategy(
     options: SimOptions,
     iterations: int = 3,
     reorder_k: int | None = None,
+    zero: ZeroSimPlan | None = None,
 ) -> tuple[SimResult, DPPlan | None]:
-    """Simulate one strategy; cadence-dp is planned the way the runtime replans after warm-up."""
+    """Simulate one strategy; cadence-dp is planned the way the runtime replans after warm-up;
+    zero runs `zero` (default: stage 2, no compression)."""
     options = dataclasses.replace(options, update_s_per_byte=setup.update_s_per_byte)
+    if strategy == "zero":
+        zero_result = simulate_zero(
+            block_costs(setup.profile, options.calibrate_compute),
+            zero or ZeroSimPlan(stage=2),
+            setup.world_size,
+            setup.link,
+            iterations,
+            setup.update_s_per_byte,
+        )
+        return zero_result, None
     if strategy == "ddp":
         result = simulate_ddp(
             setup.profile,
@@ -307,10 +321,14 @@ def simulate_command(args: Any) -> int:
     options = _options(args)
     setup = _setup_from(args)
     reorder_k = parse_reorder_ks(args.reorder_k)[0]
+    zero = ZeroSimPlan(stage=args.zero_stage, compression=args.compression)
     result, plan = run_strategy(
-        setup, args.strategy, threshold, credit, bucket, options, args.iterations, reorder_k
+        setup, args.strategy, threshold, credit, bucket, options, args.iterations, reorder_k, zero
     )
-    print(f"{args.strategy}: {setup.description}")
+    shown = args.strategy
+    if args.strategy == "zero":
+        shown += f" stage {zero.stage}, {zero.compression}"
+    print(f"{shown}: {setup.description}")
     if plan is not None:
         print(
             f"plan: {len(plan.chunks)} chunks, threshold {_fmt(plan.threshold_bytes)}, "

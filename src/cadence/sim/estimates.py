@@ -1,16 +1,10 @@
-"""Alpha-beta estimates of one training iteration for ZeRO, the parameter server and tensor
-parallelism (alone and x data parallel), from the same per-block costs the event simulator uses.
+"""Alpha-beta estimates of one training iteration for the parameter server and tensor
+parallelism (alone and x data parallel), from the same per-block costs the event simulator uses
+(ZeRO has an event-graph adapter: `cadence.sim.zero_graph`).
 
 Each function walks what cadence's executor for that strategy does, with one communication
 thread that runs collectives in submission order (`_Comm`), and one compute stream:
 
-- ZeRO (`cadence/zero/engine.py`): stage 1 all-reduces gradients bucket by bucket (one bucket
-  per block) after backward; stages 2 and 3 reduce-scatter a block's gradients as soon as its
-  backward ends. With `onebit` after warm-up every stage sends the momentum as sign bits (an
-  all-to-all plus an all-gather of 1/32 of the bytes). Each rank then steps its 1/p shard.
-  Stages 1 and 2 all-gather the parameters before the next forward; stage 3 gathers each block
-  before its forward (prefetching the next one when a forward starts) and again before its
-  backward (except the last block, still gathered), and frees it afterwards.
 - Parameter server (`cadence/ps/`): a worker pushes each block's gradients when its backward
   ends; each server holds 1/S of the parameters, so its link carries W/S workers' pushes and
   pulls; the servers step; the next forward of a block waits only for that block's pull
@@ -29,8 +23,6 @@ from dataclasses import dataclass
 
 from cadence.comm.cost import AlphaBeta
 from cadence.sim.compute import BlockCosts
-
-ONEBIT_RATIO = 32  # fp32 momentum -> one sign bit per element
 
 
 @dataclass(frozen=True)
@@ -82,71 +74,6 @@ def _backward_ends(costs: BlockCosts, start_s: float) -> list[float]:
         t += costs.input_grad_s[b] + costs.weight_grad_s[b]
         ends[b] = t
     return ends
-
-
-def _onebit_s(link: AlphaBeta, nbytes: int, p: int) -> float:
-    packed = max(1, nbytes // ONEBIT_RATIO) + 4 * p  # sign bits + one fp32 scale per chunk
-    return link.time("all_to_all", "pairwise", packed, p) + link.time(
-        "allgather", "ring", packed, p
-    )
-
-
-def zero_estimate(
-    costs: BlockCosts,
-    link: AlphaBeta,
-    world_size: int,
-    stage: int,
-    compression: str = "none",
-    update_s: float = 0.0,
-    gather_bytes_per_param: int = 4,
-) -> Estimate:
-    """One ZeRO iteration (after 1-bit Adam's warm-up when `compression` is "onebit");
-    `update_s` is the optimizer step over the whole model on one rank."""
-    if stage not in (1, 2, 3):
-        raise ValueError(f"stage must be 1, 2 or 3, got {stage}")
-    p, nb = world_size, len(costs.forward_s)
-    pbytes = costs.param_bytes
-    elem = 2 if compression == "fp16" else 4
-
-    def grad_s(b: int) -> float:
-        if compression == "onebit":
-            return _onebit_s(link, pbytes[b], p)
-        n = pbytes[b] * elem // 4
-        if stage == 1:
-            return link.time("allreduce", "ring", n, p)
-        return link.time("reduce_scatter", "ring", n, p)
-
-    def gather_s(b: int) -> float:
-        return link.time("allgather", "ring", pbytes[b] * gather_bytes_per_param // 4, p)
-
-    comm = _Comm()
-    t = 0.0
-    if stage == 3:  # gather each block before its forward, the next one prefetched
-        done = comm.run(0.0, gather_s(0))
-        for b in range(nb):
-            start = max(t, done)
-            if b + 1 < nb:
-                done = comm.run(start, gather_s(b + 1))
-            t = start + costs.forward_s[b]
-    else:
-        t = sum(costs.forward_s)
-    t += costs.loss_s
-    if stage == 1:
-        t = _backward_ends(costs, t)[0]
-        for b in reversed(range(nb)):
-            comm.run(t, grad_s(b))
-    else:
-        ready = t  # stage 3: the last block is still gathered
-        for b in reversed(range(nb)):
-            start = max(t, ready)
-            if stage == 3 and b > 0:
-                ready = comm.run(start, gather_s(b - 1))
-            t = start + costs.input_grad_s[b] + costs.weight_grad_s[b]
-            comm.run(t, grad_s(b))
-    t = max(t, comm.free_s) + update_s / p
-    if stage < 3:
-        t = comm.run(t, sum(gather_s(b) for b in range(nb)))
-    return Estimate(t, costs.compute_s, comm.busy_s, bytes_on_wire(comm.busy_s, link))
 
 
 def bytes_on_wire(seconds: float, link: AlphaBeta) -> float:

@@ -25,7 +25,7 @@ from cadence.sim.graph import LINK, Task, TaskGraph
 
 Interval = tuple[float, float]
 COMPUTE_KINDS = frozenset({"forward", "loss", "input_grad", "weight_grad"})
-COLLECTIVE_KINDS = frozenset({"allreduce"})
+COLLECTIVE_KINDS = frozenset({"allreduce", "collective"})
 
 
 def _work_s(graph: TaskGraph, task: Task) -> float:

@@ -270,8 +270,9 @@ def analyse_pipeline(built: PipelineBuilt, name: str) -> SimResult:
             link_bytes[r] = link_bytes.get(r, 0.0) + t.nbytes
     wire_s = max((b / graph.resources[r].bytes_per_s for r, b in link_bytes.items()), default=0.0)
     serial = sum(work) + sum(update)
-    serial += sum(t.duration_s + t.nbytes / graph.resources[t.resources[0]].bytes_per_s
-                  for t in flows)
+    serial += sum(
+        t.duration_s + t.nbytes / graph.resources[t.resources[0]].bytes_per_s for t in flows
+    )
     bound = max([wire_s, *(w + u for w, u in zip(work, update, strict=True))])
     eff = (serial - span) / (serial - bound) if serial - bound > 1e-12 * serial else 1.0
     tx0, compute0 = S, 0  # resources are added as S computes, then S tx links, S rx links

@@ -16,6 +16,7 @@ COLORS = {
     "input_grad": "#dd8452",
     "weight_grad": "#c44e52",
     "allreduce": "#55a868",
+    "collective": "#55a868",
     "update": "#937860",
     "issue": "#999999",
     "complete": "#999999",
@@ -53,7 +54,7 @@ def plot_timeline(result: SimResult, path: str | Path) -> None:
             spans,
             (r - 0.4, 0.8),
             facecolors=COLORS.get(kind, "#cccccc"),
-            alpha=0.55 if kind == "allreduce" else 0.9,
+            alpha=0.55 if kind in ("allreduce", "collective") else 0.9,
             linewidth=0,
         )
     ax.set_yticks(range(rows), [graph.resources[r].name for r in shown])

@@ -4,7 +4,7 @@ All strategies are compared at the same global batch: `workers` x the profile's 
 parallel, ZeRO and the parameter server give each worker the profile's batch; a tensor-parallel
 group of t ranks computes t workers' batches split t ways; a pipeline of S stages runs the
 global batch through S workers. Data parallel and DDP are event-simulated (`cadence.sim`), the
-pipeline too when its adapter is given; the others are alpha-beta estimates
+pipelines and ZeRO too; the parameter server and tensor parallelism are alpha-beta estimates
 (`cadence.sim.estimates`). Each row says which.
 
 Memory per worker is parameters + gradients + optimizer state by ZeRO's formulas (fp32) plus
@@ -28,9 +28,9 @@ from cadence.sim.estimates import (
     ps_estimate,
     state_bytes,
     tp_estimate,
-    zero_estimate,
 )
 from cadence.sim.options import SimOptions
+from cadence.sim.zero_graph import ZeroSimPlan, simulate_zero
 
 DP_THRESHOLDS = (1 << 20, 4 << 20, 16 << 20)
 SIMULATED = "simulated"
@@ -84,17 +84,21 @@ def _data_parallel(setup: Setup, costs: BlockCosts, options: SimOptions) -> list
     return rows
 
 
-def _zero(setup: Setup, costs: BlockCosts, update_s: float) -> list[Candidate]:
+def _zero(setup: Setup, costs: BlockCosts) -> list[Candidate]:
     n, p = setup.world_size, sum(costs.param_bytes)
     rows = []
     largest = max(costs.param_bytes)
     for stage in (1, 2, 3):
         for compression in ("none", "onebit"):
-            est = zero_estimate(costs, setup.link, n, stage, compression, update_s)
+            plan = ZeroSimPlan(stage=stage, compression=compression)
+            result = simulate_zero(costs, plan, n, setup.link, 3, setup.update_s_per_byte)
             memory = state_bytes(p, 2, f"zero{stage}", n) + _activations(costs)
             if stage == 3:
                 memory += 2 * largest  # a block gathered plus the next one prefetched
-            rows.append(_row("zero", f"stage {stage}, {compression}", est, memory))
+            setting = f"stage {stage}, {compression}"
+            rows.append(
+                Candidate("zero", setting, result.iteration_s, memory, result.wire_bytes, SIMULATED)
+            )
     return rows
 
 
@@ -199,7 +203,7 @@ def rank_strategies(
     update_s = setup.update_s_per_byte * sum(costs.param_bytes)
     rows = _data_parallel(setup, costs, options)
     if setup.world_size > 1:
-        rows += _zero(setup, costs, update_s)
+        rows += _zero(setup, costs)
         rows += _ps(setup, costs, update_s)
         rows += _tensor(setup, costs, update_s, model_name)
         rows += _pipeline(setup, costs, memory_limit)

@@ -1,0 +1,213 @@
+"""Task graphs of ZeRO training (`cadence.zero`), for the event simulator.
+
+The graph follows `cadence/zero/engine.py` step by step, on worker 0 (every rank runs the same
+program; collectives are priced for `world_size` ranks):
+
+- one bucket per block (`zero.layout`), each rank owning 1/p of every bucket;
+- one communication thread runs every collective in submission order (a FIFO chain);
+- stage 1 all-reduces the buckets after backward; stages 2 and 3 reduce-scatter a bucket as
+  soon as its block's backward ends; with `onebit` after warm-up every stage sends the
+  momentum as sign bits plus a scale per chunk (an all-to-all, then an all-gather of the
+  re-compressed result);
+- each rank steps its shard (`update_s_per_byte` x the bucket bytes / p);
+- stages 1 and 2 all-gather every bucket after the step; the next forward waits for all of
+  them, or with `overlap_gather` each block waits for its own;
+- stage 3 gathers a block before its forward (the next one is submitted as a forward starts)
+  and again before its backward (submitted as the block after it starts its backward), except
+  the last block, which stays gathered; a block's gathered parameters are freed after use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cadence.comm.cost import AlphaBeta
+from cadence.errors import UserError
+from cadence.profile import Profile
+from cadence.sim.compute import BlockCosts, block_costs, link_model
+from cadence.sim.dp_adapter import Built
+from cadence.sim.engine import run
+from cadence.sim.estimates import state_bytes
+from cadence.sim.graph import LINK, STREAM, TaskGraph
+from cadence.sim.metrics import SimResult, analyse
+
+ONEBIT_RATIO = 32  # fp32 momentum -> one sign bit per element
+COMPRESSIONS = ("none", "fp16", "onebit")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ZeroSimPlan:
+    """What the ZeRO executor is configured to do (the fields of `ZeroConfig` that matter)."""
+
+    stage: int
+    """1, 2 or 3."""
+    compression: str = "none"
+    """"none", "fp16" or "onebit" (simulated after warm-up: the compressed phase)."""
+    gather_bytes_per_param: int = 4
+    """4 for fp32 parameter all-gathers, 2 for the bf16 option."""
+    overlap_gather: bool = False
+    """Stages 1-2: each block's next forward waits only for its own gather."""
+
+    def __post_init__(self) -> None:
+        if self.stage not in (1, 2, 3):
+            raise UserError(f"ZeRO stage must be 1, 2 or 3, got {self.stage}")
+        if self.compression not in COMPRESSIONS:
+            raise UserError(f"compression must be one of {COMPRESSIONS}, got {self.compression!r}")
+        if self.gather_bytes_per_param not in (2, 4):
+            raise UserError("parameter gathers are fp32 (4 bytes) or bf16 (2 bytes)")
+
+
+class _Worker:
+    """Worker 0's compute stream, communication thread (a FIFO chain) and link."""
+
+    def __init__(self, graph: TaskGraph, link: AlphaBeta, world_size: int) -> None:
+        rate = 1.0 / link.beta_s_per_byte if link.beta_s_per_byte > 0 else float("inf")
+        self.graph, self.link, self.p = graph, link, world_size
+        self.compute = graph.resource("w0.compute", STREAM)
+        self.nic = graph.resource("w0.nic", LINK, bytes_per_s=min(rate, 1e30))
+        self.last_comm: int | None = None
+        self.last_compute: int | None = None
+
+    def collective(
+        self, name: str, collective: str, nbytes: int, deps: Sequence[int | None], it: int
+    ) -> int | None:
+        """A collective submitted after `deps`, behind every earlier one (none for 0 bytes:
+        the executor skips blocks without parameters)."""
+        if nbytes == 0:
+            return None
+        algorithm = {"all_to_all": "pairwise"}.get(collective, "ring")
+        terms = self.link.terms(collective, algorithm, nbytes, self.p)
+        latency = self.link.alpha_s * terms.messages + self.link.gamma_s_per_byte * (
+            terms.reduce_bytes
+        )
+        wire = terms.wire_bytes if self.link.beta_s_per_byte > 0 else 0.0
+        self.last_comm = self.graph.add(
+            name,
+            "collective",
+            resources=(self.nic,),
+            duration_s=latency,
+            nbytes=wire,
+            deps=[self.last_comm, *deps],
+            iteration=it,
+        )
+        return self.last_comm
+
+    def work(
+        self,
+        name: str,
+        kind: str,
+        seconds: float,
+        deps: Sequence[int | None],
+        it: int,
+        mem: int = 0,
+    ) -> int:
+        """Compute in program order after the previous compute task."""
+        self.last_compute = self.graph.add(
+            name,
+            kind,
+            resources=(self.compute,),
+            duration_s=seconds,
+            deps=[self.last_compute, *deps],
+            iteration=it,
+            mem_end=mem,
+        )
+        return self.last_compute
+
+
+def _reduce(
+    w: _Worker, plan: ZeroSimPlan, b: int, nbytes: int, deps: list[int | None], it: int
+) -> int:
+    size = nbytes // 2 if plan.compression == "fp16" else nbytes
+    if plan.compression == "onebit":
+        packed = max(1, nbytes // ONEBIT_RATIO) + 4 * w.p  # sign bits + a scale per chunk
+        w.collective(f"a2a {b}", "all_to_all", packed, deps, it)
+        done = w.collective(f"ag1 {b}", "allgather", packed, [], it)
+    elif plan.stage == 1:
+        done = w.collective(f"ar {b}", "allreduce", size, deps, it)
+    else:
+        done = w.collective(f"rs {b}", "reduce_scatter", size, deps, it)
+    assert done is not None  # nbytes > 0
+    return done
+
+
+def build_zero(
+    costs: BlockCosts,
+    plan: ZeroSimPlan,
+    world_size: int,
+    link: AlphaBeta,
+    iterations: int,
+    update_s_per_byte: float = 0.0,
+    warmup_iterations: int = 1,
+) -> Built:
+    """Graph of `warmup_iterations + iterations` ZeRO iterations on worker 0."""
+    graph = TaskGraph()
+    w = _Worker(graph, link, world_size)
+    nb, pb = len(costs.forward_s), costs.param_bytes
+    gather = [pb[b] * plan.gather_bytes_per_param // 4 for b in range(nb)]
+    starts: list[int] = []
+    gates: list[list[int]] = [[] for _ in range(nb)]  # what each block's forward waits for
+    for it in range(warmup_iterations + iterations):
+        fwd_gather: list[int | None] = [None] * nb
+        if plan.stage == 3:
+            fwd_gather[0] = w.collective("g0", "allgather", gather[0], gates[0], it)
+        for b in range(nb):
+            before = w.last_compute  # block b starts once this and its gather are done
+            if plan.stage == 3 and b + 1 < nb:
+                nxt = gather[b + 1]
+                fwd_gather[b + 1] = w.collective(f"g{b + 1}", "allgather", nxt, [before], it)
+            deps = [fwd_gather[b], *gates[b]]
+            mem = costs.activation_bytes[b]
+            task = w.work(f"F{b}", "forward", costs.forward_s[b], deps, it, mem)
+            if b == 0:
+                starts.append(task)
+        w.work("loss", "loss", costs.loss_s, [], it)
+        reductions: list[int] = []
+        bwd_gather: int | None = None
+        for b in reversed(range(nb)):
+            after, bwd_gather_next = bwd_gather, None
+            if plan.stage == 3 and b > 0:  # prefetch the next block's parameters
+                prev = [w.last_compute]
+                bwd_gather_next = w.collective(f"gb{b - 1}", "allgather", gather[b - 1], prev, it)
+            seconds = costs.input_grad_s[b] + costs.weight_grad_s[b]
+            done = w.work(f"B{b}", "weight_grad", seconds, [after], it, -costs.activation_bytes[b])
+            bwd_gather = bwd_gather_next
+            if plan.stage > 1 and pb[b]:
+                reductions.append(_reduce(w, plan, b, pb[b], [done], it))
+        if plan.stage == 1:
+            backward = [w.last_compute]  # stage 1 reduces at the step, after backward
+            reductions += [
+                _reduce(w, plan, b, pb[b], backward, it) for b in reversed(range(nb)) if pb[b]
+            ]
+        step = w.work("step", "update", update_s_per_byte * sum(pb) / world_size, reductions, it)
+        gates = [[] for _ in range(nb)]
+        if plan.stage < 3:
+            gathers = [w.collective(f"g{b}", "allgather", gather[b], [step], it) for b in range(nb)]
+            every = [g for g in gathers if g is not None]
+            own = [[g] if g is not None else [] for g in gathers]
+            gates = own if plan.overlap_gather else [every] * nb
+    total = warmup_iterations + iterations
+    if plan.stage == 3:  # the next step's first forward waits for its block's gather
+        gates[0] = [g for g in [w.collective("g0", "allgather", gather[0], [], total)] if g]
+    ends = [w.last_compute, w.last_comm, *(g for gate in gates for g in gate)]
+    starts.append(graph.add("next", "marker", resources=(w.compute,), deps=ends, iteration=total))
+    return Built(graph, tuple(starts), warmup_iterations, f"zero{plan.stage}", world_size)
+
+
+def simulate_zero(
+    costs: BlockCosts | Profile,
+    plan: ZeroSimPlan,
+    world_size: int,
+    link: AlphaBeta | float,
+    iterations: int = 3,
+    update_s_per_byte: float = 0.0,
+) -> SimResult:
+    """Predict ZeRO `plan` on `world_size` ranks joined by `link` (an `AlphaBeta`, or
+    bytes/s), from a profile or its block costs; `update_s_per_byte` prices the step."""
+    if world_size < 1:
+        raise UserError(f"workers must be >= 1, got {world_size}")
+    if isinstance(costs, Profile):
+        costs = block_costs(costs)
+    built = build_zero(costs, plan, world_size, link_model(link), iterations, update_s_per_byte)
+    base = state_bytes(sum(costs.param_bytes), 2, f"zero{plan.stage}", world_size)
+    return analyse(built, run(built.graph), base)

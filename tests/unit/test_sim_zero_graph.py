@@ -1,0 +1,80 @@
+"""The ZeRO adapter of the event simulator (`cadence.sim.zero_graph`) on hand-checkable cases:
+two blocks of 1 s forward, 2 s backward and 4 MB of parameters each, unless said otherwise."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cadence.cli import main
+from cadence.comm.cost import AlphaBeta
+from cadence.errors import UserError
+from cadence.sim.zero_graph import ZeroSimPlan, simulate_zero
+from tests.unit.test_sim_cli import zoo_profile
+from tests.unit.test_sim_strategies import FREE, MB, SLOW, _costs
+
+
+def _period(stage: int, link: AlphaBeta, p: int, compression: str = "none", nb: int = 2) -> float:
+    plan = ZeroSimPlan(stage=stage, compression=compression)
+    return simulate_zero(_costs(nb=nb), plan, p, link).iteration_s
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_on_a_free_link_a_step_is_compute_plus_a_sharded_update(stage: int) -> None:
+    plan = ZeroSimPlan(stage=stage)
+    # 8 MB of parameters at 0.25 s/MB: a 2 s step over the whole model, 0.5 s per shard of 4.
+    result = simulate_zero(_costs(), plan, 4, FREE, update_s_per_byte=2.0 / (8 * MB))
+    assert result.iteration_s == pytest.approx(6.0 + 0.5)
+
+
+def test_stage1_reduces_after_backward_and_gathers_after_the_step() -> None:
+    ar = SLOW.time("allreduce", "ring", 4 * MB, 4)
+    ag = SLOW.time("allgather", "ring", 4 * MB, 4)
+    assert _period(1, SLOW, 4) == pytest.approx(6.0 + 2 * ar + 2 * ag)
+
+
+def test_stage2_overlaps_reduce_scatter_with_backward() -> None:
+    rs = SLOW.time("reduce_scatter", "ring", 4 * MB, 2)  # 2 s each
+    ag = SLOW.time("allgather", "ring", 4 * MB, 2)
+    # Block 1's reduce-scatter (from 4 s to 6 s) hides under block 0's backward (ends at 6 s);
+    # block 0's starts at 6 s, so one is exposed, then the two gathers.
+    assert _period(2, SLOW, 2) == pytest.approx(6.0 + rs + 2 * ag)
+
+
+def test_onebit_cuts_the_gradient_bytes_not_the_parameter_gathers() -> None:
+    gathers = 2 * SLOW.time("allgather", "ring", 4 * MB, 2)
+    plain = _period(1, SLOW, 2) - 6.0 - gathers
+    onebit = _period(1, SLOW, 2, "onebit") - 6.0 - gathers
+    assert 0 < onebit < plain / 10
+
+
+def test_stage3_gathers_hide_behind_compute_on_a_fast_link() -> None:
+    fast = AlphaBeta(alpha_s=0.0, beta_s_per_byte=1e-9)
+    exposed = fast.time("allgather", "ring", 4 * MB, 2) + fast.time(
+        "reduce_scatter", "ring", 4 * MB, 2
+    )  # the next step's first gather waits behind the last reduce-scatter
+    assert _period(3, fast, 2, nb=4) == pytest.approx(12.0 + exposed, rel=1e-6)
+
+
+def test_bad_plans_are_one_line_errors() -> None:
+    with pytest.raises(UserError, match="stage"):
+        ZeroSimPlan(stage=4)
+    with pytest.raises(UserError, match="compression"):
+        ZeroSimPlan(stage=1, compression="twobit")
+
+
+def test_simulate_command_runs_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    profile = tmp_path / "cnn.json"
+    zoo_profile("cnn").save(profile)
+    out = tmp_path / "z.json"
+    args = ["simulate", "--model", "cnn", "--profile", str(profile), "--workers", "4"]
+    args += ["--bandwidth", "1mbit", "--optimizer", "none", "--strategy", "zero"]
+    assert main([*args, "--zero-stage", "1", "--json", str(out)]) == 0
+    stage1 = json.loads(out.read_text())
+    assert main([*args, "--zero-stage", "1", "--compression", "onebit", "--json", str(out)]) == 0
+    onebit = json.loads(out.read_text())
+    assert stage1["strategy"] == "zero1" and "zero stage 1, none" in capsys.readouterr().out
+    assert onebit["wire_bytes"] < stage1["wire_bytes"] / 2
+    assert onebit["iteration_time_s"] < stage1["iteration_time_s"]
