@@ -1,12 +1,13 @@
 """`cadence bench ps`: parameter-server transfer orders side by side in the emulated cluster.
 
 Per model, W workers (the server runs beside worker 0, as `cadence train --strategy ps` starts
-it) train at one link cap with FIFO, layer-order, graph (critical-path) priority and graph
-priority plus switch-port priority classes; the orders alternate over `repeats` rounds and
-each run's median iteration (first step excluded) is taken, the median over rounds reported
-with the ratio to FIFO next to the published one (iteration time vs FIFO: 93.5% vgg16, 78.2%
-resnet32, 86.7% cnn_lstm). The bound is max(compute, wire): one worker's compute on its share of
-the batch, and one direction of the remote worker's traffic (every gradient out, every
+it) train at one link cap (by default per model, where the wire time equals the compute time)
+with FIFO, layer-order, graph (critical-path) priority and graph priority plus switch-port
+priority classes; the orders alternate over `repeats` rounds and each run's median iteration
+(first step excluded) is taken, the median over rounds reported with the ratio to FIFO next to
+the published one (iteration time vs FIFO: 93.5% vgg16, 78.2% resnet32, 86.7% cnn_lstm) and
+the simulator's prediction. The bound is max(compute, wire): one worker's compute on its share
+of the batch, and one direction of the remote worker's traffic (every gradient out, every
 parameter back, at the cap, both directions at once).
 
 On one model, backup workers (K = W - 1) are timed without and with one worker slowed 2x (it
@@ -28,6 +29,8 @@ from cadence.errors import UserError
 PUBLISHED = {"vgg16": 0.935, "resnet32": 0.782, "cnn_lstm": 0.867}
 """Iteration time with critical-path priorities as a share of FIFO (the issue's 2022 study)."""
 ORDERS = ("fifo", "layer", "graph", "graph+net")
+BALANCED = "balanced"
+"""A cap chosen per model so that one direction's wire time equals the measured compute."""
 
 
 @dataclass(frozen=True)
@@ -36,8 +39,9 @@ class PSBenchConfig:
 
     models: tuple[str, ...] = ("vgg16", "resnet32", "cnn_lstm")
     """Model zoo names."""
-    cap: str = "400mbit"
-    """Link cap of every emulated host."""
+    cap: str = BALANCED
+    """Link cap of every emulated host; `balanced`: per model, where one direction's wire time
+    (every gradient out, every parameter back) equals the measured compute time."""
     workers: int = 2
     """Workers (emulated hosts); one server, started by worker 0."""
     batch_size: int = 32
@@ -63,7 +67,7 @@ class PSBenchConfig:
         for model in (*self.models, *filter(None, [self.straggler_model])):
             if model not in model_names():
                 raise UserError(f"unknown model '{model}': choose from {', '.join(model_names())}")
-        if parse_bandwidth(self.cap) == float("inf"):
+        if self.cap != BALANCED and parse_bandwidth(self.cap) == float("inf"):
             raise UserError("--cap must be a bandwidth (e.g. 400mbit): the bench needs a cluster")
         for order in self.orders:
             parse_priority(order)
@@ -77,7 +81,7 @@ class PSBenchConfig:
             raise UserError(f"--batch-size {self.batch_size} must divide by --workers")
 
 
-def _train(model: str, config: PSBenchConfig, **settings: Any) -> dict[str, Any]:
+def _train(model: str, cap: str, config: PSBenchConfig, **settings: Any) -> dict[str, Any]:
     from cadence.config import TrainConfig
     from cadence.train.run import train
 
@@ -85,7 +89,7 @@ def _train(model: str, config: PSBenchConfig, **settings: Any) -> dict[str, Any]
         "strategy": "ps",
         "workers": config.workers,
         "batch_size": config.batch_size,
-        "emulate_bandwidth": config.cap,
+        "emulate_bandwidth": cap,
         **settings,
     }
     train_config = TrainConfig(
@@ -113,7 +117,7 @@ def measure_compute(model: str, config: PSBenchConfig) -> tuple[float, int]:
     """One worker on its share of the batch, no communication (DDP of one): median iteration,
     and the model's gradient bytes."""
     metrics = _train(
-        model, config, strategy="ddp", workers=1,
+        model, "none", config, strategy="ddp", workers=1,
         batch_size=config.batch_size // config.workers, emulate_bandwidth=None,
     )  # fmt: skip
     return metrics["median_iteration_s"], metrics["gradient_bytes"]
@@ -126,18 +130,23 @@ def measure_orders(
     from cadence.netem import parse_bandwidth
 
     compute_s, grad_bytes = measure_compute(model, config)
-    wire_s = grad_bytes * 8 / parse_bandwidth(config.cap)
+    cap = config.cap
+    if cap == BALANCED:  # wire time of one direction = compute time
+        cap = f"{max(1, round(grad_bytes * 8 / compute_s / 1e6))}mbit"
+    wire_s = grad_bytes * 8 / parse_bandwidth(cap)
+    predicted = predict(model, cap, config)
     runs: dict[str, list[dict[str, Any]]] = {}
     for repeat in range(config.repeats):
         sequence = config.orders if repeat % 2 == 0 else tuple(reversed(config.orders))
         for order in sequence:
-            echo(f"  {model} @ {config.cap}: {order} (round {repeat + 1}/{config.repeats})")
-            runs.setdefault(order, []).append(_summary(_train(model, config, ps_priority=order)))
+            echo(f"  {model} @ {cap}: {order} (round {repeat + 1}/{config.repeats})")
+            metrics = _train(model, cap, config, ps_priority=order)
+            runs.setdefault(order, []).append(_summary(metrics))
     medians = {o: statistics.median(r["iteration_s"] for r in rs) for o, rs in runs.items()}
     bound = max(compute_s, wire_s)
     return {
         "model": model,
-        "cap": config.cap,
+        "cap": cap,
         "gradient_bytes": grad_bytes,
         "compute_s": compute_s,
         "wire_s": wire_s,
@@ -146,12 +155,35 @@ def measure_orders(
         "over_fifo": {o: t / medians["fifo"] for o, t in medians.items()},
         "over_bound": {o: t / bound for o, t in medians.items()},
         "published_graph_over_fifo": PUBLISHED.get(model),
+        "predicted_s": predicted,
         "runs": runs,
     }
 
 
+def predict(model: str, cap: str, config: PSBenchConfig) -> dict[str, float]:
+    """Simulated iteration of each order (`cadence.sim.ps_adapter`) from a profile taken here
+    of one worker's share of the batch, one thread, as the workers run (server updates free)."""
+    import torch
+
+    from cadence.netem import parse_bandwidth
+    from cadence.profile.measure import profile_zoo_model
+    from cadence.sim.ps_adapter import simulate_ps
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        profile = profile_zoo_model(model, config.batch_size // config.workers, iterations=3)
+    finally:
+        torch.set_num_threads(threads)
+    link = parse_bandwidth(cap) / 8
+    return {
+        order: simulate_ps(profile, workers=config.workers, link=link, priority=order).iteration_s
+        for order in config.orders
+    }
+
+
 def measure_consistency(
-    model: str, compute_s: float, config: PSBenchConfig, echo: Callable[[str], None]
+    model: str, cap: str, compute_s: float, config: PSBenchConfig, echo: Callable[[str], None]
 ) -> dict[str, Any]:
     """Backup workers without and with a 2x straggler (BSP with it for contrast), and ASP."""
     slow = f"{config.workers - 1}:{compute_s:.3f}"  # sleeps its compute time: 2x slower
@@ -166,12 +198,13 @@ def measure_consistency(
     for repeat in range(config.repeats):
         names = list(cases) if repeat % 2 == 0 else list(reversed(cases))
         for name in names:
-            echo(f"  {model} @ {config.cap}: {name} (round {repeat + 1}/{config.repeats})")
-            metrics = _train(model, config, ps_priority="graph", **cases[name])
+            echo(f"  {model} @ {cap}: {name} (round {repeat + 1}/{config.repeats})")
+            metrics = _train(model, cap, config, ps_priority="graph", **cases[name])
             runs.setdefault(name, []).append(_summary(metrics))
     medians = {n: statistics.median(r["iteration_s"] for r in rs) for n, rs in runs.items()}
     return {
         "model": model,
+        "cap": cap,
         "straggler": slow,
         "iteration_s": medians,
         "backup_straggler_over_backup": medians["backup+straggler"] / medians["backup"],
@@ -197,6 +230,9 @@ def table_lines(rows: Sequence[dict[str, Any]], extra: dict[str, Any] | None) ->
             f"| {r['model']} | {r['compute_s']:.3f} s | {r['wire_s']:.3f} s | {r['bound_s']:.3f} s "
             f"| {cells} | {'-' if pub is None else f'{pub:.1%}'} |"
         )
+        if r.get("predicted_s"):
+            sim = " | ".join(f"{r['predicted_s'][o]:.3f} s" for o in orders)
+            lines.append(f"| {r['model']} simulated | | | | {sim} | |")
     if extra is not None:
         it = extra["iteration_s"]
         lines += [
@@ -276,11 +312,17 @@ def run_ps_bench(
         report["seconds"] = time.time() - started
         _write(out, report)  # after every model: an interrupted run keeps what it measured
     if config.straggler_model:
-        known = {r["model"]: r["compute_s"] for r in rows}
-        compute_s = known.get(config.straggler_model)
-        if compute_s is None:
-            compute_s = measure_compute(config.straggler_model, config)[0]
-        report["consistency"] = measure_consistency(config.straggler_model, compute_s, config, echo)
+        known = {r["model"]: (r["cap"], r["compute_s"]) for r in rows}
+        if config.straggler_model not in known:
+            compute_s, grad_bytes = measure_compute(config.straggler_model, config)
+            cap = config.cap
+            if cap == BALANCED:
+                cap = f"{max(1, round(grad_bytes * 8 / compute_s / 1e6))}mbit"
+            known[config.straggler_model] = (cap, compute_s)
+        cap, compute_s = known[config.straggler_model]
+        report["consistency"] = measure_consistency(
+            config.straggler_model, cap, compute_s, config, echo
+        )
         report["seconds"] = time.time() - started
         _write(out, report)
     plot(rows, report["consistency"], out.with_suffix(".png"))

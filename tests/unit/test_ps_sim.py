@@ -1,0 +1,46 @@
+"""`simulate_ps`: hand-checkable cases of the parameter-server task graph."""
+
+from __future__ import annotations
+
+import pytest
+
+from cadence.errors import UserError
+from cadence.profile.record import BlockProfile, Profile
+from cadence.sim.ps_adapter import simulate_ps
+
+
+def _profile(blocks: int = 3) -> Profile:
+    # Every block: forward 1 s, backward 1 s (0.5 + 0.5), 100 parameter bytes; no loss time.
+    b = tuple(BlockProfile(f"b{i}", 1.0, 0.5, 0.5, 100, 0, 0, 0) for i in range(blocks))
+    return Profile("toy", 1, (1,), b, 2.0 * blocks, 0.0, 1, 0, "cpu", 1, "x", 0, "cpu_accounted")
+
+
+def test_fast_link_costs_nothing_and_the_bound_is_compute() -> None:
+    result = simulate_ps(_profile(), workers=2, link=1e12, priority="layer", colocated=False)
+    assert result.iteration_s == pytest.approx(6.0, rel=1e-6)
+    assert result.bound_s == pytest.approx(6.0, rel=1e-6)
+
+
+def test_transfer_orders_follow_the_runtime_step_by_step() -> None:
+    # 1 s per block each way. Backward ends at 6; pushes leave as gradients are ready: block 2
+    # 4-5, block 1 5-6, block 0 6-7 (updates are free). FIFO asks for each block right after
+    # pushing it: answers 2 (5-6), 1 (6-7), 0 (7-8), so the next forward starts at 8. Layer
+    # order asks for everything at 6, when only blocks 2 and 1 are ready: 2 goes (6-7); at 7
+    # block 0's update is not in yet, so 1 goes (7-8) and 0 last (8-9): a non-preemptive link
+    # serves what is ready, and the next forward starts at 9.
+    profile = _profile()
+    fifo = simulate_ps(profile, workers=2, link=100.0, priority="fifo", colocated=False)
+    layer = simulate_ps(profile, workers=2, link=100.0, priority="layer", colocated=False)
+    assert fifo.iteration_s == pytest.approx(8.0)
+    assert layer.iteration_s == pytest.approx(9.0)
+    assert layer.busy_s["w0.up"] == pytest.approx(3.0)
+    assert layer.busy_s["w0.down"] == pytest.approx(3.0)
+
+
+def test_colocated_worker_moves_nothing_and_bad_input_is_refused() -> None:
+    result = simulate_ps(_profile(), workers=2, link=100.0, priority="graph+net")
+    assert result.busy_s["w1.up"] == 0.0 and result.busy_s["w0.up"] > 0
+    with pytest.raises(UserError, match="unknown priority"):
+        simulate_ps(_profile(), workers=2, link=100.0, priority="random")
+    with pytest.raises(UserError, match="at least 2 workers"):
+        simulate_ps(_profile(), workers=1, link=100.0)
