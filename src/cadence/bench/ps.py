@@ -123,6 +123,14 @@ def measure_compute(model: str, config: PSBenchConfig) -> tuple[float, int]:
     return metrics["median_iteration_s"], metrics["gradient_bytes"]
 
 
+def resolve_cap(cap: str, compute_s: float, grad_bytes: int) -> str:
+    """`cap`, or for `balanced` the cap (1 mbit resolution) at which one direction's traffic,
+    `grad_bytes`, takes `compute_s` on the wire."""
+    if cap != BALANCED:
+        return cap
+    return f"{max(1, round(grad_bytes * 8 / compute_s / 1e6))}mbit"
+
+
 def measure_orders(
     model: str, config: PSBenchConfig, echo: Callable[[str], None]
 ) -> dict[str, Any]:
@@ -130,9 +138,7 @@ def measure_orders(
     from cadence.netem import parse_bandwidth
 
     compute_s, grad_bytes = measure_compute(model, config)
-    cap = config.cap
-    if cap == BALANCED:  # wire time of one direction = compute time
-        cap = f"{max(1, round(grad_bytes * 8 / compute_s / 1e6))}mbit"
+    cap = resolve_cap(config.cap, compute_s, grad_bytes)
     wire_s = grad_bytes * 8 / parse_bandwidth(cap)
     predicted = predict(model, cap, config)
     runs: dict[str, list[dict[str, Any]]] = {}
@@ -315,9 +321,7 @@ def run_ps_bench(
         known = {r["model"]: (r["cap"], r["compute_s"]) for r in rows}
         if config.straggler_model not in known:
             compute_s, grad_bytes = measure_compute(config.straggler_model, config)
-            cap = config.cap
-            if cap == BALANCED:
-                cap = f"{max(1, round(grad_bytes * 8 / compute_s / 1e6))}mbit"
+            cap = resolve_cap(config.cap, compute_s, grad_bytes)
             known[config.straggler_model] = (cap, compute_s)
         cap, compute_s = known[config.straggler_model]
         report["consistency"] = measure_consistency(
