@@ -231,18 +231,26 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def run_dp_bench(
-    config: DPBenchConfig, command: str, echo: Callable[[str], None] = print
-) -> dict[str, Any]:
-    out = Path(config.out)
+def prepare_out(out: str, netem: bool, *dirs: str) -> Path:
+    """Create the output's directory (and `dirs`), and check the emulated cluster can be built
+    when `netem`, before anything runs: a one-line error instead of a lost benchmark."""
+    path = Path(out)
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
+        for folder in (path.parent, *map(Path, dirs)):
+            folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"cannot create the directory of --out '{out}': {exc}") from None
-    if any(cap != NO_CAP for cap in config.caps):
+    if netem:
         from cadence.netem import check_netem_available
 
         check_netem_available()
+    return path
+
+
+def run_dp_bench(
+    config: DPBenchConfig, command: str, echo: Callable[[str], None] = print
+) -> dict[str, Any]:
+    out = prepare_out(config.out, any(cap != NO_CAP for cap in config.caps))
     started = time.time()
     rows: list[dict[str, Any]] = []
     report: dict[str, Any] = {

@@ -186,15 +186,9 @@ def plot(tuned: dict[str, dict[str, Any]], path: Path) -> None:
 def run_dp_autotune_bench(
     config: DPAutotuneBenchConfig, command: str, echo: Callable[[str], None] = print
 ) -> dict[str, Any]:
-    from cadence.netem import check_netem_available
+    from cadence.bench.dp import prepare_out
 
-    out = Path(config.out)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        Path(config.run_root).mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot create the directory of --out '{out}': {exc}") from None
-    check_netem_available()
+    out = prepare_out(config.out, True, config.run_root)
     started = time.time()
     choices = {m: Path(config.run_root) / f"choice-{m}.json" for m in METHODS}
     tuned: dict[str, dict[str, Any]] = {}

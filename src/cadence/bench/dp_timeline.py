@@ -233,16 +233,10 @@ def draw(runs: dict[str, dict[str, Any]], titles: dict[str, str], path: Path) ->
 def run_dp_timeline(
     config: DPTimelineConfig, command: str, echo: Callable[[str], None] = print
 ) -> dict[str, Any]:
-    out = Path(config.out)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot create the directory of --out '{out}': {exc}") from None
-    if config.cap != NO_CAP:
-        from cadence.netem import check_netem_available
+    from cadence.bench.dp import prepare_out
 
-        check_netem_available()
-    elif config.master_port is None:
+    out = prepare_out(config.out, config.cap != NO_CAP)
+    if config.cap == NO_CAP and config.master_port is None:
         from dataclasses import replace
 
         from cadence.launch.local import free_port
