@@ -71,8 +71,23 @@ def _peak_step(ex: PipelineExecutor, x: torch.Tensor, y: torch.Tensor) -> int:
     return _rss("VmHWM") - before
 
 
-def _plan(cfg: dict[str, Any], model: BlockModel, is_main: bool) -> dict[str, Any]:
+def _cached_profiles(cfg: dict[str, Any], model: BlockModel, sizes: list[int]) -> list[Any]:
+    """Profiles from the bench's cache, or measured now and cached: compute does not depend on
+    the network, so every scenario of a model is planned on the same profiles and differs
+    only in the probed link."""
     from cadence.pipeline.auto import profiles_for_model
+    from cadence.profile import Profile
+
+    paths = [Path(cfg["profile_dir"]) / f"{cfg['model']}-b{b}.json" for b in sizes]
+    if all(p.exists() for p in paths):
+        return [Profile.load(p) for p in paths]
+    profiles = profiles_for_model(model, cfg["model"], sizes)
+    for profile, path in zip(profiles, paths, strict=True):
+        profile.save(path)
+    return profiles
+
+
+def _plan(cfg: dict[str, Any], model: BlockModel, is_main: bool) -> dict[str, Any]:
     from cadence.pipeline.planner import plan_pipeline
     from cadence.pipeline.probe import probe_stage_link
 
@@ -81,7 +96,7 @@ def _plan(cfg: dict[str, Any], model: BlockModel, is_main: bool) -> dict[str, An
     if is_main:
         assert link is not None
         batch, m = cfg["batch_size"], cfg["microbatches"]
-        profiles = profiles_for_model(model, cfg["model"], sorted({1, batch // m, batch}))
+        profiles = _cached_profiles(cfg, model, sorted({1, batch // m, batch}))
         kw: dict[str, Any] = {
             "stages": 2, "batch_size": batch, "link": link, "optimizer": OPTIMIZER
         }

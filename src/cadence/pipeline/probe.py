@@ -1,8 +1,11 @@
 """Measure the link between two pipeline stages: per-message latency and bandwidth.
 
-Ping-pong with point-to-point sends, as the executor's messages travel: a small message and
-its echo give the round trip (2 x latency), a large message answered by a small one gives
-latency + bytes / bandwidth + latency. Medians over a few repeats. Only the two ranks take part.
+Ping-pong with point-to-point sends, as the executor's messages travel. A tiny message and its
+echo give the round trip; a medium (64 KiB) and a large (2 MiB) message, each answered by a tiny
+one, give two one-way message times, and the line through them is the link: latency (per
+message, whatever slows a message that is not its bytes -- gloo's overhead, the queue at a
+shaper, TCP ramping up next to a bulk flow) and seconds per byte. Medians over a few repeats.
+Only the two ranks take part.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import torch.distributed as dist
 from cadence.comm.cost import AlphaBeta
 
 PROBE_BYTES = 2 * 2**20
+MEDIUM_BYTES = 64 * 2**10
 
 
 def _ping(peer: int, payload: torch.Tensor, echo: torch.Tensor, first: bool) -> float:
@@ -33,17 +37,22 @@ def probe_stage_link(
     a: int = 0, b: int = 1, repeats: int = 3, nbytes: int = PROBE_BYTES
 ) -> AlphaBeta | None:
     """The link from rank `a` to rank `b` as measured at `a` (None on every other rank, and
-    on `b`). Both must call it; nothing else should be on the wire meanwhile."""
+    on `b`). Both must call it; nothing else of theirs should be on the wire meanwhile."""
     rank = dist.get_rank()
     if rank not in (a, b):
         return None
     peer, first = (b, True) if rank == a else (a, False)
-    small, echo = torch.zeros(1), torch.zeros(1)
-    large = torch.zeros(max(1, nbytes // 4))
+    echo = torch.zeros(1)
+    tiny, medium = torch.zeros(1), torch.zeros(MEDIUM_BYTES // 4)
+    large = torch.zeros(max(2 * MEDIUM_BYTES, nbytes) // 4)
     _ping(peer, large, echo, first)  # connection set-up outside the timing
-    rtt = statistics.median(_ping(peer, small, echo, first) for _ in range(repeats))
-    big = statistics.median(_ping(peer, large, echo, first) for _ in range(repeats))
+    rtt = statistics.median(_ping(peer, tiny, echo, first) for _ in range(repeats))
+    one_way = [  # a message's own time: its round trip less the tiny echo's half
+        statistics.median(_ping(peer, t, echo, first) for _ in range(repeats)) - rtt / 2
+        for t in (medium, large)
+    ]
     if not first:
         return None
-    seconds = max(big - rtt, 1e-9)  # the large message's own transfer time
-    return AlphaBeta(alpha_s=rtt / 2, beta_s_per_byte=seconds / large.nbytes)
+    beta = max((one_way[1] - one_way[0]) / (large.nbytes - medium.nbytes), 1e-12)
+    alpha = max(one_way[0] - beta * medium.nbytes, rtt / 2)
+    return AlphaBeta(alpha_s=alpha, beta_s_per_byte=beta)
