@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from cadence.cli import main
 from cadence.comm.cost import AlphaBeta
 from cadence.errors import UserError
 from cadence.pipeline.planner import microbatch_counts, plan_pipeline, schedules_for
@@ -103,3 +105,47 @@ def test_smallest_fitting_limit_named_in_the_error_is_enough() -> None:
     assert max(plan.best.peak_bytes) <= enough
     with pytest.raises(UserError):
         plan_pipeline(_profile(), stages=2, batch_size=8, link=FAST, memory_limit=enough - 1)
+
+
+def _saved(tmp_path: Path, batch: int) -> Path:
+    path = tmp_path / f"toy-b{batch}.json"
+    _profile(batch=batch, t=0.005 * batch).save(path)
+    return path
+
+
+def test_plan_pipeline_command_prints_table_and_writes_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "plan.json"
+    args = ["plan", "pipeline", "--model", "toy", "--stages", "2", "--batch-size", "8",
+            "--bandwidth", "100mbit", "--latency", "0.001", "--memory-limit", "1MiB",
+            "--profile", str(_saved(tmp_path, 2)), "--profile", str(_saved(tmp_path, 8)),
+            "--json", str(out)]  # fmt: skip
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    best = data["best"]
+    assert f"pick {best['schedule']} x {best['microbatches']}" in text
+    assert "<- pick" in text and "toy, batch 8, 2 stages (blocks 0..1, 2..3)" in text
+    assert data["memory_limit"] == 2**20 and data["latency_s"] == 0.001
+    assert len(data["candidates"]) == 13
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--memory-limit", "1kb"], "no schedule fits --memory-limit"),
+        (["--microbatches", "3"], "3 micro-batches do not divide the batch of 8"),
+        (["--microbatches", "two"], "bad micro-batch count 'two'"),
+        (["--stages", "5"], "4 blocks cannot be split into 5 stages"),
+        (["--bandwidth", "fast"], "fast"),
+    ],
+)
+def test_plan_pipeline_command_bad_input_is_one_line(
+    tmp_path: Path, extra: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["plan", "pipeline", "--model", "toy", "--batch-size", "8",
+            "--profile", str(_saved(tmp_path, 8)), *extra]  # fmt: skip
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
