@@ -82,7 +82,7 @@ def test_urgent_transfer_overtakes_bulk_traffic_only_with_classes() -> None:
     assert prio < 2.0 * wire
     assert plain > 1.4 * prio  # measured 1.6-1.9x here
     # Both classes carried traffic at the congested port: the EF class and the default one.
-    assert sent["1:10"] > _URGENT_BYTES and sent["1:13"] > 10 * (1 << 20)
+    assert sent["1:10"] > _URGENT_BYTES and sent["1:13"] > 4 * (1 << 20)
 
 
 def test_tc_commands_map_ps_channels_to_classes() -> None:
