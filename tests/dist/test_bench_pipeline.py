@@ -28,7 +28,7 @@ def test_bench_pipeline_times_every_candidate_and_writes_json_png_and_table(
     for r in sc["rows"]:
         assert len(r["step_s"]) == 10 and 0 < r["measured_s"] < 5
         assert len(r["measured_peak_bytes"]) == 2 and min(r["measured_peak_bytes"]) > 0
-        assert r["name"] in ("gpipe", "1f1b", "torch-gpipe", "torch-1f1b") or r["fits"]
+        assert r["fits"] == (max(r["peak_bytes"]) <= sc["memory_limit"])
     assert sc["pick_over_best_feasible"] >= 1.0 and -1.0 <= sc["kendall_tau"] <= 1.0
     assert sc["pick_over_best"] >= sc["pick_over_best_feasible"] - 1e-12
     assert all(r["quartiles_s"][0] <= r["measured_s"] <= r["quartiles_s"][1] for r in sc["rows"])

@@ -114,12 +114,13 @@ def _plan(cfg: dict[str, Any], model: BlockModel, is_main: bool) -> dict[str, An
 
 
 def candidates(plan: dict[str, Any], m: int) -> list[dict[str, Any]]:
-    """What is measured: GPipe and 1F1B at M on our runtime, every kFkB at M that fits, torch's
+    """What is measured: GPipe, 1F1B and every kFkB at M on our runtime (those over the memory
+    limit too, marked: they widen the ranking the prediction is checked on), torch's
     ScheduleGPipe / Schedule1F1B at M, and the planner's pick if it is none of these."""
     ours = {(c["schedule"], c["microbatches"]): c for c in plan["candidates"]}
     out = []
     for (name, count), c in ours.items():
-        if count == m and (name in ("gpipe", "1f1b") or c["fits"]):
+        if count == m:
             out.append({"name": name, "backend": "cadence", **c})
     for name in ("gpipe", "1f1b"):
         c = ours[(name, m)]
