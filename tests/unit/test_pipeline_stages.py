@@ -80,11 +80,14 @@ def test_stage_memory_counts_params_state_and_activations() -> None:
     plan = plan_stages(_profile([0.01, 0.01, 0.01, 0.03]), 2)
     mem = stage_memory(plan, one_f_one_b(2, 4), microbatch_size=2, optimizer="adam")
     assert mem[0].params == 6000 and mem[0].grads == 6000 and mem[0].optimizer_state == 12000
-    assert mem[0].in_flight == 2 and mem[0].activations == 2 * 600 * 2
-    assert mem[1].activations == 1 * 400 * 2
-    assert mem[0].total == 6000 + 6000 + 12000 + 2400
+    # 2 micro-batches held, and from the second backward on, the largest block's (3000 B) new
+    # weight gradients while they are added into the accumulated ones.
+    assert plan.grad_transient_bytes == (3000, 4000)
+    assert mem[0].in_flight == 2 and mem[0].activations == 2 * 600 * 2 + 3000
+    assert mem[1].activations == 1 * 400 * 2 + 4000
+    assert mem[0].total == 6000 + 6000 + 12000 + 2400 + 3000
     recomputed = stage_memory(plan, one_f_one_b(2, 4, recompute=True), 2, "sgd", momentum=0)
-    assert recomputed[0].activations == 2 * 16 * 2 + 600 * 2  # inputs kept + one rebuilt
+    assert recomputed[0].activations == 2 * 16 * 2 + 600 * 2 + 3000  # inputs + one rebuilt
     assert recomputed[0].optimizer_state == 0
 
 

@@ -51,8 +51,9 @@ class StageMemory:
     optimizer_state: int
     """Optimizer state bytes."""
     activations: int
-    """Peak bytes of activations held for backward (and, with recomputation, the one
-    micro-batch being recomputed)."""
+    """Peak bytes of activations held for backward plus what a backward allocates besides
+    (with recomputation, the micro-batch being recomputed; one block's new weight gradients
+    while they are accumulated)."""
     in_flight: int
     """Peak micro-batches held at once."""
 
@@ -70,20 +71,45 @@ def stage_memory(
 ) -> tuple[StageMemory, ...]:
     """Peak memory of every stage when `schedule` runs `plan` with `microbatch_size` samples."""
     if plan.num_stages != schedule.num_stages:
-        raise UserError(
-            f"stage plan has {plan.num_stages} stages, schedule {schedule.num_stages}"
-        )
+        raise UserError(f"stage plan has {plan.num_stages} stages, schedule {schedule.num_stages}")
     factor = optimizer_state_factor(optimizer, momentum)
     out = []
     for s, held in enumerate(peak_in_flight(schedule)):
-        full = plan.activation_bytes_per_sample[s] * microbatch_size
-        if schedule.recompute:
-            kept = plan.input_bytes_per_sample[s] * microbatch_size
-            activations = held * kept + (full if held else 0.0)
-        else:
-            activations = held * full
         params = plan.param_bytes[s]
-        out.append(
-            StageMemory(params, params, int(factor * params), int(activations), held)
-        )
+        activations = _activation_peak(plan, schedule, s, microbatch_size)
+        out.append(StageMemory(params, params, int(factor * params), activations, held))
     return tuple(out)
+
+
+def backward_extra(
+    plan: StagePlan, schedule: Schedule, stage: int, microbatch_size: int, first: bool
+) -> tuple[int, int]:
+    """(bytes, bytes kept) of one micro-batch's backward on `stage`: what it allocates while it
+    runs besides what its forward kept (recomputed activations; after the stage's first
+    backward, one block's new weight gradients being accumulated), and what its forward kept."""
+    full = int(plan.activation_bytes_per_sample[stage] * microbatch_size)
+    kept = full
+    extra = 0
+    if schedule.recompute:
+        kept = int(plan.input_bytes_per_sample[stage] * microbatch_size)
+        extra += full
+    if not first and plan.grad_transient_bytes:
+        extra += plan.grad_transient_bytes[stage]
+    return extra, kept
+
+
+def _activation_peak(plan: StagePlan, schedule: Schedule, stage: int, microbatch_size: int) -> int:
+    # Replay the stage's actions micro-batch by micro-batch, as the simulator does over time.
+    level = peak = 0
+    first = True
+    for a in schedule.actions[stage]:
+        for _ in a.microbatches:
+            extra, kept = backward_extra(plan, schedule, stage, microbatch_size, first)
+            if a.kind == FORWARD:
+                level += kept
+            else:
+                peak = max(peak, level + extra)
+                level -= kept
+                first = False
+            peak = max(peak, level)
+    return peak

@@ -80,6 +80,10 @@ class StagePlan:
     the size of the gradient message coming back."""
     profile_batch: int
     """Batch size the times were measured at (they scale with the micro-batch size)."""
+    grad_transient_bytes: tuple[int, ...] = ()
+    """Per stage, the largest block's parameter bytes: while a micro-batch's weight gradients
+    are added into the ones accumulated so far, one block's new gradients exist besides them
+    (empty: not counted)."""
 
     @property
     def num_stages(self) -> int:
@@ -134,6 +138,9 @@ def plan_stages(
         input_bytes_per_sample=tuple(outputs[a] for a, _ in ranges),
         output_bytes_per_sample=tuple(outputs[b] for _, b in ranges),
         profile_batch=batch,
+        grad_transient_bytes=tuple(
+            max((b.param_bytes for b in blocks[a:z]), default=0) for a, z in ranges
+        ),
     )
 
 

@@ -19,7 +19,8 @@ What the graph follows (`cadence/pipeline/executor.py`, our runtime):
 Memory per stage: parameters + gradients + optimizer state from the start, plus each
 micro-batch's saved activations from the end of its forward to the end of its backward (with
 recomputation: its input only, plus the full activations of the one micro-batch being
-recomputed) -- the accounting of `pipeline/memory.py`, but over simulated time.
+recomputed), plus during each backward after the stage's first one block's new weight gradients
+(accumulated into the others) -- the accounting of `pipeline/memory.py`, over simulated time.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 
 from cadence.comm.cost import AlphaBeta
 from cadence.errors import UserError
+from cadence.pipeline.memory import backward_extra
 from cadence.pipeline.schedule import FORWARD, Action, Schedule
 from cadence.pipeline.stages import StagePlan
 from cadence.pipeline.validation import message_source, validate
@@ -164,6 +166,7 @@ def build_pipeline(
     # replay order (tasks may only depend on tasks already added).
     order = _replay_order(schedule)
     last_task: list[int | None] = [None] * S
+    backwarded = [False] * S  # has the stage run a backward yet (its gradients exist)
     sent: dict[Action, int] = {}  # action -> its outgoing message (flow task)
     messages = 0
     for action in order:
@@ -171,19 +174,18 @@ def build_pipeline(
         source = message_source(schedule, action)
         inbound = sent[source] if source is not None else None
         forward = action.kind == FORWARD
-        full = plan.activation_bytes_per_sample[s] * microbatch_size
-        kept = plan.input_bytes_per_sample[s] * microbatch_size if schedule.recompute else full
         deps: list[int | None] = [last_task[s], inbound]
         for m in action.microbatches:
             first = last_task[s] is None
+            extra, kept = backward_extra(plan, schedule, s, microbatch_size, not backwarded[s])
             if forward:
-                seconds, mem_start, mem_end = costs.forward[s](microbatch_size), 0, int(kept)
+                seconds, mem_start, mem_end = costs.forward[s](microbatch_size), 0, kept
             else:
                 seconds = costs.backward[s](microbatch_size)
-                mem_start, mem_end = 0, -int(kept)
                 if schedule.recompute:  # re-run the forward, holding its full activations
                     seconds += costs.forward[s](microbatch_size)
-                    mem_start, mem_end = int(full), -int(full + kept)
+                mem_start, mem_end = extra, -(extra + kept)
+                backwarded[s] = True
             last_task[s] = graph.add(
                 f"{s}{action.kind}{m}",
                 "forward" if forward else "backward",
