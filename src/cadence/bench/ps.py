@@ -295,14 +295,9 @@ def _write(out: Path, report: dict[str, Any]) -> None:
 def run_ps_bench(
     config: PSBenchConfig, command: str, echo: Callable[[str], None] = print
 ) -> dict[str, Any]:
-    from cadence.netem import check_netem_available
+    from cadence.bench.dp import prepare_out
 
-    out = Path(config.out)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot create the directory of --out '{out}': {exc}") from None
-    check_netem_available()
+    out = prepare_out(config.out, True)
     started = time.time()
     rows: list[dict[str, Any]] = []
     report: dict[str, Any] = {
