@@ -23,18 +23,27 @@ def test_fast_link_costs_nothing_and_the_bound_is_compute() -> None:
 
 def test_transfer_orders_follow_the_runtime_step_by_step() -> None:
     # 1 s per block each way. Backward ends at 6; pushes leave as gradients are ready: block 2
-    # 4-5, block 1 5-6, block 0 6-7 (updates are free). FIFO asks for each block right after
-    # pushing it: answers 2 (5-6), 1 (6-7), 0 (7-8), so the next forward starts at 8. Layer
-    # order asks for everything at 6, when only blocks 2 and 1 are ready: 2 goes (6-7); at 7
-    # block 0's update is not in yet, so 1 goes (7-8) and 0 last (8-9): a non-preemptive link
-    # serves what is ready, and the next forward starts at 9.
+    # 4-5, block 1 5-6, block 0 6-7 (updates are free). Every order asks for each block right
+    # after pushing it, and only one answer is ready at a time: 2 (5-6), 1 (6-7), 0 (7-8), so
+    # the next forward starts at 8 whatever the order.
     profile = _profile()
     fifo = simulate_ps(profile, workers=2, link=100.0, priority="fifo", colocated=False)
     layer = simulate_ps(profile, workers=2, link=100.0, priority="layer", colocated=False)
     assert fifo.iteration_s == pytest.approx(8.0)
-    assert layer.iteration_s == pytest.approx(9.0)
+    assert layer.iteration_s == pytest.approx(8.0)
     assert layer.busy_s["w0.up"] == pytest.approx(3.0)
     assert layer.busy_s["w0.down"] == pytest.approx(3.0)
+
+
+def test_priority_serves_the_front_block_first_when_answers_pile_up() -> None:
+    # Block 2 holds 300 bytes (3 s each way). Pushes: 2 at 4-7, 1 at 7-8, 0 at 8-9. Answers:
+    # 2 at 7-10; at 10 blocks 1 and 0 are both ready. Layer order sends 0 (10-11) then 1
+    # (11-12): forward starts at 11. FIFO sends 1 first (10-11), then 0 (11-12): it starts at 12.
+    b = [BlockProfile(f"b{i}", 1.0, 0.5, 0.5, 300 if i == 2 else 100, 0, 0, 0) for i in range(3)]
+    profile = Profile("toy", 1, (1,), tuple(b), 6.0, 0.0, 1, 0, "cpu", 1, "x", 0, "cpu_accounted")
+    fifo = simulate_ps(profile, workers=2, link=100.0, priority="fifo", colocated=False)
+    layer = simulate_ps(profile, workers=2, link=100.0, priority="layer", colocated=False)
+    assert layer.iteration_s == pytest.approx(fifo.iteration_s - 1.0)
 
 
 def test_colocated_worker_moves_nothing_and_bad_input_is_refused() -> None:

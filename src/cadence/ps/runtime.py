@@ -4,8 +4,8 @@ Set-up (every worker, same order): rank 0 computes the priorities and broadcasts
 worker builds the same plan, each worker starts the servers s with s % W == rank as
 subprocesses and the addresses are all-gathered, rank 0 sends the initial values, and every
 worker pulls version 0. A step: each block's forward waits only for its own parameters, the
-backward pushes every gradient the moment it is accumulated, then the parameters of the next
-step are pulled, most urgent first (FIFO pulls each slice right after its push instead).
+backward pushes every gradient the moment it is accumulated and asks for that slice's next
+version at once; the servers answer most urgent first among the answers ready.
 """
 
 from __future__ import annotations
@@ -218,8 +218,9 @@ class PSTrainer(nn.Module):
             self._send(Kind.PUSH, key, self.step, self._flat(key, grad=True))
         self.params[index].grad = None
         self._pushed.add(index)
-        if self.config.order == "fifo":
-            self._pull(keys, self.step + 1)
+        # Ask at once, whatever the order: the server answers as soon as the slice is updated,
+        # most urgent first among the answers ready (asking after backward left the link idle).
+        self._pull(keys, self.step + 1)
 
     def _on_grad(self, param: Tensor) -> None:
         self._push_param(self._index[id(param)])
@@ -244,8 +245,6 @@ class PSTrainer(nn.Module):
         for index in range(len(self.params)):
             if index not in self._pushed:
                 self._push_param(index)
-        if self.config.order != "fifo":
-            self._pull(self.plan.pull_order(), self.step + 1)
         self.iterations += 1
         if self.pause_after is not None and self.pause_after(self.iterations):
             self._idle()  # e.g. the loop's epoch end: it waits there for every worker

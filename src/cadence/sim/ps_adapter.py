@@ -9,8 +9,8 @@ What the runtime does, step by step, per worker and iteration:
 - the parameters of the next iteration come back on the worker's downlink, one transfer at a
   time, **most urgent first** among those ready (the servers' send window and priority queue):
   by block order for `layer` / `graph` (on the zoo's chains of blocks they are equal), in
-  arrival order for `fifo`, whose worker asks for a block right after pushing it, while the
-  other orders ask once the backward pass is over.
+  arrival order for `fifo`; a worker asks for a block right after pushing it, whatever the
+  order, so the servers' queue decides what goes first among the answers ready.
 
 Each block's bytes are split evenly over the servers (the plan balances servers by bytes).
 With `colocated`, the last worker shares a host with the servers: its transfers cost nothing
@@ -67,14 +67,12 @@ def build_ps(
     gates: list[list[list[int]]] = [[[] for _ in range(nb)] for _ in range(workers)]
     for it in range(total):
         pushes: dict[tuple[int, int, int], int] = {}
-        ends: list[int] = []
         for w in range(workers):
             done = add_compute_iteration(
                 graph, costs, stream=compute[w], worker=w, iteration=it, after=prev[w],
                 gates=gates[w], steps=steps,
             )  # fmt: skip
             prev[w] = done.last
-            ends.append(done.last)
             if w == 0:
                 starts.append(done.forward[0])
             for b in sorted(blocks, key=lambda b: -b):  # gradients in backward order
@@ -93,7 +91,7 @@ def build_ps(
                     deps=[pushes[w, b, s] for w in range(workers)], iteration=it,
                 )  # fmt: skip
                 for w in range(workers):
-                    asked = pushes[w, b, s] if priority == "fifo" else ends[w]
+                    asked = pushes[w, b, s]  # every order asks right after the push
                     # fifo: equal priorities, so the earliest ready goes first (arrival order)
                     rank = 0 if priority == "fifo" else b
                     gates[w][b].append(
