@@ -33,7 +33,9 @@ def test_exhaustive_iteration_count_matches_the_real_tuner(trials, layers):
         steps += 1
     assert tuner.result is not None
     assert tuner.result.iterations == exhaustive_iterations(trials, layers)
-    assert tuning_steps(trials, layers) >= exhaustive_iterations(trials, layers) + 1
+    assert tuning_steps("exhaustive", trials, layers) >= exhaustive_iterations(trials, layers) + 1
+    # guided times 5 thresholds and 3 reorder points at most
+    assert tuning_steps("guided", trials, layers) == 2 + 3 * (5 + 3) + 2
 
 
 def test_summary_ratios_and_table():

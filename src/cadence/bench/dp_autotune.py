@@ -67,10 +67,18 @@ class DPAutotuneBenchConfig:
             raise UserError("--repeats must be >= 1, --workers >= 2 and divide --batch-size")
 
 
-def tuning_steps(trials: int, num_layers: int, per_trial: int = 2) -> int:
-    """Steps a run needs so exhaustive tuning (the longer method) certainly finishes: warm-up,
-    every threshold, every K, each trial settling once, plus two steps on the chosen plan."""
-    return WARMUP + (SETTLE + per_trial) * (trials + num_layers) + 2
+def tuning_steps(method: str, trials: int, num_layers: int, per_trial: int = 2) -> int:
+    """Steps a run needs so tuning certainly finishes: warm-up, every candidate timed (each
+    settling once), plus two steps on the chosen plan. Guided times DPConfig's default
+    numbers of thresholds and reorder points only."""
+    if method == "guided":
+        from cadence.dp.config import DPConfig
+
+        config = DPConfig()
+        candidates = config.guided_thresholds + config.guided_reorder_points
+    else:
+        candidates = trials + num_layers
+    return WARMUP + (SETTLE + per_trial) * candidates + 2
 
 
 def exhaustive_iterations(trials: int, num_layers: int, per_trial: int = 2) -> int:
@@ -150,7 +158,10 @@ def tune(config: DPAutotuneBenchConfig, method: str, choice: Path) -> dict[str, 
     layers = len(model_layout(get_model_spec(config.model).build()).layers)
     started = time.perf_counter()
     metrics = _train(
-        config, tuning_steps(config.trials, layers), autotune=method, autotune_file=str(choice)
+        config,
+        tuning_steps(method, config.trials, layers),
+        autotune=method,
+        autotune_file=str(choice),
     )
     result = metrics.get("dp_autotune")
     if result is None or not choice.exists():
