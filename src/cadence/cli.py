@@ -21,6 +21,12 @@ def _write_json(path: str | None, data: Any) -> None:
         raise UserError(f"cannot write --json file '{path}': {exc.strerror or exc}") from None
 
 
+def _memory_limit(text: str | None) -> int | None:
+    from cadence.sim.command import parse_size
+
+    return parse_size(text, "--memory-limit") if text else None
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from cadence.config import TrainConfig
     from cadence.train.run import summary_lines, train
@@ -47,6 +53,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         reorder_k=args.reorder_k,
         autotune=args.autotune,
         autotune_file=args.autotune_file,
+        autotune_trials=args.autotune_trials,
         zero_stage=args.zero_stage,
         compression=args.compression,
         freeze_steps=args.freeze_steps,
@@ -55,8 +62,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
         schedule=args.schedule,
         recompute=args.recompute,
         pipeline_backend=args.pipeline_backend,
+        memory_limit=_memory_limit(args.memory_limit),
         servers=args.servers,
         consistency=args.consistency,
+        ps_checkpoint_dir=args.ps_checkpoint_dir,
+        ps_checkpoint_every=args.ps_checkpoint_every,
         ps_priority=args.ps_priority,
         straggler=args.straggler,
     )
@@ -96,7 +106,10 @@ def _cmd_netem(args: argparse.Namespace) -> int:
 
     data: Any
     if args.netem_cmd == "up":
-        data = netem.netem_up(args.hosts, netem.parse_bandwidth(args.bandwidth)).to_json()
+        data = netem.netem_up(
+            args.hosts, netem.parse_bandwidth(args.bandwidth),
+            priority_classes=args.priority_classes,
+        ).to_json()  # fmt: skip
     elif args.netem_cmd == "down":
         netem.netem_down(args.cluster, all=args.all)
         return 0
@@ -225,6 +238,12 @@ def _add_train(sub: Any) -> None:
         metavar="FILE",
         help="cadence-dp: save the tuned setting here; reuse it when the file exists",
     )
+    p.add_argument(
+        "--autotune-trials",
+        type=int,
+        default=100,
+        help="cadence-dp exhaustive tuning: thresholds tried, each 10%% above the last",
+    )
     # --strategy zero (cadence.zero)
     p.add_argument("--zero-stage", type=int, default=2, help="ZeRO stage 1, 2 or 3")
     p.add_argument(
@@ -238,7 +257,15 @@ def _add_train(sub: Any) -> None:
         "--stages", type=int, default=2, help="pipeline stages; --workers/--stages replicas"
     )
     p.add_argument("--microbatches", type=int, default=4, help="pipeline micro-batches per step")
-    p.add_argument("--schedule", default="1f1b", help="pipeline schedule: gpipe, 1f1b or kfkb:K")
+    p.add_argument(
+        "--schedule",
+        default="1f1b",
+        help="pipeline schedule: gpipe, 1f1b, kfkb:K, or auto (simulate every schedule and "
+        "micro-batch split at start under the probed link and --memory-limit; pick the fastest)",
+    )
+    p.add_argument(
+        "--memory-limit", default=None, help="pipeline --schedule auto: bytes per stage, e.g. 2GiB"
+    )
     p.add_argument(
         "--recompute", action="store_true", help="pipeline: recompute activations in backward"
     )
@@ -253,12 +280,27 @@ def _add_train(sub: Any) -> None:
     p.add_argument(
         "--consistency", default="bsp", help="ps: bsp, asp, ssp:S (staleness) or backup:K"
     )
-    p.add_argument("--ps-priority", default="graph", help="ps: transfer order fifo, layer or graph")
+    p.add_argument(
+        "--ps-priority",
+        default="graph",
+        help="ps: transfer order fifo, layer or graph; ORDER+net (e.g. graph+net) also "
+        "installs priority classes on the emulated switch ports (needs --emulate-bandwidth)",
+    )
     p.add_argument(
         "--straggler",
         default=None,
         metavar="RANK:DELAY",
         help="ps: that worker sleeps DELAY seconds every step",
+    )
+    p.add_argument(
+        "--ps-checkpoint-dir",
+        default=None,
+        metavar="DIR",
+        help="ps: servers save shards + optimizer state here at the end (and every "
+        "--ps-checkpoint-every steps) and restore them on start when present",
+    )
+    p.add_argument(
+        "--ps-checkpoint-every", type=int, default=0, metavar="N", help="ps: checkpoint period"
     )
     p.add_argument("--json", default=None, metavar="FILE", help="also write the metrics here")
     p.set_defaults(func=_cmd_train)
@@ -270,6 +312,11 @@ def _add_netem(sub: Any) -> None:
     up = nsub.add_parser("up", help="create a persistent emulated cluster")
     up.add_argument("--hosts", type=int, default=2)
     up.add_argument("--bandwidth", default="1gbit", help="link cap, e.g. 400mbit")
+    up.add_argument(
+        "--priority-classes", type=int, default=0, metavar="N",
+        help="N (2-4) htb priority classes on every port, by the TOS byte the parameter "
+        "server's channels mark (default 0: one tbf per port)",
+    )  # fmt: skip
     up.add_argument("--json", default=None, metavar="FILE")
     down = nsub.add_parser("down", help="remove an emulated cluster")
     down.add_argument("cluster", nargs="?", default=None, help="cluster id (see status)")
@@ -324,6 +371,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if not args_list:
         args_list = ["train"]  # the embedded default job
+    bare_plan = args_list[0] == "plan" and (len(args_list) == 1 or args_list[1][:1] == "-")
+    if bare_plan and args_list[1:2] not in (["-h"], ["--help"]):
+        args_list.insert(1, "strategies")  # `cadence plan --model ...` ranks everything
     parser = build_parser()
     args = parser.parse_args(args_list)
     func: Callable[[argparse.Namespace], int] = args.func

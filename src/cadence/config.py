@@ -65,6 +65,8 @@ class TrainConfig:
     autotune_file: str | None = None
     """cadence-dp: save the tuned threshold and K here; when the file exists, load them and
     skip tuning."""
+    autotune_trials: int = 100
+    """cadence-dp exhaustive tuning: thresholds tried, each 10% above the previous."""
     # --- ZeRO (--strategy zero; cadence.zero) ---
     zero_stage: int = 2
     """ZeRO stage: 1 shards optimizer state, 2 also gradients, 3 also parameters."""
@@ -79,7 +81,12 @@ class TrainConfig:
     microbatches: int = 4
     """Micro-batches M per step and replica; must divide each replica's share of the batch."""
     schedule: str = "1f1b"
-    """Pipeline schedule: gpipe, 1f1b, or kfkb:K (K micro-batches per message; K divides M)."""
+    """Pipeline schedule: gpipe, 1f1b, kfkb:K (K micro-batches per message; K divides M), or
+    auto: at start, simulate every schedule and micro-batch count under the probed link and
+    `memory_limit` and run the fastest (`cadence.pipeline.planner`; M is then chosen too)."""
+    memory_limit: int | None = None
+    """Pipeline --schedule auto: bytes each stage may use (parameters, gradients, optimizer
+    state, activations in flight); None: no limit."""
     recompute: bool = False
     """Pipeline: keep only stage inputs in forward and recompute activations in backward."""
     pipeline_backend: str = "auto"
@@ -95,7 +102,11 @@ class TrainConfig:
     backup:K (the first K of W gradients make each step; late ones are dropped)."""
     ps_priority: str = "graph"
     """Parameter server transfer order: fifo, layer (block order) or graph (torch.fx critical
-    path from measured per-op times)."""
+    path from measured per-op times); ORDER+net adds priority classes on the emulated switch."""
+    ps_checkpoint_dir: str | None = None
+    """Parameter servers save their shards + optimizer state here and restore them on start."""
+    ps_checkpoint_every: int = 0
+    """Steps between parameter-server checkpoints (0: only when training ends)."""
     straggler: str | None = None
     """`RANK:DELAY`: that parameter-server worker sleeps DELAY seconds every step."""
 
@@ -141,7 +152,14 @@ class TrainConfig:
             consistency=self.consistency,
             priority=self.ps_priority,
             straggler=self.straggler,
+            checkpoint_dir=self.ps_checkpoint_dir,
+            checkpoint_every=self.ps_checkpoint_every,
         )
+        if self.ps_priority.endswith("+net") and self.emulate_bandwidth in (None, "none"):
+            raise UserError(
+                f"--ps-priority {self.ps_priority} sets priority classes on the emulated "
+                "switch: it needs --emulate-bandwidth RATE"
+            )
 
     def _check_dp(self) -> None:
         if not self.ddp_bucket_mb > 0:
@@ -150,6 +168,8 @@ class TrainConfig:
             raise UserError(f"--threshold-mb must be positive (got {self.dp_threshold_mb})")
         if self.reorder_k is not None and self.reorder_k < 1:
             raise UserError(f"--reorder-k must be at least 1 (got {self.reorder_k})")
+        if self.autotune_trials < 1:
+            raise UserError(f"--autotune-trials must be at least 1 (got {self.autotune_trials})")
         if self.autotune not in AUTOTUNE_METHODS:
             raise UserError(
                 f"unknown --autotune '{self.autotune}': choose one of "
@@ -173,6 +193,12 @@ class TrainConfig:
                 f"--batch-size {self.batch_size} does not split over {replicas} pipeline "
                 f"replicas: use a multiple of {replicas}"
             )
+        if self.memory_limit is not None and self.memory_limit < 1:
+            raise UserError(f"--memory-limit must be positive (got {self.memory_limit})")
+        if self.schedule == "auto":  # the planner picks M and the schedule; it checks the rest
+            if self.pipeline_backend != "auto":
+                raise UserError("--schedule auto picks its runtime: leave --pipeline-backend auto")
+            return
         if self.microbatches < 1 or per_replica % self.microbatches:
             fits = [m for m in range(1, per_replica + 1) if per_replica % m == 0]
             raise UserError(

@@ -108,7 +108,11 @@ def _add_dp(bsub: Any) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--models", default="vgg16,resnet32,cnn_lstm,gpt_mini")
-    p.add_argument("--caps", default="none,1gbit,400mbit", help="link caps; none = loopback")
+    p.add_argument(
+        "--caps",
+        default="none,1gbit,400mbit",
+        help="link caps; none = loopback; balanced = the cap where wire time = compute time",
+    )
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=64, help="global batch")
     p.add_argument("--steps", type=int, default=12, help="steps per run (first excluded)")
@@ -121,34 +125,208 @@ def _add_dp(bsub: Any) -> None:
     p.set_defaults(func=_cmd_dp)
 
 
+def _cmd_dp_timeline(args: argparse.Namespace) -> int:
+    from cadence.bench.dp_timeline import DPTimelineConfig, run_dp_timeline
+
+    config = DPTimelineConfig(
+        model=args.model,
+        cap=args.cap,
+        workers=args.workers,
+        batch_size=args.batch_size,
+        steps=args.steps,
+        record_step=args.record_step,
+        threshold_mb=args.threshold_mb,
+        reorder_k=args.reorder_k,
+        ddp_bucket_mb=args.ddp_bucket_mb,
+        out=args.out,
+    )
+    run_dp_timeline(config, _command_line())
+    return 0
+
+
+def _add_dp_timeline(bsub: Any) -> None:
+    p = bsub.add_parser(
+        "dp-timeline",
+        help="picture of one measured iteration, DDP above cadence-dp on one time axis "
+        "(compute, all-reduce and update rows)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--model", default="vgg16")
+    p.add_argument("--cap", default="400mbit", help="link cap; none = loopback")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=64, help="global batch")
+    p.add_argument("--steps", type=int, default=8, help="steps per run")
+    p.add_argument("--record-step", type=int, default=5, help="0-based step pictured")
+    p.add_argument("--threshold-mb", type=float, default=4.0, help="cadence-dp threshold")
+    p.add_argument("--reorder-k", type=int, default=None, help="cadence-dp reorder point")
+    p.add_argument("--ddp-bucket-mb", type=float, default=25.0, help="DDP bucket size")
+    p.add_argument("--out", default="results/dp-timeline.png", help="PNG; JSON events next to it")
+    p.set_defaults(func=_cmd_dp_timeline)
+
+
+def _cmd_dp_autotune(args: argparse.Namespace) -> int:
+    from cadence.bench.dp_autotune import DPAutotuneBenchConfig, run_dp_autotune_bench
+
+    config = DPAutotuneBenchConfig(
+        model=args.model,
+        cap=args.cap,
+        workers=args.workers,
+        batch_size=args.batch_size,
+        threshold_mb=args.threshold_mb,
+        trials=args.trials,
+        steps=args.steps,
+        repeats=args.repeats,
+        out=args.out,
+    )
+    run_dp_autotune_bench(config, _command_line())
+    return 0
+
+
+def _add_dp_autotune(bsub: Any) -> None:
+    p = bsub.add_parser(
+        "dp-autotune",
+        help="cadence-dp warm-up tuning, guided vs exhaustive: iterations spent and the "
+        "measured iteration time of each one's choice",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--model", default="vgg16")
+    p.add_argument("--cap", default="400mbit", help="link cap of the emulated cluster")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=64, help="global batch")
+    p.add_argument("--threshold-mb", type=float, default=4.0, help="threshold tuning starts at")
+    p.add_argument("--trials", type=int, default=100, help="exhaustive: thresholds, +10%% each")
+    p.add_argument("--steps", type=int, default=12, help="steps per comparison run")
+    p.add_argument("--repeats", type=int, default=2, help="comparison runs per choice")
+    p.add_argument("--out", default="results/dp-autotune.json", help="JSON; PNG next to it")
+    p.set_defaults(func=_cmd_dp_autotune)
+
+
 def _cmd_zero(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from cadence.zero.bench import run_bench
 
     run_bench(
-        args.model, args.bandwidth, args.steps, args.freeze_steps, args.workers, Path(args.out)
-    )
+        args.model, args.bandwidth, args.steps, args.freeze_steps, args.workers, Path(args.out),
+        jobs=_names(args.jobs), batch_size=args.batch_size, command=_command_line(),
+    )  # fmt: skip
     return 0
 
 
 def _add_zero(bsub: Any) -> None:
     p = bsub.add_parser(
         "zero",
-        help="ZeRO stages 1/2/3 with and without 1-bit Adam against DDP + Adam in an "
-        "emulated cluster (iteration time and bytes per step)",
+        help="ZeRO stages 1/2/3 with and without 1-bit Adam against DDP + Adam, FSDP2 and "
+        "DeepSpeed ZeRO-2 in an emulated cluster (iteration time, bytes at the interface)",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--model", default="gpt_mini")
     p.add_argument("--bandwidth", default="200mbit", help="link cap")
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--freeze-steps", type=int, default=10, help="1-bit Adam warm-up steps")
+    p.add_argument("--steps", type=int, default=30, help="timed: the last steps-freeze-2")
+    p.add_argument("--freeze-steps", type=int, default=8, help="1-bit Adam warm-up steps")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--out", default="results/zero-bench", help="directory for summary.json")
+    p.add_argument("--batch-size", type=int, default=64, help="global batch, every job")
+    p.add_argument(
+        "--jobs",
+        default="",
+        help="comma-separated (default: all): ddp, fsdp2, deepspeed-zero2, "
+        "zero<1|2|3>-<none|fp16|onebit>[-bf16][-overlap]",
+    )
+    p.add_argument("--out", default="results/zero-bench", help="summary.json and PNGs here")
     p.set_defaults(func=_cmd_zero)
 
 
-_BENCHES: tuple[Callable[[Any], None], ...] = (_add_collectives, _add_dp, _add_zero)
+def _cmd_pipeline(args: argparse.Namespace) -> int:
+    from cadence.bench.pipeline import PipelineBenchConfig, run_pipeline_bench
+    from cadence.sim.command import parse_size
+
+    config = PipelineBenchConfig(
+        models=_names(args.models),
+        cap=args.cap,
+        contention=(False, True) if args.contention == "both" else (args.contention == "on",),
+        batch_size=args.batch_size,
+        microbatches=args.microbatches,
+        memory_limit=parse_size(args.memory_limit, "--memory-limit") if args.memory_limit else None,
+        warmup=args.warmup,
+        rounds=args.rounds,
+        out=args.out,
+    )
+    run_pipeline_bench(config, _command_line())
+    return 0
+
+
+def _add_pipeline(bsub: Any) -> None:
+    p = bsub.add_parser(
+        "pipeline",
+        help="GPipe, 1F1B, kFkB and torch's pipeline schedules on 2 emulated hosts, without and "
+        "with contention, against the planner's predictions and pick",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--models", default="gpt_mini,vgg16", help="comma-separated zoo models")
+    p.add_argument("--cap", default="200mbit", help="link cap between the hosts")
+    p.add_argument("--contention", default="both", choices=("off", "on", "both"))
+    p.add_argument("--batch-size", type=int, default=16, help="samples per step")
+    p.add_argument("--microbatches", type=int, default=8, help="M at which schedules are timed")
+    p.add_argument(
+        "--memory-limit", default=None, help="bytes per stage (default: halfway between the "
+        "smallest and largest simulated peak at M)",
+    )
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps per candidate")
+    p.add_argument("--rounds", type=int, default=12, help="timed steps per candidate")
+    p.add_argument("--out", default="results/bench-pipeline.json", help="JSON; PNG next to it")
+    p.set_defaults(func=_cmd_pipeline)
+
+
+def _cmd_ps(args: argparse.Namespace) -> int:
+    from cadence.bench.ps import PSBenchConfig, run_ps_bench
+
+    config = PSBenchConfig(
+        models=_names(args.models),
+        cap=args.cap,
+        workers=args.workers,
+        batch_size=args.batch_size,
+        steps=args.steps,
+        repeats=args.repeats,
+        orders=_names(args.orders),
+        straggler_model=args.straggler_model,
+        out=args.out,
+    )
+    run_ps_bench(config, _command_line())
+    return 0
+
+
+def _add_ps(bsub: Any) -> None:
+    p = bsub.add_parser(
+        "ps",
+        help="parameter server in an emulated cluster: FIFO, layer, graph and graph + network "
+        "priority classes vs the published ratios; backup workers with a straggler; ASP",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--models", default="vgg16,resnet32,cnn_lstm", help="comma-separated")
+    p.add_argument(
+        "--cap", default="balanced", help="link cap; balanced = per model, wire time = compute"
+    )
+    p.add_argument("--workers", type=int, default=2, help="workers (one server, beside rank 0)")
+    p.add_argument("--batch-size", type=int, default=32, help="global batch")
+    p.add_argument("--steps", type=int, default=12, help="steps per run (first excluded)")
+    p.add_argument("--repeats", type=int, default=2, help="rounds over the orders, alternating")
+    p.add_argument("--orders", default="fifo,layer,graph,graph+net", help="--ps-priority values")
+    p.add_argument(
+        "--straggler-model", default="resnet32", help="backup/ASP runs on this model ('' skips)"
+    )
+    p.add_argument("--out", default="results/bench-ps.json", help="JSON; PNG next to it")
+    p.set_defaults(func=_cmd_ps)
+
+
+_BENCHES: tuple[Callable[[Any], None], ...] = (
+    _add_collectives,
+    _add_dp,
+    _add_dp_timeline,
+    _add_pipeline,
+    _add_dp_autotune,
+    _add_zero,
+    _add_ps,
+)
 
 
 def add_bench(sub: Any) -> Any:

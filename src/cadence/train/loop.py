@@ -184,6 +184,12 @@ def run_training(
     tuned = getattr(getattr(plain, "_cadence_dp_engine", None), "tune_result", None)
     if tuned is not None:  # what cadence-dp's autotuning chose, for the record
         metrics["dp_autotune"] = tuned.to_json()
+    chosen = getattr(owner, "plan_record", None)
+    if chosen is not None:  # what --schedule auto chose, and the candidates it weighed
+        metrics["pipeline_plan"] = chosen
+    report = getattr(owner, "run_report", None)
+    if callable(report):  # counters the strategy kept (e.g. the parameter server's traffic)
+        metrics.update(report())
     _summarise(metrics, time.perf_counter() - t_start)
     if ctx.is_main and run_dir is not None:
         write_json(run_dir / "metrics.json", metrics)

@@ -70,7 +70,13 @@ def train(config: TrainConfig) -> tuple[dict[str, Any], Path | None]:
 
     bandwidth = parse_bandwidth(config.emulate_bandwidth)
     check_netem_available()
-    with cleanup_on_signals(), EmulatedCluster(config.workers, bandwidth) as cluster:
+    classes = 0
+    if config.strategy == "ps":  # `--ps-priority ORDER+net`: priority classes on the ports
+        from cadence.ps.config import NETWORK_CLASSES, parse_priority
+
+        classes = NETWORK_CLASSES if parse_priority(config.ps_priority)[1] else 0
+    cluster = EmulatedCluster(config.workers, bandwidth, priority_classes=classes)
+    with cleanup_on_signals(), cluster:
         return launch_local(config, run_dir, cluster), run_dir
 
 

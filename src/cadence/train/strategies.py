@@ -110,6 +110,7 @@ def _cadence_dp_for(config: TrainConfig) -> Wrap:
             reorder_k=config.reorder_k,
             autotune=config.autotune,
             autotune_file=config.autotune_file,
+            autotune_trials=config.autotune_trials,
         )
         profile = None
         if config.autotune == "guided":
