@@ -48,6 +48,14 @@ def test_ps_front_first_pulls_let_the_next_forward_start_earlier() -> None:
     assert front < fifo
 
 
+def test_colocated_pushes_and_answers_share_the_hosts_uplink() -> None:
+    # 2 workers, a server on each host: per iteration each uplink carries half of the 8 MB
+    # of gradients out and half of the parameters back, 8 MB at 1 MB/s.
+    est = ps_estimate(_costs(), SLOW, 2, 2, True)
+    assert est.iteration_s >= 8.0
+    assert est.wire_bytes == pytest.approx(8 * MB)
+
+
 def test_tp_adds_blocking_communication_and_exposed_data_parallel_sync() -> None:
     costs = _costs()
     assert tp_estimate(costs, SLOW, 1.5, 2).iteration_s == pytest.approx(6.0 + 1.5)

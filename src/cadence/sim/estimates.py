@@ -110,7 +110,11 @@ def ps_estimate(
 
     order = list(range(nb)) if front_first else list(reversed(range(nb)))
     pulled = [0.0] * nb
-    push, pull = _Comm(), _Comm()  # a socket each way: pushes and pulls do not queue together
+    push = _Comm()
+    # Separate servers: pushes leave on the uplink, answers come back on the downlink. Co-located:
+    # the host's uplink carries its worker's pushes and its server's answers, so they queue
+    # together (answers after this iteration's pushes: conservative, same bytes).
+    pull = push if colocated else _Comm()
     starts = []
     t = 0.0
     for _ in range(iterations):
