@@ -29,3 +29,11 @@ def test_dead_server_is_named_within_the_timeout():
     ):
         for _ in range(3):
             trainer.train_step(x, y)
+    # Tear the channels down without the dead servers: end their thread and drop unsent
+    # messages, or garbage collection later blocks in zmq's context term (a hang in a
+    # later test).
+    channels = trainer.channels
+    with channels._send_lock:
+        channels._outbox.send_multipart([b"quit"])
+    channels._thread.join(timeout=5)
+    channels.ctx.destroy(linger=0)
