@@ -289,11 +289,13 @@ def _fmt(nbytes: int) -> str:
     return f"{nbytes}B"
 
 
-def _setup_from(args: Any) -> Setup:
+def setup_from(args: Any, workers: int | None = None, bandwidth: str | None = None) -> Setup:
+    """The Setup the simulator commands' shared flags describe (`workers`/`bandwidth` override
+    theirs, e.g. for one cell of `cadence plan map`)."""
     return make_setup(
         model=args.model,
-        workers=args.workers,
-        bandwidth=args.bandwidth,
+        workers=args.workers if workers is None else workers,
+        bandwidth=args.bandwidth if bandwidth is None else bandwidth,
         latency_s=args.latency,
         payload_fraction=args.payload_fraction,
         optimizer=args.optimizer,
@@ -319,7 +321,7 @@ def simulate_command(args: Any) -> int:
     credit = parse_size(args.credit, "--credit") if args.credit else None
     bucket = parse_size(args.bucket, "--bucket")
     options = _options(args)
-    setup = _setup_from(args)
+    setup = setup_from(args)
     reorder_k = parse_reorder_ks(args.reorder_k)[0]
     zero = ZeroSimPlan(stage=args.zero_stage, compression=args.compression)
     result, plan = run_strategy(
@@ -353,7 +355,7 @@ def plan_command(args: Any) -> int:
     if not thresholds:
         raise UserError("--thresholds needs at least one size, e.g. 1mib,4mib")
     options = _options(args)
-    setup = _setup_from(args)
+    setup = setup_from(args)
     ks = parse_reorder_ks(args.reorder_ks)
     rows = rank_dp(setup, thresholds, options, parse_size(args.bucket, "--bucket"), ks)
     print(setup.description)

@@ -10,26 +10,10 @@ from typing import Any
 
 from cadence.comm.cost import AlphaBeta
 from cadence.errors import UserError
-from cadence.sim.command import Setup, make_setup, parse_size
+from cadence.sim.command import parse_size, setup_from
 from cadence.sim.metrics import write_text
 from cadence.sim.options import SimOptions
 from cadence.sim.strategies import Candidate, best_fitting, rank_strategies, why
-
-
-def _setup(args: Any, workers: int, bandwidth: str) -> Setup:
-    return make_setup(
-        model=args.model,
-        workers=workers,
-        bandwidth=bandwidth,
-        latency_s=args.latency,
-        payload_fraction=args.payload_fraction,
-        optimizer=args.optimizer,
-        optimizer_step_s=args.optimizer_step,
-        calibration=args.calibration,
-        profile_path=args.profile,
-        batch_size=args.batch_size,
-        profile_iterations=args.profile_iterations,
-    )
 
 
 def _memory_limit(text: str | None) -> int | None:
@@ -55,7 +39,7 @@ def table_lines(rows: Sequence[Candidate], memory_limit: int | None) -> list[str
 def plan_strategies_command(args: Any) -> int:
     """Rank every strategy for one model, cluster size and bandwidth; print and save."""
     limit = _memory_limit(args.memory_limit)
-    setup = _setup(args, args.workers, args.bandwidth)
+    setup = setup_from(args)
     rows = rank_strategies(setup, args.model, SimOptions(), limit)
     print(setup.description)
     for line in table_lines(rows, limit):
@@ -92,7 +76,7 @@ def plan_map_command(args: Any) -> int:
     workers = _int_list(args.workers, "--workers")
     bandwidths = [b.strip() for b in args.bandwidths.split(",") if b.strip()]
     bps = [parse_bandwidth(b) for b in bandwidths]  # bad units: a one-line UserError
-    base = _setup(args, workers[0], bandwidths[0])
+    base = setup_from(args, workers[0], bandwidths[0])
     cells: list[dict[str, Any]] = []
     print(f"{args.model}: best strategy per cell (x ddp = its time / ddp's)")
     for n in workers:
