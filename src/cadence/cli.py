@@ -63,6 +63,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         recompute=args.recompute,
         pipeline_backend=args.pipeline_backend,
         memory_limit=_memory_limit(args.memory_limit),
+        replan_every=args.replan_every,
+        replan_file=args.replan_file,
         servers=args.servers,
         consistency=args.consistency,
         ps_checkpoint_dir=args.ps_checkpoint_dir,
@@ -269,6 +271,15 @@ def _add_train(sub: Any) -> None:
     p.add_argument(
         "--recompute", action="store_true", help="pipeline: recompute activations in backward"
     )
+    p.add_argument(
+        "--replan-every", type=int, default=0, metavar="N",
+        help="pipeline --schedule auto: every N steps re-probe the link and re-plan (0: never)",
+    )  # fmt: skip
+    p.add_argument(
+        "--replan-file", default=None, metavar="PATH",
+        help="pipeline --schedule auto: re-plan before the next step when PATH appears "
+        "(`touch PATH`; rank 0 deletes it)",
+    )  # fmt: skip
     p.add_argument(
         "--pipeline-backend",
         default="auto",

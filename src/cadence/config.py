@@ -92,6 +92,12 @@ class TrainConfig:
     pipeline_backend: str = "auto"
     """Pipeline runtime: torch (torch's runtime on our action lists), cadence (ours; needed for
     kfkb:K>1 and recompute), torch-builtin (torch's ScheduleGPipe/Schedule1F1B), auto."""
+    replan_every: int = 0
+    """Pipeline --schedule auto: every N steps re-probe the stage link and re-plan schedule and
+    micro-batches on the start's profiles (stage ranges stay); 0: never."""
+    replan_file: str | None = None
+    """Pipeline --schedule auto: rank 0 looks for this file before every step; when it is
+    there, it deletes it and every rank re-plans (one tiny all-reduce per step); None: off."""
 
     # --- parameter server (--strategy ps; cadence.ps) ---
     servers: int = 1
@@ -179,6 +185,16 @@ class TrainConfig:
     def _check_pipeline(self) -> None:
         from cadence.pipeline.schedule import build_schedule  # torch-free
 
+        if self.replan_every < 0:
+            raise UserError(f"--replan-every must be 0 (never) or more (got {self.replan_every})")
+        if (self.replan_every or self.replan_file) and (
+            self.strategy != "pipeline" or self.schedule != "auto"
+        ):
+            flag = "--replan-every" if self.replan_every else "--replan-file"
+            raise UserError(
+                f"{flag} re-runs the pipeline planner: use it with --strategy pipeline "
+                f"--schedule auto (got --strategy {self.strategy} --schedule {self.schedule})"
+            )
         if self.strategy != "pipeline":
             return
         if self.stages < 1 or self.workers % self.stages:

@@ -25,8 +25,9 @@ from cadence.errors import UserError
 from cadence.models import get_model_spec, loss_fn
 from cadence.models.blocks import BlockModel
 from cadence.pipeline.api import pipeline
-from cadence.pipeline.auto import plan_at_start
+from cadence.pipeline.auto import LinkProbe, plan_at_start, stage_link_probe
 from cadence.pipeline.executor import PipelineExecutor
+from cadence.pipeline.replan import Replanner, switch_executor
 from cadence.pipeline.stages import balance, stage_module
 
 _PROFILE_ITERATIONS = 3
@@ -61,6 +62,9 @@ class PipelineTrainer(nn.Module):
         self._full = [model]  # a list keeps the whole model out of this module's parameters
         self.plan_record: dict[str, Any] | None = None
         """What `--schedule auto` chose and weighed (saved in metrics.json), else None."""
+        self.replanner: Replanner | None = None
+        """Re-plans between steps (`--replan-every`, `--replan-file`), else None."""
+        self.steps_done = 0
 
     @property
     def full_model(self) -> BlockModel:
@@ -73,6 +77,9 @@ class PipelineTrainer(nn.Module):
         """One optimizer step on the batch (this replica's share of it). Returns this rank's
         share of the batch loss: the loop averages shares over all D x S ranks, so the last
         stage of each replica reports its loss x S and the other stages zero."""
+        if self.replanner is not None:
+            self._maybe_replan(self.replanner)
+        self.steps_done += 1
         optimizer.zero_grad(set_to_none=True)
         ex = self.executor
         x, y = ex.shard(x), ex.shard(y)
@@ -81,6 +88,24 @@ class PipelineTrainer(nn.Module):
         if loss is None:
             return torch.zeros(())
         return loss * len(self.ranges)
+
+    def _maybe_replan(self, replanner: Replanner) -> None:
+        reason = replanner.reason(self.steps_done)
+        if reason is None:
+            return
+        ex = self.executor
+        old = (ex.schedule.name, ex.schedule.num_microbatches)
+        done = replanner.replan(self.steps_done, reason, old)
+        if done.switched:
+            self.executor = switch_executor(
+                ex, done.new_schedule, done.new_microbatches, ex.schedule.recompute
+            )
+
+    def run_report(self) -> dict[str, Any]:
+        """For metrics.json: every re-plan (empty without re-planning)."""
+        if self.replanner is None:
+            return {}
+        return {"pipeline_replans": [r.to_json() for r in self.replanner.history]}
 
     @torch.no_grad()
     def sync(self) -> None:
@@ -102,9 +127,10 @@ class PipelineTrainer(nn.Module):
 
 
 def pipeline_wrap_for(
-    config: TrainConfig,
+    config: TrainConfig, probe: LinkProbe | None = None
 ) -> Callable[[nn.Module, Optimizer, DistContext], tuple[nn.Module, Optimizer]]:
-    """The `Strategy.configure` of `--strategy pipeline`."""
+    """The `Strategy.configure` of `--strategy pipeline`. `probe` replaces the stage link probe
+    of `--schedule auto` and its re-plans (tests inject links with it)."""
 
     def wrap(
         model: nn.Module, optimizer: Optimizer, ctx: DistContext
@@ -120,9 +146,13 @@ def pipeline_wrap_for(
         replicas = ctx.world_size // config.stages
         schedule, microbatches, record = config.schedule, config.microbatches, None
         backend = config.pipeline_backend
+        link_probe = probe or stage_link_probe(config.stages, ctx.world_size)
+        profiles = None
         if schedule == "auto":
             backend = "cadence"  # the runtime the planner's simulator models
-            record = plan_at_start(model, config, replicas, ctx.is_main, ctx.world_size)
+            record, profiles = plan_at_start(
+                model, config, replicas, ctx.is_main, ctx.world_size, link_probe
+            )
             schedule = record["best"]["schedule"]
             microbatches = record["best"]["microbatches"]
             ranges: tuple[tuple[int, int], ...] = tuple((a, b) for a, b in record["ranges"])
@@ -140,6 +170,11 @@ def pipeline_wrap_for(
         )
         trainer = PipelineTrainer(model, executor, ranges)
         trainer.plan_record = record
+        if record is not None and (config.replan_every or config.replan_file):
+            trainer.replanner = Replanner(
+                config, replicas=replicas, is_main=ctx.is_main, ranges=ranges,
+                profiles=profiles, probe=link_probe,
+            )  # fmt: skip
         return trainer, optimizer
 
     return wrap

@@ -1,0 +1,164 @@
+"""Re-planning `--schedule auto` during training, on real gloo ranks with injected links.
+
+The link probe is replaced by a function that answers a latency-bound link (one second per
+message: the fewest messages win, GPipe with one micro-batch) or a bandwidth-bound one (1 kB/s:
+more micro-batches overlap compute with the wire), so the planner's pick must change when the
+"network" does, while the real messages still travel over loopback. Losses and parameters must
+equal single-process training step for step across every switch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from cadence.comm import DistContext
+from cadence.comm.cost import AlphaBeta
+from cadence.config import TrainConfig
+from cadence.models import get_model_spec, loss_fn
+from cadence.models.blocks import BlockModel
+from cadence.pipeline.train import PipelineTrainer, pipeline_wrap_for
+from cadence.testing import run_ranks
+
+BATCH = 16
+LATENCY_BOUND = AlphaBeta(alpha_s=1.0, beta_s_per_byte=0.0)
+BANDWIDTH_BOUND = AlphaBeta(alpha_s=0.0, beta_s_per_byte=1e-3)
+
+
+def _build() -> BlockModel:
+    torch.manual_seed(0)
+    return get_model_spec("mlp").build(hidden=(32, 32, 32))
+
+
+def _batches(steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    spec = get_model_spec("mlp")
+    return [spec.synthetic_batch(BATCH, seed=step) for step in range(steps)]
+
+
+def _optimizer(params: Any) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=0.1, momentum=0.9)
+
+
+def _reference(steps: int) -> tuple[list[float], dict[str, torch.Tensor]]:
+    model = _build()
+    opt = _optimizer(model.parameters())
+    losses = []
+    for x, y in _batches(steps):
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, model.state_dict()
+
+
+class _Links:
+    """A probe answering the given links in turn (the last one from then on)."""
+
+    def __init__(self, links: list[AlphaBeta]) -> None:
+        self.links = links
+        self.calls = 0
+
+    def __call__(self) -> AlphaBeta:
+        link = self.links[min(self.calls, len(self.links) - 1)]
+        self.calls += 1
+        return link
+
+
+def _train(
+    rank: int, world: int, config: TrainConfig, links: list[AlphaBeta], steps: int,
+    touch_before: int | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Train `steps` steps on this rank; rank 0 touches the request file before step
+    `touch_before` + 1."""
+    model = _build()
+    opt = _optimizer(model.parameters())
+    ctx = DistContext(rank, world, rank, "gloo", torch.device("cpu"))
+    trainer, _ = pipeline_wrap_for(config, probe=_Links(links))(model, opt, ctx)
+    assert isinstance(trainer, PipelineTrainer)
+    start = trainer.plan_record
+    assert start is not None
+    ran, losses = [], []
+    for step, (x, y) in enumerate(_batches(steps)):
+        if rank == 0 and step == touch_before:
+            assert config.replan_file is not None
+            Path(config.replan_file).touch()
+        loss = trainer.train_step(x, y, opt)
+        sched = trainer.executor.schedule
+        ran.append((sched.name, sched.num_microbatches))
+        losses.append(loss.item())
+    names = set(trainer.stage.state_dict())
+    params = {k: v.clone() for k, v in model.state_dict().items() if k in names}
+    return {
+        "start": (start["best"]["schedule"], start["best"]["microbatches"]),
+        "ran": ran,
+        "losses": losses,
+        "params": params,
+        "replans": trainer.run_report()["pipeline_replans"],
+    }
+
+
+def _config(world: int, **replan: Any) -> TrainConfig:
+    return TrainConfig(
+        model="mlp", strategy="pipeline", workers=world, stages=2, batch_size=BATCH,
+        schedule="auto", optimizer="sgd", lr=0.1, **replan,
+    )  # fmt: skip
+
+
+def _check_parity(results: list[dict[str, Any]], steps: int, world: int) -> None:
+    ref_losses, ref_params = _reference(steps)
+    # The loop averages the ranks' loss shares: last stages report loss x S, the others 0.
+    mean = [sum(r["losses"][i] for r in results) / world for i in range(steps)]
+    torch.testing.assert_close(mean, ref_losses, rtol=1e-5, atol=1e-6)
+    covered = set()
+    for rank, result in enumerate(results):
+        for key, value in result["params"].items():
+            torch.testing.assert_close(
+                value, ref_params[key], rtol=1e-4, atol=1e-5, msg=f"rank {rank} {key}"
+            )
+        covered |= set(result["params"])
+    assert covered == set(ref_params)
+
+
+def test_replan_every_switches_with_the_link_and_keeps_parity() -> None:
+    steps, config = 6, _config(2, replan_every=2)
+    links = [LATENCY_BOUND, BANDWIDTH_BOUND, LATENCY_BOUND]  # start, step 2, step 4
+    results = run_ranks(_train, 2, config, links, steps, timeout=120)
+    first = results[0]
+    start = first["start"]
+    assert start == ("gpipe", 1)  # one second a message: the fewest messages win
+    replans = first["replans"]
+    assert [r["step"] for r in replans] == [2, 4]
+    assert all(r["reason"] == "every 2" and r["probed"] for r in replans)
+    to_bandwidth, back = replans
+    assert to_bandwidth["switched"] and to_bandwidth["bandwidth_bytes_per_s"] == pytest.approx(1e3)
+    assert (to_bandwidth["old_schedule"], to_bandwidth["old_microbatches"]) == start
+    moved = (to_bandwidth["new_schedule"], to_bandwidth["new_microbatches"])
+    assert moved[1] > 1  # at 1 kB/s more micro-batches hide compute behind the wire
+    assert to_bandwidth["new_predicted_s"] < to_bandwidth["old_predicted_s"]
+    assert back["switched"] and (back["new_schedule"], back["new_microbatches"]) == start
+    for result in results:  # every rank ran the broadcast pick from the step after
+        assert result["replans"] == replans
+        assert result["ran"] == [start] * 2 + [moved] * 2 + [start] * 2
+    _check_parity(results, steps, 2)
+
+
+def test_replan_file_asks_once_on_every_rank_of_a_hybrid_pipeline(tmp_path: Path) -> None:
+    # 2 replicas x 2 stages: the flag reaches all four ranks, the data-parallel groups survive.
+    request = tmp_path / "replan"
+    request.touch()  # left from before the start: removed, asks nothing
+    steps, config = 4, _config(4, replan_file=str(request))
+    results = run_ranks(
+        _train, 4, config, [LATENCY_BOUND, BANDWIDTH_BOUND], steps, 2, timeout=120
+    )
+    replans = results[0]["replans"]
+    assert [(r["step"], r["reason"], r["switched"]) for r in replans] == [(2, "requested", True)]
+    assert not request.exists()
+    moved = (replans[0]["new_schedule"], replans[0]["new_microbatches"])
+    for result in results:
+        assert result["replans"] == replans
+        assert result["ran"] == [result["start"]] * 2 + [moved] * 2
+    _check_parity(results, steps, 4)
