@@ -9,6 +9,7 @@ equal single-process training step for step across every switch.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from cadence.models import get_model_spec, loss_fn
 from cadence.models.blocks import BlockModel
 from cadence.pipeline.train import PipelineTrainer, pipeline_wrap_for
 from cadence.testing import run_ranks
+from tests.cli_helpers import assert_one_line_error, run_cadence
 
 BATCH = 16
 LATENCY_BOUND = AlphaBeta(alpha_s=1.0, beta_s_per_byte=0.0)
@@ -162,3 +164,39 @@ def test_replan_file_asks_once_on_every_rank_of_a_hybrid_pipeline(tmp_path: Path
         assert result["replans"] == replans
         assert result["ran"] == [result["start"]] * 2 + [moved] * 2
     _check_parity(results, steps, 4)
+
+
+def test_cli_replans_every_n_steps_and_records_it(tmp_path: Path) -> None:
+    proc = run_cadence(
+        "train", "--model", "mlp", "--strategy", "pipeline", "--workers", "2", "--stages", "2",
+        "--schedule", "auto", "--batch-size", "16", "--steps", "5", "--replan-every", "2",
+        "--out", "out", "--name", "r", cwd=tmp_path, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    metrics = json.loads((tmp_path / "out" / "r" / "metrics.json").read_text())
+    replans = metrics["pipeline_replans"]
+    assert [r["step"] for r in replans] == [2, 4]
+    for r in replans:  # the real probe measured the loopback link
+        assert r["probed"] and r["bandwidth_bytes_per_s"] > 0 and r["latency_s"] > 0
+        assert r["new_predicted_s"] <= r["old_predicted_s"] and r["error"] is None
+    lines = [line for line in proc.stdout.splitlines() if "pipeline re-plan" in line]
+    assert [line.split(":")[0] for line in lines] == [
+        "pipeline re-plan at step 2 (every 2)", "pipeline re-plan at step 4 (every 2)",
+    ]  # fmt: skip
+    assert len(metrics["step_loss"]) == 5
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--schedule", "auto", "--replan-every", "-1"),
+         "--replan-every must be 0 (never) or more"),
+        (("--replan-every", "3"), "--replan-every re-runs the pipeline planner: use it with "
+                                  "--strategy pipeline --schedule auto"),
+    ],
+)  # fmt: skip
+def test_cli_bad_replan_input_is_one_line(
+    tmp_path: Path, args: tuple[str, ...], needle: str
+) -> None:
+    proc = run_cadence("train", "--strategy", "pipeline", *args, cwd=tmp_path, timeout=60)
+    assert_one_line_error(proc, needle)

@@ -4,7 +4,8 @@ Ranks 0 and 1 (stages 0 and 1 of the first replica) probe their link; rank 0 pro
 model at the smallest micro-batch and at the full per-replica batch, simulates every candidate
 (`planner.plan_pipeline`) and broadcasts the choice, so every rank builds the same schedule.
 A planning error on rank 0 (e.g. no schedule fits the memory limit) is broadcast too and
-raised on every rank, instead of leaving the others waiting.
+raised on every rank, instead of leaving the others waiting. Rank 0 keeps the profiles for
+re-planning during training (`replan.py`).
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ Every rank builds the whole model (same seed) and keeps it, but computes and upd
 stage's blocks; the optimizer the loop built over all parameters skips the others (their
 gradients stay None). Before each evaluation and checkpoint, `sync` broadcasts every stage's
 parameters and buffers from its owner, so the plain module is the trained model on every rank.
+With `--schedule auto`, `--replan-every` / `--replan-file` may switch the executor to a new
+schedule and micro-batch count before a step (`replan.py`).
 """
 
 from __future__ import annotations
