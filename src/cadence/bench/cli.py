@@ -268,7 +268,9 @@ def _add_pipeline(bsub: Any) -> None:
     p.add_argument("--batch-size", type=int, default=16, help="samples per step")
     p.add_argument("--microbatches", type=int, default=8, help="M at which schedules are timed")
     p.add_argument(
-        "--memory-limit", default=None, help="bytes per stage (default: halfway between the "
+        "--memory-limit",
+        default=None,
+        help="bytes per stage (default: halfway between the "
         "smallest and largest simulated peak at M)",
     )
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per candidate")
@@ -318,8 +320,47 @@ def _add_ps(bsub: Any) -> None:
     p.set_defaults(func=_cmd_ps)
 
 
+def _cmd_contention(args: argparse.Namespace) -> int:
+    from cadence.bench.collectives import parse_sizes
+    from cadence.bench.contention import DEFAULT_SIZES, ContentionConfig, run_contention_bench
+
+    config = ContentionConfig(
+        bandwidth=args.bandwidth,
+        hosts=args.hosts,
+        model=args.model,
+        batch_size=args.batch_size,
+        iterations=args.iterations,
+        rounds=args.rounds,
+        sizes=parse_sizes(args.sizes) if args.sizes else DEFAULT_SIZES,
+        threads=args.threads,
+        out=args.out,
+    )
+    run_contention_bench(config, _command_line())
+    return 0
+
+
+def _add_contention(bsub: Any) -> None:
+    p = bsub.add_parser(
+        "contention",
+        help="processor time that all-reduce traffic takes from compute on the same host "
+        "(fits the simulator's per-message and per-byte CPU charge)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--bandwidth", default="400mbit", help="link cap per host")
+    p.add_argument("--hosts", type=int, default=2, help="emulated hosts, one rank each")
+    p.add_argument("--model", default="resnet32", help="zoo model whose training is the compute")
+    p.add_argument("--batch-size", type=int, default=16, help="per-rank batch of the compute")
+    p.add_argument("--iterations", type=int, default=6, help="forward+backward per window")
+    p.add_argument("--rounds", type=int, default=3, help="alone/with-traffic pairs per size")
+    p.add_argument("--sizes", default=None, help="message sizes (default 64KB,1MB,4MB,16MB)")
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
+    p.add_argument("--out", default="results/contention.json", help="JSON file")
+    p.set_defaults(func=_cmd_contention)
+
+
 _BENCHES: tuple[Callable[[Any], None], ...] = (
     _add_collectives,
+    _add_contention,
     _add_dp,
     _add_dp_timeline,
     _add_pipeline,
