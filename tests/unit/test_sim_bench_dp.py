@@ -50,3 +50,28 @@ def test_a_file_that_is_not_a_bench_dp_result_is_one_line(tmp_path: Path) -> Non
     bad.write_text('{"rows": [{"model": "cnn"}]}')
     with pytest.raises(UserError, match="not a `cadence bench dp` file"):
         read_bench_dp(str(bad))
+
+
+def test_charged_communication_and_co_running_workers_slow_the_prediction(tmp_path: Path) -> None:
+    from cadence.sim.options import SimOptions
+
+    profile, files = zoo_profile("cnn"), [str(_bench_file(tmp_path))]
+    plain, _ = predict_bench_dp(files, {"cnn": profile}, 1.0, optimizer_step_s=0.0)
+    charged, _ = predict_bench_dp(
+        files, {"cnn": profile}, 1.0, optimizer_step_s=0.0,
+        options=SimOptions(comm_cpu_s_per_message=20.0),  # more than the 9.3 s transfer
+    )  # fmt: skip
+    for p, c in zip(plain, charged, strict=True):
+        assert c["predicted_s"] > 20.0 > p["predicted_s"] + 10.0  # one message per iteration
+    # On a fast link compute decides: 0.2 s measured alone, x1.5 with both workers computing.
+    fast = tmp_path / "fast.json"
+    data = json.loads(Path(files[0]).read_text())
+    data["rows"] = [dict(data["rows"][1], cap="100gbit")]
+    fast.write_text(json.dumps(data))
+    alone, _ = predict_bench_dp([str(fast)], {"cnn": profile}, 1.0, optimizer_step_s=0.0)
+    shared, _ = predict_bench_dp(
+        [str(fast)], {"cnn": profile}, 1.0, optimizer_step_s=0.0, co_run_slowdown=1.5
+    )
+    for a, s in zip(alone, shared, strict=True):
+        assert a["predicted_s"] == pytest.approx(0.2, rel=0.02)
+        assert s["predicted_s"] == pytest.approx(0.3, rel=0.02)

@@ -201,3 +201,32 @@ def test_optimizer_updates_take_compute_time_and_are_charged_where_they_run() ->
     assert apart.busy_s["w0.comm"] == pytest.approx(2.0)
     ddp = simulate_ddp(TWO, 2, LINK, params=plan.params, options=one_second_per_layer)
     assert ddp.iteration_s == pytest.approx(17.0)  # the whole step after the last bucket
+
+
+def test_communication_processor_time_is_charged_to_compute() -> None:
+    plan = build_plan(params_of(TWO), threshold_bytes=400, credit_bytes=800)
+    per_message = SimOptions(comm_cpu_s_per_message=0.5)
+    per_byte = SimOptions(comm_cpu_s_per_byte=0.5 / 400)  # 0.5 s per 400 B chunk
+    # Free link: the processor is the only bottleneck and sharing conserves work, so the
+    # period is 5 s of compute plus the charge: two chunks for cadence-dp, one bucket for DDP.
+    assert simulate_dp(TWO, plan, 2, 1e12, options=per_message).iteration_s == pytest.approx(6.0)
+    assert simulate_dp(TWO, plan, 2, 1e12, options=per_byte).iteration_s == pytest.approx(6.0)
+    ddp = simulate_ddp(TWO, 2, 1e12, params=plan.params, options=per_message)
+    assert ddp.iteration_s == pytest.approx(5.5)
+    ddp = simulate_ddp(TWO, 2, 1e12, params=plan.params, options=per_byte)
+    assert ddp.iteration_s == pytest.approx(6.0)  # its bucket holds 800 B
+    # Slow link: 2 s per message hides under the 10 s transfers; 12 s does not. DDP's bucket
+    # launches at 5 and its processor time ends at 17; cadence-dp runs 5 s + 2 x 12 s of work.
+    hidden = SimOptions(comm_cpu_s_per_message=2.0)
+    exposed = SimOptions(comm_cpu_s_per_message=12.0)
+    assert simulate_dp(TWO, plan, 2, LINK, options=hidden).iteration_s == pytest.approx(14.0)
+    assert simulate_ddp(TWO, 2, LINK, params=plan.params, options=hidden).iteration_s == 15.0
+    assert simulate_dp(TWO, plan, 2, LINK, options=exposed).iteration_s == pytest.approx(29.0)
+    ddp = simulate_ddp(TWO, 2, LINK, params=plan.params, options=exposed)
+    assert ddp.iteration_s == pytest.approx(17.0)
+
+
+@pytest.mark.parametrize("field", ["comm_cpu_s_per_message", "comm_cpu_s_per_byte"])
+def test_negative_communication_processor_time_is_rejected(field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        SimOptions(**{field: -1.0})

@@ -48,9 +48,12 @@ def predict_runs(
     payload_fraction: float = TCP_PAYLOAD_FRACTION,
     options: SimOptions | None = None,
     optimizer_step_s: float | None = None,
+    co_run_slowdown: float = 1.0,
 ) -> list[dict[str, Any]]:
-    """One row per run: measured and predicted median iteration and the relative error."""
+    """One row per run: measured and predicted median iteration and the relative error.
+    `co_run_slowdown` scales the (one-worker) profile's times for workers sharing a host."""
     from cadence.netem import parse_bandwidth
+    from cadence.sim.bench_dp import scaled_profile
 
     options = options or SimOptions()
     steps: dict[tuple[str, str], float] = {}
@@ -76,7 +79,7 @@ def predict_runs(
             steps[key] = step_cost(model, key[1], optimizer_step_s, model_params(model))
         bps = parse_bandwidth(cfg["emulate_bandwidth"])
         setup = Setup(
-            profile=profile,
+            profile=scaled_profile(profile, co_run_slowdown),
             params=model_params(model),
             world_size=workers,
             link=AlphaBeta(alpha_s=0.0, beta_s_per_byte=8.0 / (bps * payload_fraction)),
@@ -217,12 +220,21 @@ def bench_sim_command(args: Any) -> int:
             profiles[model] = profile_command(
                 model, batch_size=per_worker, iterations=5, echo=lambda _: None
             )
-    rows = predict_runs(runs, profiles, args.payload_fraction, None, args.optimizer_step)
+    options, co_run = SimOptions(), 1.0
+    if getattr(args, "contention", None):
+        from cadence.bench.contention import ContentionFit
+
+        fit = ContentionFit.load(args.contention)
+        options = SimOptions(
+            comm_cpu_s_per_message=fit.cpu_s_per_message, comm_cpu_s_per_byte=fit.cpu_s_per_byte
+        )
+        co_run = fit.co_run_slowdown
+    rows = predict_runs(runs, profiles, args.payload_fraction, options, args.optimizer_step, co_run)
     if bench_files:
         from cadence.sim.bench_dp import predict_bench_dp
 
         more, skipped = predict_bench_dp(
-            bench_files, profiles, args.payload_fraction, args.optimizer_step
+            bench_files, profiles, args.payload_fraction, args.optimizer_step, options, co_run
         )
         rows += more
         for line in skipped:
@@ -237,6 +249,12 @@ def bench_sim_command(args: Any) -> int:
             "rows": rows,
             **summary(rows),
             "profiles": sorted(args.profile or []),
+            "contention": getattr(args, "contention", None),
+            "comm_cpu": {
+                "s_per_message": options.comm_cpu_s_per_message,
+                "s_per_byte": options.comm_cpu_s_per_byte,
+                "co_run_slowdown": co_run,
+            },
             "load_average_1m_before_after": [load_before[0], os.getloadavg()[0]],
             "cpu_count": os.cpu_count(),
         }

@@ -68,8 +68,11 @@ def predict_bench_dp(
     profiles: dict[str, Profile],
     payload_fraction: float = TCP_PAYLOAD_FRACTION,
     optimizer_step_s: float | None = None,
+    options: SimOptions | None = None,
+    co_run_slowdown: float = 1.0,
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """(rows of measured vs predicted, skipped rows as text)."""
+    """(rows of measured vs predicted, skipped rows as text). The measured compute-only
+    iteration ran one worker alone; `co_run_slowdown` scales it for workers sharing a host."""
     from cadence.netem import parse_bandwidth
 
     rows: list[dict[str, Any]] = []
@@ -94,7 +97,7 @@ def predict_bench_dp(
             update = step_cost(model, "adam", optimizer_step_s, params)
             step = update * sum(p.nbytes for p in params)
             base = profiles[model]
-            factor = max(row["compute_s"] - step, 1e-6) / base.iteration_s
+            factor = co_run_slowdown * max(row["compute_s"] - step, 1e-6) / base.iteration_s
             setup = Setup(
                 profile=scaled_profile(base, factor),
                 params=params,
@@ -113,7 +116,7 @@ def predict_bench_dp(
                     threshold,
                     DPConfig(threshold_bytes=threshold).credit,  # what the runtime runs with
                     DDP_BUCKET_BYTES,
-                    SimOptions(),
+                    options or SimOptions(),
                     reorder_k=cfg.get("reorder_k"),
                 )
                 rows.append(

@@ -198,4 +198,11 @@ def add_bench_sim(bsub: Any) -> None:
         metavar="SECONDS",
         help="one optimizer step over the whole model; default: time it now",
     )
+    p.add_argument(
+        "--contention",
+        default=None,
+        metavar="FILE",
+        help="`cadence bench contention` JSON: charge communication's processor time to "
+        "each worker's compute (default: a spare core for communication)",
+    )
     p.set_defaults(func=_cmd_bench_sim)

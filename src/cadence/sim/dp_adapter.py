@@ -90,6 +90,34 @@ def _flow(
     )
 
 
+def _comm_cpu(
+    graph: TaskGraph,
+    name: str,
+    nbytes: int,
+    computes: Sequence[int],
+    deps: Sequence[list[int | None]],
+    iteration: int,
+    options: SimOptions,
+) -> list[int | None]:
+    """Per worker, the processor time an all-reduce takes from its compute (None when not
+    charged): a task on the shared compute that starts with the transfer."""
+    if not options.charges_comm_cpu:
+        return [None] * len(computes)
+    seconds = options.comm_cpu_s(nbytes)
+    return [
+        graph.add_work(
+            f"cpu {name}",
+            "comm-cpu",
+            compute,
+            seconds,
+            deps=list(deps[w]),
+            worker=w,
+            iteration=iteration,
+        )  # fmt: skip
+        for w, compute in enumerate(computes)
+    ]
+
+
 class _CommThread:
     """The communication-thread program of cadence-dp for every simulated worker."""
 
@@ -98,6 +126,7 @@ class _CommThread:
         self.prev: list[int | None] = [None] * len(streams)
         self.iteration = 0
         self.flows: dict[int, int] = {}
+        self.cpu: dict[int, list[int | None]] = {}
         self.gates: list[list[list[int]]] = []
 
     def step(
@@ -134,7 +163,9 @@ class _CommThread:
         update_streams: Sequence[int] | None,
     ) -> None:
         for w in range(len(self.streams)):
-            self.step(w, f"done c{c}", "complete", 0.0, [self.flows[c]], -_packed(self.plan, c))
+            cpu = self.cpu[c][w] if c in self.cpu else None
+            deps = [self.flows[c]] if cpu is None else [self.flows[c], cpu]
+            self.step(w, f"done c{c}", "complete", 0.0, deps, -_packed(self.plan, c))
             for layer in layers:
                 seconds = update_s_per_byte * layer_bytes[layer]
                 # The update frees the layer's gradients and gates its next forward.
@@ -170,11 +201,12 @@ def build_dp(
         if chunk_ids:
             last = max(chunk_ids, key=lambda c: position[c])
             updates_at.setdefault(last, []).append(layer)
-    shared = options.updates_share_compute
+    shared = options.updates_share_compute or options.charges_comm_cpu
     workers = [_resources(graph, w, link, shared) for w in range(options.replicas)]
     nics = [nic for _, _, nic in workers]
     comm = _CommThread(graph, plan, [c for _, c, _ in workers])
-    update_streams = [compute for compute, _, _ in workers] if shared else None
+    computes = [compute for compute, _, _ in workers]
+    update_streams = computes if options.updates_share_compute else None
     total = options.warmup_iterations + iterations
     starts: list[int] = []
     compute_prev: list[int | None] = [None] * options.replicas
@@ -196,7 +228,7 @@ def build_dp(
             grads_ready.append(done.weight_grad)
             if w == 0:
                 starts.append(done.forward[0])
-        comm.iteration, comm.flows = it, {}
+        comm.iteration, comm.flows, comm.cpu = it, {}, {}
         comm.gates = gates = [[[] for _ in costs.forward_s] for _ in workers]
 
         def complete(c: int) -> None:
@@ -226,6 +258,9 @@ def build_dp(
             ]
             comm.flows[c] = _flow(
                 graph, f"ar c{c}", nbytes, nics, link, world_size, list(issued), it
+            )
+            comm.cpu[c] = _comm_cpu(
+                graph, f"c{c}", nbytes, computes, [[t] for t in issued], it, options
             )
             window.append(c)
             in_flight += nbytes
@@ -282,7 +317,10 @@ def build_ddp(
     blocks = param_blocks(costs, params)
     buckets = ddp_buckets(params, bucket_bytes)
     steps = backward_steps(len(costs.forward_s), None)
-    workers = [_resources(graph, w, link) for w in range(options.replicas)]
+    # DDP's reducer runs on its own thread: only communication's processor time shares compute.
+    shared = options.charges_comm_cpu
+    workers = [_resources(graph, w, link, shared) for w in range(options.replicas)]
+    computes = [compute for compute, _, _ in workers]
     nics = [nic for _, _, nic in workers]
     total_bytes = sum(costs.param_bytes)
     total = options.warmup_iterations + iterations
@@ -318,15 +356,19 @@ def build_ddp(
             )
             nbytes = sum(p.nbytes for p in bucket)
             flows.append(_flow(graph, f"ar b{k}", nbytes, nics, link, world_size, [launched], it))
+            cpu = _comm_cpu(
+                graph, f"b{k}", nbytes, computes, [[launched]] * len(computes), it, options
+            )
+            flows += [t for t in cpu if t is not None]
         for w, (compute, _, _) in enumerate(workers):
-            prev[w] = graph.add(
+            prev[w] = graph.add_work(
                 "step",
                 "update",
-                resources=(compute,),
+                compute,
+                options.update_s_per_byte * total_bytes,
                 deps=[prev[w], *flows],
                 worker=w,
                 iteration=it,
-                duration_s=options.update_s_per_byte * total_bytes,
                 mem_end=-total_bytes,
             )
     starts.append(_marker(graph, workers[0][0], prev[0], [], total))

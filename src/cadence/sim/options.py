@@ -23,6 +23,13 @@ class SimOptions:
     at task boundaries; False gives them a processor of their own."""
     calibrate_compute: bool = True
     """Scale block times so that blocks + loss equal the profile's measured iteration."""
+    comm_cpu_s_per_message: float = 0.0
+    """Processor seconds each all-reduce call takes from its worker's compute (gloo's send,
+    receive and reduce, the kernel's TCP work, the issuing thread), whatever its size; charged
+    on the compute beside the transfer, so compute slows while messages are in flight. 0: the
+    worker has spare cores for communication. Measured by `cadence bench contention`."""
+    comm_cpu_s_per_byte: float = 0.0
+    """Processor seconds per all-reduced byte taken from the worker's compute (as above)."""
     warmup_iterations: int = 1
     """Iterations simulated before the measured ones (the first has no communication to wait
     for, so it is not steady state)."""
@@ -32,5 +39,18 @@ class SimOptions:
             raise ValueError(f"replicas must be >= 1, got {self.replicas}")
         if not (math.isfinite(self.update_s_per_byte) and self.update_s_per_byte >= 0):
             raise ValueError(f"update_s_per_byte must be >= 0, got {self.update_s_per_byte}")
+        for name in ("comm_cpu_s_per_message", "comm_cpu_s_per_byte"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be >= 0, got {value}")
         if self.warmup_iterations < 0:
             raise ValueError(f"warmup_iterations must be >= 0, got {self.warmup_iterations}")
+
+    @property
+    def charges_comm_cpu(self) -> bool:
+        """Whether communication takes processor time from compute."""
+        return self.comm_cpu_s_per_message > 0 or self.comm_cpu_s_per_byte > 0
+
+    def comm_cpu_s(self, nbytes: float) -> float:
+        """Processor seconds one all-reduce of `nbytes` takes from its worker's compute."""
+        return self.comm_cpu_s_per_message + self.comm_cpu_s_per_byte * nbytes
