@@ -7,7 +7,6 @@ environment variables. Calibrates alpha-beta on gloo's all-reduce, then times ev
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 import time
@@ -22,7 +21,7 @@ from cadence.bench.collectives import CollectivesBenchConfig
 from cadence.comm import collectives as ours
 from cadence.comm import destroy, init_from_env
 from cadence.comm.calibrate import calibrate
-from cadence.launch.errors import fail_worker
+from cadence.launch.errors import worker_entry
 
 # A timed block repeats a call until ~1 MB has moved (1 to 8 calls): single calls of small
 # messages are too short for the clock, and the median of several drops scheduler hiccups.
@@ -111,14 +110,12 @@ def run(config: CollectivesBenchConfig, result: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    rank = int(os.environ.get("RANK", "0"))
-    try:
+    def body() -> None:
         raw = json.loads(Path(argv[0]).read_text())
         raw["sizes"], raw["collectives"] = tuple(raw["sizes"]), tuple(raw["collectives"])
         run(CollectivesBenchConfig(**raw), Path(argv[1]))
-    except BaseException as exc:  # record every cause for the parent, then die
-        return fail_worker(rank, exc)
-    return 0
+
+    return worker_entry(body)
 
 
 def config_json(config: CollectivesBenchConfig) -> str:

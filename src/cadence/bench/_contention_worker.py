@@ -11,7 +11,6 @@ writes its rows; rank 0 gathers them into RESULT.json.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 import time
@@ -23,7 +22,7 @@ import torch.distributed as dist
 
 from cadence.bench.contention import ContentionConfig
 from cadence.comm import destroy, init_from_env
-from cadence.launch.errors import fail_worker
+from cadence.launch.errors import worker_entry
 from cadence.models import get_model_spec, loss_fn
 
 
@@ -126,14 +125,12 @@ def run(config: ContentionConfig, result: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    rank = int(os.environ.get("RANK", "0"))
-    try:
+    def body() -> None:
         raw = json.loads(Path(argv[0]).read_text())
         raw["sizes"] = tuple(raw["sizes"])
         run(ContentionConfig(**raw), Path(argv[1]))
-    except BaseException as exc:  # record every cause for the parent, then die
-        return fail_worker(rank, exc)
-    return 0
+
+    return worker_entry(body)
 
 
 if __name__ == "__main__":

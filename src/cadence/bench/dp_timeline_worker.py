@@ -24,7 +24,7 @@ from cadence.comm import destroy, init_from_env
 from cadence.config import TrainConfig
 from cadence.dp.layers import model_layout
 from cadence.dp.trace import Recorder, trace_ddp, trace_layers
-from cadence.launch.errors import fail_worker
+from cadence.launch.errors import worker_entry
 from cadence.models import get_model_spec, load_dataset, loss_fn
 from cadence.train.optim import build_optimizer
 from cadence.train.sharding import epoch_batches
@@ -111,15 +111,13 @@ def run(config: DPTimelineConfig, strategy: str, events_path: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    rank = int(os.environ.get("RANK", "0"))
-    try:
+    def body() -> None:
         config = DPTimelineConfig.from_json(json.loads(Path(argv[0]).read_text()))
         if config.master_port is not None:  # loopback runs: a free port instead of 29500
             os.environ["MASTER_PORT"] = str(config.master_port)
         run(config, argv[2], Path(argv[1]))
-    except BaseException as exc:  # record every cause for the parent, then die
-        return fail_worker(rank, exc)
-    return 0
+
+    return worker_entry(body)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import json
 import os
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +65,17 @@ def fail_worker(rank: int, exc: BaseException) -> int:
     else:
         traceback.print_exception(exc)
     return 130 if isinstance(exc, KeyboardInterrupt) else 1
+
+
+def worker_entry(body: Callable[[], object]) -> int:
+    """Run a worker process's whole work; any exception that ends it, Ctrl-C included, is
+    recorded for the launcher (`fail_worker`) and becomes the exit status."""
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        body()
+    except BaseException as exc:  # record every cause for the parent, then die
+        return fail_worker(rank, exc)
+    return 0
 
 
 def read_error(path: Path) -> RankError | None:
