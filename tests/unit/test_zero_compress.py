@@ -8,12 +8,14 @@ from cadence.zero import ZeroConfig, build_layout, comm_bytes_per_step, state_by
 from cadence.zero.compress import (
     SCALE_CHUNK,
     decode,
+    decode_add_,
     encode,
     encode_with_feedback,
     pack_signs,
     unpack_signs,
     wire_bytes,
 )
+from cadence.zero.onebit import encode_local_momentum, reduce_received
 
 
 def test_sign_packing_round_trips_eight_per_byte():
@@ -48,6 +50,62 @@ def test_error_feedback_keeps_what_compression_lost():
         total_out += decode(wire)
     # What was sent plus what is still owed equals everything fed in: nothing is lost.
     torch.testing.assert_close(total_out + error, total_in, atol=1e-4, rtol=1e-5)
+
+
+def test_sign_bit_decides_so_negative_zero_decodes_and_feeds_back_exactly():
+    x = torch.randn(SCALE_CHUNK, generator=torch.Generator().manual_seed(2))
+    x[:4] = torch.tensor([0.0, -0.0, 0.0, -0.0])
+    packed = pack_signs(x)
+    assert packed[0].item() & 0b1111 == 0b0101  # +0.0 travels as positive, -0.0 as negative
+    wire, decoded = encode(x)
+    scale = x.abs().mean()
+    torch.testing.assert_close(decoded, torch.copysign(scale.expand_as(x), x), rtol=0, atol=0)
+    assert torch.equal(decode(wire), decoded)
+    error = -x  # error feedback encodes x + error: all +0.0, whatever x's zeros were
+    assert torch.equal(decode(encode_with_feedback(x, error)), scale.new_zeros(x.shape))
+    assert torch.equal(error, torch.zeros_like(x))
+
+
+def test_decode_add_accumulates_the_scaled_decoding():
+    x = torch.randn(4 * SCALE_CHUNK, generator=torch.Generator().manual_seed(3))
+    wire, decoded = encode(x)
+    out = torch.ones_like(x)
+    decode_add_(out, wire, alpha=0.25)
+    torch.testing.assert_close(out, 1 + 0.25 * decoded)
+
+
+def _reference_momentum_step(grad, last, err, red_err, beta1, p):
+    """The 1-bit all-reduce written out with whole temporaries, as 1-bit Adam defines it."""
+    target = beta1 * last + (1 - beta1) * grad + err
+    sent = [encode(piece) for piece in target.view(p, -1)]
+    new_err = target - torch.cat([d for _, d in sent])
+    return sent, new_err
+
+
+def test_fused_momentum_step_matches_the_written_out_algorithm():
+    gen = torch.Generator().manual_seed(4)
+    p, piece, beta1 = 2, 2 * SCALE_CHUNK, 0.9
+    grad = torch.randn(p * piece, generator=gen)
+    last_wire = torch.stack([encode(torch.randn(piece, generator=gen))[0] for _ in range(p)])
+    last = torch.cat([decode(w) for w in last_wire])
+    err = torch.randn(p * piece, generator=gen) * 0.1
+    red_err = torch.randn(piece, generator=gen) * 0.1
+    sent_ref, err_ref = _reference_momentum_step(grad, last, err, red_err, beta1, p)
+    # Rank 1: its own piece of the last momentum is the fp32 decoding it kept.
+    momentum = last.view(p, -1)[1].clone()
+    sender_error = err.clone()
+    sent = encode_local_momentum(grad, last_wire, momentum, sender_error, beta1, rank=1)
+    torch.testing.assert_close(sender_error, err_ref, rtol=1e-6, atol=1e-6)
+    for j in range(p):
+        torch.testing.assert_close(decode(sent[j]), sent_ref[j][1], rtol=1e-6, atol=1e-6)
+    # Reducer: the mean of what arrived plus its error, re-encoded; momentum gets the decoding.
+    reducer_error = red_err.clone()
+    wire = reduce_received(sent, reducer_error, momentum)
+    mean = torch.stack([decode(w) for w in sent]).mean(dim=0)
+    _, expected = encode(mean + red_err)
+    torch.testing.assert_close(momentum, expected, rtol=1e-6, atol=1e-6)
+    assert torch.equal(decode(wire), momentum)
+    torch.testing.assert_close(reducer_error, mean + red_err - expected, rtol=1e-5, atol=1e-6)
 
 
 def test_layout_pads_each_block_to_equal_chunk_aligned_pieces():

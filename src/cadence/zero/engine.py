@@ -24,7 +24,7 @@ from cadence.errors import UserError
 from cadence.zero.compress import encode
 from cadence.zero.config import ZeroConfig
 from cadence.zero.layout import Bucket, ZeroLayout, bucket_params, build_layout
-from cadence.zero.onebit import decode_all, gather_wires, onebit_all_reduce
+from cadence.zero.onebit import gather_wires, momentum_all_reduce
 
 _TORCH_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
     "adam": torch.optim.Adam,
@@ -91,7 +91,9 @@ class ZeroEngine:
         self.bytes_sent_last_step = {"gradients": 0, "parameters": 0, "total": 0}
         self.peak = {"parameters": 0, "gradients": 0, "optimizer_state": 0, "total": 0}
         self._pool = ThreadPoolExecutor(1, "cadence-zero") if world_size > 1 else None
-        if config.stage >= 2:
+        # Stage 1 reduces early too once 1-bit Adam is compressing: its momentum all-reduce
+        # needs only this backward's gradient, so it can overlap the rest of the backward.
+        if config.stage >= 2 or config.compression == "onebit":
             for st in self.states:
                 for p in st.params:
                     p.register_post_accumulate_grad_hook(self._grad_hook(st))
@@ -152,7 +154,9 @@ class ZeroEngine:
         def hook(_param: torch.Tensor) -> None:
             st.ready += 1
             if st.ready == len(st.params):
-                self.reduce_bucket(st)
+                st.ready = 0
+                if self.config.stage >= 2 or self.compressed_phase:
+                    self.reduce_bucket(st)
 
         return hook
 
@@ -169,9 +173,11 @@ class ZeroEngine:
         """Hand this bucket's local gradients to the communication thread (main thread)."""
         self.sample_memory()
         st.ready = 0
-        flat_grad = self._flat_grad(st, keep=self.config.stage == 1)
-        st.reduced = True
         compressed = self.compressed_phase
+        # Stage 1 keeps full gradients, except under 1-bit Adam's compression, which reduces
+        # each backward's gradient into the momentum as soon as it exists (as stage 2 does).
+        flat_grad = self._flat_grad(st, keep=self.config.stage == 1 and not compressed)
+        st.reduced = True
         wd = self.inner.param_groups[0]["weight_decay"]
         if compressed and wd and st.gathered:  # 1-bit Adam's momentum includes the decay term
             flat_grad.add_(st.flat.detach(), alpha=wd)
@@ -214,19 +220,18 @@ class ZeroEngine:
         to form its next local momentum; the fp32 momentum lives only in the owner's shard.
         """
         beta1 = self.inner.param_groups[0]["betas"][0]
-        state = self.inner.state[st.shard]
-        lo, hi = st.spec.piece_range(self.rank)
+        momentum = self.inner.state[st.shard]["exp_avg"]
         if st.momentum_wire is None:  # switch-over: publish the fp32 momentum once, encoded
-            wire, decoded = encode(state["exp_avg"])
-            st.reducer_error = state["exp_avg"] - decoded
+            wire, decoded = encode(momentum)
+            st.reducer_error = momentum - decoded
+            momentum.copy_(decoded)  # from now on the owner's piece is what the wire says
             st.sender_error = torch.zeros_like(flat_grad)
             st.momentum_wire = gather_wires(wire, self.p, self.group)
         assert st.sender_error is not None and st.reducer_error is not None
-        x = decode_all(st.momentum_wire, self.p).mul_(beta1).add_(flat_grad, alpha=1 - beta1)
-        m, st.momentum_wire = onebit_all_reduce(
-            x, st.sender_error, st.reducer_error, self.p, self.group
-        )
-        state["exp_avg"].copy_(m[lo:hi])
+        st.momentum_wire = momentum_all_reduce(
+            flat_grad, st.momentum_wire, momentum, st.sender_error, st.reducer_error,
+            beta1, self.rank, self.group,
+        )  # fmt: skip
 
     def finish_reductions(self) -> None:
         """Reduce buckets no hook reduced (stage 1: all of them), then wait for every one."""

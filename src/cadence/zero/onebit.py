@@ -3,7 +3,13 @@
 1-bit reduce-scatter: each rank encodes piece j of its vector (plus its sender error) and
 sends it to rank j (all-to-all); rank j decodes and averages what it received. 1-bit
 all-reduce adds the reducer's side: the average (plus the reducer error) is encoded again and
-all-gathered, so every rank ends with the same decoded vector.
+all-gathered, so every rank ends with the same encoded vector.
+
+`momentum_all_reduce` is 1-bit Adam's whole exchange for one bucket, written to touch the
+momentum as few times as it can: the error buffers hold the running sums in place (no
+temporaries the size of the bucket), received pieces are decoded straight into the sum, and
+nobody decodes the gathered result: the owner already holds its piece in fp32 (what it
+encoded) and the other pieces are decoded, fused into the next step's sum, only then.
 """
 
 from __future__ import annotations
@@ -12,40 +18,72 @@ import torch
 import torch.distributed as dist
 
 from cadence.comm import collectives
-from cadence.zero.compress import decode, encode_with_feedback
+from cadence.zero.compress import decode_add_, encode_feedback_, wire_bytes
 
 
-def onebit_reduce_scatter(
-    x: torch.Tensor, sender_error: torch.Tensor, world_size: int, group: dist.ProcessGroup | None
-) -> torch.Tensor:
-    """Mean over ranks of their decoded piece `rank` of `x` (1-D, p equal pieces of 8k)."""
-    pieces = x.view(world_size, -1)
-    errors = sender_error.view(world_size, -1)
-    wires = [encode_with_feedback(pieces[j], errors[j]) for j in range(world_size)]
-    if world_size == 1:
-        received = wires
-    else:
-        received = [torch.empty_like(w) for w in wires]
-        collectives.all_to_all(received, wires, group=group)
-    return torch.stack([decode(w) for w in received]).mean(dim=0)
-
-
-def onebit_all_reduce(
-    x: torch.Tensor,
+def momentum_all_reduce(
+    grad: torch.Tensor,
+    last_wire: torch.Tensor,
+    momentum: torch.Tensor,
     sender_error: torch.Tensor,
     reducer_error: torch.Tensor,
-    world_size: int,
+    beta1: float,
+    rank: int,
     group: dist.ProcessGroup | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(decoded mean of `x` over ranks, the gathered wire bytes that encode it).
+) -> torch.Tensor:
+    """One 1-bit Adam momentum step of a bucket over the ranks; returns the new gathered wire.
 
-    `reducer_error` covers this rank's piece only: the error buffers are sharded like the
-    optimizer state.
+    The local momentum is beta1 * (last all-reduced momentum) + (1 - beta1) * `grad`, where the
+    last one is `last_wire` (p, wire bytes) decoded, except this rank's piece, `momentum` (its
+    fp32 decoding, kept by the owner). `sender_error` (the whole bucket) and `reducer_error`
+    (this rank's piece) are updated in place; `momentum` receives the new all-reduced piece.
     """
-    mine = onebit_reduce_scatter(x, sender_error, world_size, group)
-    wire = encode_with_feedback(mine, reducer_error)
-    gathered = gather_wires(wire, world_size, group)
-    return decode_all(gathered, world_size), gathered
+    sent = encode_local_momentum(grad, last_wire, momentum, sender_error, beta1, rank)
+    if sent.shape[0] == 1:
+        received = sent
+    else:
+        received = torch.empty_like(sent)
+        collectives.all_to_all(list(received), list(sent), group=group)
+    wire = reduce_received(received, reducer_error, momentum)
+    return gather_wires(wire, sent.shape[0], group)
+
+
+def encode_local_momentum(
+    grad: torch.Tensor,
+    last_wire: torch.Tensor,
+    momentum: torch.Tensor,
+    sender_error: torch.Tensor,
+    beta1: float,
+    rank: int,
+) -> torch.Tensor:
+    """Sender side: (p, wire bytes), row j the local momentum's piece j plus its error."""
+    p = last_wire.shape[0]
+    errors = sender_error.view(p, -1)
+    piece = errors.shape[1]
+    sender_error.add_(grad, alpha=1 - beta1)
+    for j in range(p):
+        if j == rank:
+            errors[j].add_(momentum, alpha=beta1)
+        else:
+            decode_add_(errors[j], last_wire[j], alpha=beta1)
+    sent = torch.empty(p, wire_bytes(piece), dtype=torch.uint8)
+    scratch = torch.empty(piece, dtype=sender_error.dtype)
+    for j in range(p):  # error + local momentum -> wire j, the error keeps what it lost
+        encode_feedback_(errors[j], sent[j], scratch)
+    return sent
+
+
+def reduce_received(
+    received: torch.Tensor, reducer_error: torch.Tensor, momentum: torch.Tensor
+) -> torch.Tensor:
+    """Reducer side: mean of the p received wires plus the error, re-encoded (returned);
+    `momentum` receives what the encoding says, the error what it lost."""
+    p = received.shape[0]
+    for j in range(p):
+        decode_add_(reducer_error, received[j], alpha=1 / p)
+    wire = torch.empty(received.shape[1], dtype=torch.uint8)
+    encode_feedback_(reducer_error, wire, momentum)
+    return wire
 
 
 def gather_wires(
@@ -58,7 +96,3 @@ def gather_wires(
     else:
         collectives.all_gather_into_tensor(out, wire, group=group)
     return out
-
-
-def decode_all(gathered: torch.Tensor, world_size: int) -> torch.Tensor:
-    return torch.cat([decode(gathered[j]) for j in range(world_size)])

@@ -88,8 +88,7 @@ class ZeroOptimizer(Optimizer):
             # of scale / eps. Flooring the frozen root-variance at a fraction of the piece's mean
             # bounds that amplification; entries at or above the floor are plain 1-bit Adam.
             floor = VARIANCE_FLOOR * root.mean()
-            step = m / root.clamp_min_(floor).add_(eps)
-            st.shard.add_(step, alpha=-lr / bias1)
+            st.shard.addcdiv_(m, root.clamp_min_(floor).add_(eps), value=-lr / bias1)
 
     def state_dict(self) -> dict[str, Any]:
         from cadence.zero.checkpoint import sharded_state

@@ -4,10 +4,11 @@
 
 Times (median of `--repeats`, one intra-op thread like the benchmark's workers): forward +
 backward on the rank's batch share; the 1-bit codec work one rank does per step in
-`onebit_all_reduce` (decode the last momentum, encode p pieces with error feedback, decode p
-received pieces, re-encode its own piece, decode the p gathered pieces), every bucket of the
-real layout; the optimizer update of its shard. Next to them the wire times of the computed
-payload at the cap. No collectives run: this is the CPU side the network cannot hide.
+`onebit.momentum_all_reduce` (form the local momentum from the last gathered wires, encode p
+pieces with error feedback, decode the p received pieces into the mean, re-encode its own
+piece), every bucket of the real layout; the optimizer update of its shard. Next to them the
+wire times of the computed payload at the cap. No collectives run: this is the CPU side the
+network cannot hide.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ import torch
 
 from cadence.models import get_model_spec, loss_fn
 from cadence.netem import parse_bandwidth
-from cadence.zero.compress import decode, encode_with_feedback
+from cadence.zero.compress import encode
 from cadence.zero.layout import bucket_params, build_layout, comm_bytes_per_step
+from cadence.zero.onebit import encode_local_momentum, reduce_received
 
 
 def _median_s(fn: Callable[[], object], repeats: int) -> float:
@@ -54,22 +56,18 @@ def profile(model: str, workers: int, bandwidth: str, batch: int, repeats: int) 
         loss_fn(net(x), y).backward()
 
     p = workers
-    momenta = [torch.randn(b.padded) for b in layout.buckets]
+    momenta = [torch.randn(b.piece) for b in layout.buckets]
+    grads = [torch.randn(b.padded) for b in layout.buckets]
     errors = [torch.zeros(b.padded) for b in layout.buckets]
     own_errors = [torch.zeros(b.piece) for b in layout.buckets]
     wires = [
-        [encode_with_feedback(m.view(p, -1)[j], torch.zeros(b.piece)) for j in range(p)]
-        for m, b in zip(momenta, layout.buckets, strict=True)
+        torch.stack([encode(torch.randn(b.piece))[0] for _ in range(p)]) for b in layout.buckets
     ]
 
-    def codec() -> None:
-        for m, err, own, w in zip(momenta, errors, own_errors, wires, strict=True):
-            torch.cat([decode(piece) for piece in w])  # last momentum, to form the new one
-            pieces = m.view(p, -1)
-            sent = [encode_with_feedback(pieces[j], err.view(p, -1)[j]) for j in range(p)]
-            mine = torch.stack([decode(s) for s in sent]).mean(dim=0)  # as if received
-            encode_with_feedback(mine, own)
-            torch.cat([decode(piece) for piece in w])  # the gathered result
+    def codec() -> None:  # momentum_all_reduce as rank 0 runs it, what it sent as if received
+        for g, m, err, own, w in zip(grads, momenta, errors, own_errors, wires, strict=True):
+            sent = encode_local_momentum(g, w, m, err, 0.9, 0)
+            reduce_received(sent, own, m)
 
     shard = [torch.zeros(b.piece) for b in layout.buckets]
     opt = torch.optim.Adam([torch.nn.Parameter(s) for s in shard], lr=1e-3)
