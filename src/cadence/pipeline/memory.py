@@ -1,12 +1,14 @@
-"""Memory of each pipeline stage under a schedule: parameters, gradients, optimizer state and
-the activations of the micro-batches in flight (forwarded, not yet backwarded)."""
+"""Memory of each pipeline stage under a schedule: parameters, gradients, optimizer state, the
+activations of the micro-batches in flight (forwarded, not yet backwarded), the kernels'
+workspace while a block runs, and the messages the stage has sent (our executor keeps every
+posted send's tensor until the step's last action, when it waits on them all)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from cadence.errors import UserError
-from cadence.pipeline.schedule import FORWARD, Schedule
+from cadence.pipeline.schedule import FORWARD, Action, Schedule
 from cadence.pipeline.stages import StagePlan
 
 # Optimizer state as a multiple of the parameter bytes.
@@ -51,9 +53,9 @@ class StageMemory:
     optimizer_state: int
     """Optimizer state bytes."""
     activations: int
-    """Peak bytes of activations held for backward plus what a backward allocates besides
-    (with recomputation, the micro-batch being recomputed; one block's new weight gradients
-    while they are accumulated)."""
+    """Peak bytes of activations held for backward plus what a forward or backward allocates
+    besides (kernel workspace; with recomputation, the micro-batch being recomputed; one
+    block's new weight gradients while they are accumulated) plus the step's sent messages."""
     in_flight: int
     """Peak micro-batches held at once."""
 
@@ -85,17 +87,34 @@ def backward_extra(
     plan: StagePlan, schedule: Schedule, stage: int, microbatch_size: int, first: bool
 ) -> tuple[int, int]:
     """(bytes, bytes kept) of one micro-batch's backward on `stage`: what it allocates while it
-    runs besides what its forward kept (recomputed activations; after the stage's first
-    backward, one block's new weight gradients being accumulated), and what its forward kept."""
+    runs besides what its forward kept (kernel workspace; recomputed activations; after the
+    stage's first backward, one block's new weight gradients being accumulated), and what its
+    forward kept."""
     full = int(plan.activation_bytes_per_sample[stage] * microbatch_size)
     kept = full
-    extra = 0
+    extra = forward_extra(plan, stage)
     if schedule.recompute:
         kept = int(plan.input_bytes_per_sample[stage] * microbatch_size)
         extra += full
     if not first and plan.grad_transient_bytes:
         extra += plan.grad_transient_bytes[stage]
     return extra, kept
+
+
+def forward_extra(plan: StagePlan, stage: int) -> int:
+    """Bytes a forward allocates while it runs besides what it keeps: kernel workspace."""
+    return plan.workspace_bytes[stage] if plan.workspace_bytes else 0
+
+
+def sent_bytes(plan: StagePlan, schedule: Schedule, action: Action, microbatch_size: int) -> int:
+    """Bytes of the message `action` sends (0 when it sends none): a forward's activations to
+    the next stage, a backward's input gradients to the previous one, K micro-batches at once."""
+    forward = action.kind == FORWARD
+    peer = action.stage + 1 if forward else action.stage - 1
+    if not 0 <= peer < schedule.num_stages:
+        return 0
+    per_sample = plan.output_bytes_per_sample[action.stage if forward else peer]
+    return int(per_sample * microbatch_size * len(action.microbatches))
 
 
 def _activation_peak(plan: StagePlan, schedule: Schedule, stage: int, microbatch_size: int) -> int:
@@ -106,10 +125,13 @@ def _activation_peak(plan: StagePlan, schedule: Schedule, stage: int, microbatch
         for _ in a.microbatches:
             extra, kept = backward_extra(plan, schedule, stage, microbatch_size, first)
             if a.kind == FORWARD:
+                peak = max(peak, level + kept + forward_extra(plan, stage))
                 level += kept
             else:
                 peak = max(peak, level + extra)
                 level -= kept
                 first = False
             peak = max(peak, level)
+        level += sent_bytes(plan, schedule, a, microbatch_size)  # held until the step ends
+        peak = max(peak, level)
     return peak

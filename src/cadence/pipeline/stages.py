@@ -84,6 +84,12 @@ class StagePlan:
     """Per stage, the largest block's parameter bytes: while a micro-batch's weight gradients
     are added into the ones accumulated so far, one block's new gradients exist besides them
     (empty: not counted)."""
+    workspace_bytes: tuple[int, ...] = ()
+    """Per stage, what a kernel allocates besides its output while one of the stage's blocks
+    runs forward or backward: on CPU, oneDNN convolutions repack the weight on every call
+    (measured: one weight-sized copy in each pass, results/bench-pipeline-memory-terms.txt), so
+    the largest block's parameter bytes; linear-only stages are over-counted by as much
+    (empty: not counted)."""
 
     @property
     def num_stages(self) -> int:
@@ -127,6 +133,7 @@ def plan_stages(
     def per_stage(values: Sequence[float]) -> tuple[float, ...]:
         return tuple(sum(values[a:b]) for a, b in ranges)
 
+    largest = tuple(max((b.param_bytes for b in blocks[a:z]), default=0) for a, z in ranges)
     return StagePlan(
         model=profile.model,
         ranges=ranges,
@@ -138,9 +145,8 @@ def plan_stages(
         input_bytes_per_sample=tuple(outputs[a] for a, _ in ranges),
         output_bytes_per_sample=tuple(outputs[b] for _, b in ranges),
         profile_batch=batch,
-        grad_transient_bytes=tuple(
-            max((b.param_bytes for b in blocks[a:z]), default=0) for a, z in ranges
-        ),
+        grad_transient_bytes=largest,
+        workspace_bytes=largest,
     )
 
 

@@ -20,7 +20,9 @@ Memory per stage: parameters + gradients + optimizer state from the start, plus 
 micro-batch's saved activations from the end of its forward to the end of its backward (with
 recomputation: its input only, plus the full activations of the one micro-batch being
 recomputed), plus during each backward after the stage's first one block's new weight gradients
-(accumulated into the others) -- the accounting of `pipeline/memory.py`, over simulated time.
+(accumulated into the others), plus kernel workspace while a forward or backward runs, plus
+every message the stage sent, from its send to the end of the step (the executor waits on its
+sends only then) -- the accounting of `pipeline/memory.py`, over simulated time.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 
 from cadence.comm.cost import AlphaBeta
 from cadence.errors import UserError
-from cadence.pipeline.memory import backward_extra
+from cadence.pipeline.memory import backward_extra, forward_extra, sent_bytes
 from cadence.pipeline.schedule import FORWARD, Action, Schedule
 from cadence.pipeline.stages import StagePlan
 from cadence.pipeline.validation import message_source, validate
@@ -168,6 +170,7 @@ def build_pipeline(
     last_task: list[int | None] = [None] * S
     backwarded = [False] * S  # has the stage run a backward yet (its gradients exist)
     sent: dict[Action, int] = {}  # action -> its outgoing message (flow task)
+    held_sent = [0] * S  # bytes of the messages each stage has sent (freed at the step's end)
     messages = 0
     for action in order:
         s = action.stage
@@ -178,8 +181,9 @@ def build_pipeline(
         for m in action.microbatches:
             first = last_task[s] is None
             extra, kept = backward_extra(plan, schedule, s, microbatch_size, not backwarded[s])
-            if forward:
-                seconds, mem_start, mem_end = costs.forward[s](microbatch_size), 0, kept
+            if forward:  # workspace while it runs, then what it keeps
+                ws = forward_extra(plan, s)
+                seconds, mem_start, mem_end = costs.forward[s](microbatch_size), kept + ws, -ws
             else:
                 seconds = costs.backward[s](microbatch_size)
                 if schedule.recompute:  # re-run the forward, holding its full activations
@@ -198,17 +202,19 @@ def build_pipeline(
             )
             deps = [last_task[s]]
         peer = s + 1 if forward else s - 1
+        nbytes = sent_bytes(plan, schedule, action, microbatch_size)
         if 0 <= peer < S:
-            per_sample = plan.output_bytes_per_sample[s if forward else peer]
             sent[action] = graph.add(
                 f"{action}>{peer}",
                 "activation" if forward else "gradient",
                 resources=(tx[s], rx[peer]),
                 duration_s=link.alpha_s,
-                nbytes=per_sample * microbatch_size * len(action.microbatches),
+                nbytes=nbytes,
                 deps=[last_task[s]],
                 worker=s,
+                mem_start=nbytes,  # the sender keeps the tensor until the step ends
             )
+            held_sent[s] += nbytes
             messages += 1
     for s in range(S):
         graph.add(
@@ -218,6 +224,7 @@ def build_pipeline(
             duration_s=update_s_per_byte * plan.param_bytes[s],
             deps=[last_task[s], *(t for a, t in sent.items() if a.stage == s)],
             worker=s,
+            mem_end=-held_sent[s],
         )
     return PipelineBuilt(graph, static, messages)
 
