@@ -41,10 +41,26 @@ class LayerwiseUpdater:
 
     def rebuild(self) -> None:
         self._views = [_make_view(self.optimizer, {id(p) for p in g}) for g in self._groups]
+        self._merged: dict[tuple[int, ...], tuple[Optimizer, list[int]] | None] = {}
 
     @torch.no_grad()
     def step(self, group: int) -> None:
-        made = self._views[group]
+        self._step(self._views[group])
+
+    @torch.no_grad()
+    def step_many(self, groups: Sequence[int]) -> None:
+        """One optimizer step over several groups at once: the same arithmetic as one step per
+        group (every torch.optim update is per parameter) for one call's Python overhead."""
+        if len(groups) == 1:
+            self.step(groups[0])
+            return
+        key = tuple(sorted(groups))
+        if key not in self._merged:  # plans repeat every iteration: views are built once
+            params = {id(p) for g in key for p in self._groups[g]}
+            self._merged[key] = _make_view(self.optimizer, params)
+        self._step(self._merged[key])
+
+    def _step(self, made: tuple[Optimizer, list[int]] | None) -> None:
         if made is None:
             return
         view, origin = made

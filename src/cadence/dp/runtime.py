@@ -255,13 +255,16 @@ class SyncEngine:
             if work is not None:
                 work.wait()
             self._unpack(chunk, buffer)
+            done = []
             for seg in chunk.segments:
                 remaining[seg.param] -= 1
                 if remaining[seg.param] == 0:
                     layer = self.layout.infos[seg.param].layer
                     layer_left[layer] -= 1
                     if layer_left[layer] == 0:
-                        self._apply_layer(layer, iteration)
+                        done.append(layer)
+            if done:
+                self._apply_layers(sorted(done), iteration)
 
         for chunk_id in plan.issue_order:
             chunk = plan.chunks[chunk_id]
@@ -329,17 +332,21 @@ class SyncEngine:
             )
             offset += seg.length
 
-    def _apply_layer(self, layer: int, iteration: int) -> None:
+    def _apply_layers(self, layers: list[int], iteration: int) -> None:
+        """Update the layers a chunk completed, in one optimizer call: a fused chunk can
+        complete dozens of small layers at once, and one call per layer costs more Python time
+        than the arithmetic (30 ms against 5 ms for gpt_mini's 3 MB). Their parameters are
+        released together; `layers` is in forward order."""
         start = time.perf_counter()
-        self.updater.step(layer)
+        self.updater.step_many(layers)
         if self.trace is not None:
-            self.trace.span(
-                "update", "update", f"layer {layer + 1}", start, time.perf_counter(), iteration
-            )
+            label = f"layer {layers[0] + 1}" + (f"-{layers[-1] + 1}" if len(layers) > 1 else "")
+            self.trace.span("update", "update", label, start, time.perf_counter(), iteration)
         with self._cv:
-            for index in self._update_params[layer]:
-                self.layout.params[index].grad = None
-                self._applied[index] = iteration
+            for layer in layers:
+                for index in self._update_params[layer]:
+                    self.layout.params[index].grad = None
+                    self._applied[index] = iteration
             self._cv.notify_all()
 
     def _replan(self, iteration: int, comm_seconds: float) -> None:
