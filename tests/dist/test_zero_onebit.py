@@ -3,6 +3,7 @@ in fp32, then signs + scales at <= 1/16 of fp32), error buffers are sharded with
 and training on digits tracks plain Adam (loss and test accuracy)."""
 
 import pytest
+import torch
 
 from cadence.testing import run_ranks
 from cadence.zero import build_layout, comm_bytes_per_step
@@ -51,3 +52,28 @@ def test_onebit_bytes_errors_and_accuracy_track_adam(stage):
     assert tail_1bit < 0.5 * sum(losses_1bit[:5]) / 5  # it keeps learning after the freeze
     assert tail_1bit < tail_adam + 0.1, (tail_1bit, tail_adam)
     assert acc_1bit > acc_adam - 0.05, (acc_1bit, acc_adam)  # short run: 25 compressed steps
+
+
+def _early_update_pair(rank, world_size, stage):
+    """train_zero with onebit, gathers waited in step() and then overlapped (early update)."""
+    from tests.dist.zero_helpers import train_zero
+
+    runs = [
+        train_zero(rank, world_size, "mlp", "adam", stage, "onebit", 7, freeze_steps=3,
+                   overlap_gather=overlap)  # fmt: skip
+        for overlap in (False, True)
+    ]
+    return [(state, losses, sent) for state, losses, sent, _ in runs]
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_early_update_during_backward_is_the_same_training(stage):
+    # With overlap_gather each bucket is updated and its gather started as soon as its
+    # momentum is all-reduced: same arithmetic, so the same model bit for bit.
+    for (plain, early) in run_ranks(_early_update_pair, 2, stage, timeout=180):
+        assert plain[1] == early[1]  # losses
+        # Gradient bytes per step match; gathers left in flight are counted in whichever
+        # step's window they finish, so parameter bytes are not compared step by step.
+        assert [s["gradients"] for s in plain[2]] == [s["gradients"] for s in early[2]]
+        for key, value in plain[0].items():
+            torch.testing.assert_close(early[0][key], value, rtol=0, atol=0)

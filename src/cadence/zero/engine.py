@@ -25,6 +25,7 @@ from cadence.zero.compress import encode
 from cadence.zero.config import ZeroConfig
 from cadence.zero.layout import Bucket, ZeroLayout, bucket_params, build_layout
 from cadence.zero.onebit import gather_wires, momentum_all_reduce
+from cadence.zero.update import FrozenAdamArgs, frozen_adam_update
 
 _TORCH_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
     "adam": torch.optim.Adam,
@@ -53,7 +54,9 @@ class BucketState:
     sender_error: torch.Tensor | None = None
     reducer_error: torch.Tensor | None = None
     momentum_wire: torch.Tensor | None = None
-    """Stage 1 with onebit: every rank's encoded momentum piece, as last all-gathered."""
+    """With onebit: every rank's encoded momentum piece, as last all-gathered."""
+    updated: bool = False
+    """Early update (see `ZeroEngine.early_update`): this step's update and gather are queued."""
     in_flight: list[Future[None]] = field(default_factory=list)
 
 
@@ -91,6 +94,16 @@ class ZeroEngine:
         self.bytes_sent_last_step = {"gradients": 0, "parameters": 0, "total": 0}
         self.peak = {"parameters": 0, "gradients": 0, "optimizer_state": 0, "total": 0}
         self._pool = ThreadPoolExecutor(1, "cadence-zero") if world_size > 1 else None
+        # 1-bit Adam with overlapped gathers (stages 1-2): a bucket's update needs only its own
+        # all-reduced momentum and the frozen variance, so it and the bucket's parameter
+        # all-gather are queued right behind its reduction, during the backward, and the
+        # gathers travel while the rest of the backward computes. Parameters change then
+        # before `step()` (they may be stale outside a forward anyway with overlap_gather);
+        # with several backwards per step the update uses the first one's momentum.
+        self.early_update = (
+            config.overlap_gather and config.stage < 3 and config.compression == "onebit"
+            and world_size > 1
+        )  # fmt: skip
         # Stage 1 reduces early too once 1-bit Adam is compressing: its momentum all-reduce
         # needs only this backward's gradient, so it can overlap the rest of the backward.
         if config.stage >= 2 or config.compression == "onebit":
@@ -186,6 +199,16 @@ class ZeroEngine:
         st.in_flight.append(
             self.submit(lambda: self._reduce(st, flat_grad, compressed), "gradients")
         )
+        if compressed and self.early_update and not st.updated:
+            self._wait_gather(st)  # the last step's gather: its forward has waited for it
+            args = FrozenAdamArgs.of(self.inner.param_groups[0], self.config.freeze_steps)
+            st.updated = True
+            st.pending = self.submit(lambda: self._update_and_gather(st, args), "parameters")
+
+    def _update_and_gather(self, st: BucketState, args: FrozenAdamArgs) -> None:
+        """Communication thread, right after the bucket's momentum all-reduce (early update)."""
+        frozen_adam_update(st.shard, self.inner.state[st.shard], args)
+        self.gather_task(st)
 
     def on_bucket_backward_done(self, st: BucketState) -> None:
         """Stage 3 overrides this to release the bucket's parameters."""
@@ -260,15 +283,20 @@ class ZeroEngine:
             collectives.all_gather_into_tensor(st.flat, src, group=self.group)
 
     def gather_all(self) -> None:
+        """Start every bucket's parameter all-gather, except those the early update started."""
         for st in self.states:  # forward order: the first block's parameters arrive first
-            st.pending = self.submit(self._gather_fn(st), "parameters")
+            if not st.updated:
+                st.pending = self.submit(self._gather_fn(st), "parameters")
+            st.updated = False
         if not (self.config.overlap_gather and self.p > 1):
             self.wait_gathers()
 
-    def wait_gathers(self) -> None:
-        """Block until every started parameter all-gather has landed."""
+    def wait_gathers(self, earlier_only: bool = False) -> None:
+        """Block until every started parameter all-gather has landed (`earlier_only`: those
+        started before this step's backward; the early update's stay in flight)."""
         for st in self.states:
-            self._wait_gather(st)
+            if not (earlier_only and st.updated):
+                self._wait_gather(st)
 
     def _wait_gather(self, st: BucketState) -> None:
         if st.pending is not None:

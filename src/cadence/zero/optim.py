@@ -7,7 +7,6 @@ warm-up, 1-bit Adam updates with the frozen variance and the communicated moment
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -15,9 +14,7 @@ import torch
 from torch.optim import Optimizer
 
 from cadence.zero.engine import ZeroEngine
-
-VARIANCE_FLOOR = 0.1
-"""1-bit Adam: floor of the frozen sqrt(variance), as a fraction of its mean over the piece."""
+from cadence.zero.update import FrozenAdamArgs, frozen_adam_update
 
 
 class ZeroOptimizer(Optimizer):
@@ -53,7 +50,7 @@ class ZeroOptimizer(Optimizer):
             with torch.enable_grad():
                 loss = closure()
         eng = self.engine
-        eng.wait_gathers()  # overlap_gather: a block the last forward skipped
+        eng.wait_gathers(earlier_only=True)  # overlap_gather: a block the last forward skipped
         eng.sample_memory()
         compressed = eng.compressed_phase
         eng.finish_reductions()
@@ -74,25 +71,15 @@ class ZeroOptimizer(Optimizer):
     def _onebit_update(self) -> None:
         """Adam with the variance frozen at warm-up's end and the momentum as all-reduced."""
         eng = self.engine
-        group = eng.inner.param_groups[0]
-        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
-        bias2 = 1 - beta2**eng.config.freeze_steps
+        args = FrozenAdamArgs.of(eng.inner.param_groups[0], eng.config.freeze_steps)
         for st in eng.states:
-            state = eng.inner.state[st.shard]
-            m, v = state["exp_avg"], state["exp_avg_sq"]
-            state["step"] += 1
-            bias1 = 1 - beta1 ** float(state["step"])
-            root = v.sqrt() / math.sqrt(bias2)
-            # Sign compression gives every entry of a piece the same magnitude, so an entry whose
-            # variance is far below its piece's (a dead input pixel: v = 0) would take a step
-            # of scale / eps. Flooring the frozen root-variance at a fraction of the piece's mean
-            # bounds that amplification; entries at or above the floor are plain 1-bit Adam.
-            floor = VARIANCE_FLOOR * root.mean()
-            st.shard.addcdiv_(m, root.clamp_min_(floor).add_(eps), value=-lr / bias1)
+            if not st.updated:  # else the engine updated it early, as its momentum arrived
+                frozen_adam_update(st.shard, eng.inner.state[st.shard], args)
 
     def state_dict(self) -> dict[str, Any]:
         from cadence.zero.checkpoint import sharded_state
 
+        self.engine.wait_gathers()  # early updates still queued change the state
         return sharded_state(self.engine)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
