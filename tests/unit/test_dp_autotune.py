@@ -96,6 +96,15 @@ def test_skips_tuning_when_forwards_never_waited_for_communication():
     assert run.applied == [Candidate(100, None)]
 
 
+def test_hidden_communication_switches_to_the_cheapest_plan():
+    run = ScriptedRun(lambda c: 1.0, waited_per_iteration=0.0)
+    tuner = _tuner(run, [100, 110], [None, 1], cheapest=Candidate(5000, None))
+    run.iterate(tuner, 10)
+    assert tuner.result is not None and tuner.result.method == "skipped"
+    assert (tuner.result.threshold_bytes, tuner.result.reorder_k) == (5000, None)
+    assert run.applied[-1] == Candidate(5000, None)
+
+
 def test_result_round_trips_through_a_file(tmp_path):
     result = TuneResult("guided", 4096, 3, 8, 30, 0.25, ((4096, None, 0.3), (4096, 3, 0.25)))
     path = tmp_path / "tuned.json"

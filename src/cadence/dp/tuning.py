@@ -94,4 +94,5 @@ def attach_tuner(
         iterations_per_trial=config.autotune_iterations,
         on_done=save,
         hidden_fraction=config.autotune_hidden_fraction,
+        cheapest=Candidate(max(1, sum(info.nbytes for info in engine.layout.infos)), None),
     )

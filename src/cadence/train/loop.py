@@ -198,7 +198,12 @@ def run_training(
 
 def _summarise(metrics: dict[str, Any], seconds: float) -> None:
     times = metrics["iteration_times_s"]
-    timed = times[1:] if len(times) > 1 else times  # the first step pays one-off set-up costs
+    # The first step pays one-off set-up costs; steps spent autotuning run other settings.
+    first = max(1, int(metrics.get("dp_autotune", {}).get("iterations", 0)))
+    if len(times) - first < 3:  # too few left: keep every step but the first
+        first = min(1, len(times) - 1)
+    timed = times[first:] if len(times) > first else times
+    metrics["timed_from_step"] = first
     last = metrics["epochs"][-1] if metrics["epochs"] else {}
     metrics["total_seconds"] = seconds
     metrics["steps"] = len(times)
