@@ -94,16 +94,14 @@ class ZeroEngine:
         self.bytes_sent_last_step = {"gradients": 0, "parameters": 0, "total": 0}
         self.peak = {"parameters": 0, "gradients": 0, "optimizer_state": 0, "total": 0}
         self._pool = ThreadPoolExecutor(1, "cadence-zero") if world_size > 1 else None
-        # 1-bit Adam with overlapped gathers (stages 1-2): a bucket's update needs only its own
+        # 1-bit Adam after warm-up (stages 1-2): a bucket's update needs only its own
         # all-reduced momentum and the frozen variance, so it and the bucket's parameter
         # all-gather are queued right behind its reduction, during the backward, and the
-        # gathers travel while the rest of the backward computes. Parameters change then
-        # before `step()` (they may be stale outside a forward anyway with overlap_gather);
-        # with several backwards per step the update uses the first one's momentum.
-        self.early_update = (
-            config.overlap_gather and config.stage < 3 and config.compression == "onebit"
-            and world_size > 1
-        )  # fmt: skip
+        # gathers travel while the rest of the backward computes. `step()` still returns
+        # with every parameter current (unless overlap_gather), but parameters change
+        # during the backward; with several backwards per step the update uses the first
+        # one's momentum.
+        self.early_update = config.stage < 3 and config.compression == "onebit" and world_size > 1
         # Stage 1 reduces early too once 1-bit Adam is compressing: its momentum all-reduce
         # needs only this backward's gradient, so it can overlap the rest of the backward.
         if config.stage >= 2 or config.compression == "onebit":
