@@ -55,6 +55,7 @@ def _tuned(rank, world_size, method, path):
         guided_thresholds=2,
         guided_reorder_points=2,
         autotune_hidden_fraction=0.0,  # localhost hides everything; tune anyway
+        autotune_cheap_wire_fraction=0.0,
         autotune_file=str(path),
     )
     model, opt = data_parallel(model, _make_optimizer("adam", model.parameters()), config, profile)

@@ -80,7 +80,12 @@ def test_tries_every_threshold_then_every_k_at_the_best_and_keeps_the_fastest():
     assert result.best_iteration_s == pytest.approx(0.3)
     # 4 thresholds, then K=1 and K=2 (K=None at 121 was already timed), each timed once.
     assert [(t, k) for t, k, _ in result.timings] == [
-        (100, None), (110, None), (121, None), (133, None), (121, 1), (121, 2)
+        (100, None),
+        (110, None),
+        (121, None),
+        (133, None),
+        (121, 1),
+        (121, 2),
     ]
     assert run.applied[-1] == Candidate(121, 2)  # the winner is what keeps running
     # 2 warm-up iterations + 6 trials x (1 settling + 2 timed) iterations, then the decision.
@@ -125,3 +130,18 @@ def test_result_round_trips_through_a_file(tmp_path):
 def test_bad_dp_config_is_refused(kwargs, needle):
     with pytest.raises(ValueError, match=needle):
         DPConfig(**kwargs)
+
+
+def test_a_wire_too_fast_to_matter_switches_to_the_cheapest_plan_even_if_forwards_waited():
+    run = ScriptedRun(lambda c: 1.0, waited_per_iteration=0.5)
+    cheap = Candidate(5000, None)
+    tuner = _tuner(run, [100, 110], [None, 1], cheapest=cheap, wire_s=0.01,
+                   cheap_wire_fraction=0.05)  # fmt: skip
+    run.iterate(tuner, 10)
+    assert tuner.result is not None and tuner.result.method == "skipped"
+    assert run.applied[-1] == cheap
+    slow_run = ScriptedRun(lambda c: 1.0, waited_per_iteration=0.5)
+    slow = _tuner(slow_run, [100, 110], [None], cheapest=cheap, wire_s=0.2,
+                  cheap_wire_fraction=0.05)  # fmt: skip
+    slow_run.iterate(slow, 3)
+    assert slow.result is None  # 0.2 s of wire per 1 s iteration: worth tuning

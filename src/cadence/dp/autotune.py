@@ -116,12 +116,16 @@ class Autotuner:
         hidden_fraction: float = 0.02,
         clock: Callable[[], float] = time.perf_counter,
         cheapest: Candidate | None = None,
+        wire_s: float | None = None,
+        cheap_wire_fraction: float = 0.0,
     ):
         self.method = method
         self._initial = initial
         # What runs when communication is already hidden: the plan with the least work for
         # the host (one all-reduce, one optimizer call), as DDP would; None keeps `initial`.
         self._cheapest = cheapest
+        self._wire_s = wire_s  # one all-reduce of every gradient at the probed link rate
+        self._cheap_wire_fraction = cheap_wire_fraction
         self._queue = list(thresholds)
         self._reorder_points: Callable[[Candidate], list[Candidate]] | None = reorder_points
         self._apply = apply
@@ -169,10 +173,13 @@ class Autotuner:
         self._next_trial()
 
     def _comm_hidden(self) -> bool:
-        """Did warm-up forwards wait for communication? Decided on rank 0's figures."""
+        """Did warm-up forwards not wait for communication, or is the wire so fast that no
+        schedule can gain much? Decided on rank 0's figures."""
         span = self._starts[-1] - self._starts[0]
         waited = self._waited_s() - self._wait_start
-        hidden = torch.tensor([1.0 if waited < self._hidden_fraction * span else 0.0])
+        period = span / max(1, len(self._starts) - 1)
+        cheap = self._wire_s is not None and self._wire_s < self._cheap_wire_fraction * period
+        hidden = torch.tensor([1.0 if waited < self._hidden_fraction * span or cheap else 0.0])
         if self._broadcast:
             dist.broadcast(hidden, src=0)
         return bool(hidden.item())

@@ -38,6 +38,10 @@ class DPConfig:
     autotune_hidden_fraction: float = 0.02
     """Tuning is skipped when warm-up forwards waited for communication less than this share
     of the time: communication is already hidden and no setting can beat that."""
+    autotune_cheap_wire_fraction: float = 0.05
+    """Tuning is also skipped when one all-reduce of every gradient at the link rate probed
+    before training would take less than this share of a warm-up iteration: communication
+    is too cheap for any schedule to win much, so the host's time matters most. 0 disables."""
     autotune_file: str | None = None
     """Where the chosen threshold and K are saved; when the file exists they are loaded from it
     and tuning is skipped."""
@@ -57,6 +61,11 @@ class DPConfig:
             raise ValueError(f"autotune_growth must exceed 1, got {self.autotune_growth}")
         if self.guided_thresholds < 1 or self.guided_reorder_points < 1:
             raise ValueError("guided_thresholds and guided_reorder_points must be at least 1")
+        if not 0 <= self.autotune_cheap_wire_fraction < 1:
+            raise ValueError(
+                f"autotune_cheap_wire_fraction must be in [0, 1), got "
+                f"{self.autotune_cheap_wire_fraction}"
+            )
         if self.reorder_k is not None and self.reorder_k < 1:
             raise ValueError(f"reorder_k must be at least 1, got {self.reorder_k}")
 

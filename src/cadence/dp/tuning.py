@@ -69,10 +69,11 @@ def attach_tuner(
         return [Candidate(best.threshold_bytes, k) for k in k_trials(num_layers)]
 
     first, then = thresholds, every_k
+    rate = probe_link_bytes_per_s(world_size)
+    total_bytes = sum(info.nbytes for info in engine.layout.infos)
+    wire_s = 2 * (world_size - 1) / world_size * total_bytes / rate
     if config.autotune == "guided":
-        ranking = SimulatedRanking(
-            profile, engine.layout.infos, world_size, probe_link_bytes_per_s(world_size), broadcast
-        )
+        ranking = SimulatedRanking(profile, engine.layout.infos, world_size, rate, broadcast)
         first = ranking.fastest(thresholds, config.guided_thresholds)
 
         def then(best: Candidate) -> list[Candidate]:
@@ -94,5 +95,7 @@ def attach_tuner(
         iterations_per_trial=config.autotune_iterations,
         on_done=save,
         hidden_fraction=config.autotune_hidden_fraction,
-        cheapest=Candidate(max(1, sum(info.nbytes for info in engine.layout.infos)), None),
+        cheapest=Candidate(max(1, total_bytes), None),
+        wire_s=wire_s,
+        cheap_wire_fraction=config.autotune_cheap_wire_fraction,
     )
