@@ -101,15 +101,6 @@ def test_skips_tuning_when_forwards_never_waited_for_communication():
     assert run.applied == [Candidate(100, None)]
 
 
-def test_hidden_communication_switches_to_the_cheapest_plan():
-    run = ScriptedRun(lambda c: 1.0, waited_per_iteration=0.0)
-    tuner = _tuner(run, [100, 110], [None, 1], cheapest=Candidate(5000, None))
-    run.iterate(tuner, 10)
-    assert tuner.result is not None and tuner.result.method == "skipped"
-    assert (tuner.result.threshold_bytes, tuner.result.reorder_k) == (5000, None)
-    assert run.applied[-1] == Candidate(5000, None)
-
-
 def test_result_round_trips_through_a_file(tmp_path):
     result = TuneResult("guided", 4096, 3, 8, 30, 0.25, ((4096, None, 0.3), (4096, 3, 0.25)))
     path = tmp_path / "tuned.json"
@@ -132,16 +123,30 @@ def test_bad_dp_config_is_refused(kwargs, needle):
         DPConfig(**kwargs)
 
 
-def test_a_wire_too_fast_to_matter_switches_to_the_cheapest_plan_even_if_forwards_waited():
-    run = ScriptedRun(lambda c: 1.0, waited_per_iteration=0.5)
+def test_hidden_communication_times_the_running_and_the_cheapest_plan_and_keeps_the_faster():
     cheap = Candidate(5000, None)
+    for cheap_s, winner in ((0.8, cheap), (1.2, Candidate(100, None))):
+        run = ScriptedRun(lambda c, s=cheap_s: s if c == cheap else 1.0, waited_per_iteration=0.0)
+        tuner = _tuner(run, [100, 110], [None, 1], cheapest=cheap)
+        run.iterate(tuner, 12)
+        result = tuner.result
+        assert result is not None and result.method == "hidden"
+        assert [(t, k) for t, k, _ in result.timings] == [(100, None), (5000, None)]
+        assert (result.threshold_bytes, result.reorder_k) == (winner.threshold_bytes, None)
+        assert run.applied[-1] == winner
+        # 2 warm-up iterations + 2 trials x (1 settling + 2 timed), then the decision.
+        assert result.iterations == 2 + 2 * 3 + 1
+
+
+def test_a_wire_too_fast_to_matter_counts_as_hidden_even_if_forwards_waited():
+    cheap = Candidate(5000, None)
+    run = ScriptedRun(lambda c: 1.0, waited_per_iteration=0.5)
     tuner = _tuner(run, [100, 110], [None, 1], cheapest=cheap, wire_s=0.01,
                    cheap_wire_fraction=0.05)  # fmt: skip
-    run.iterate(tuner, 10)
-    assert tuner.result is not None and tuner.result.method == "skipped"
-    assert run.applied[-1] == cheap
+    run.iterate(tuner, 12)
+    assert tuner.result is not None and tuner.result.method == "hidden"
     slow_run = ScriptedRun(lambda c: 1.0, waited_per_iteration=0.5)
     slow = _tuner(slow_run, [100, 110], [None], cheapest=cheap, wire_s=0.2,
                   cheap_wire_fraction=0.05)  # fmt: skip
-    slow_run.iterate(slow, 3)
-    assert slow.result is None  # 0.2 s of wire per 1 s iteration: worth tuning
+    slow_run.iterate(slow, 12)
+    assert slow.result is not None and slow.result.method == "exhaustive"  # worth tuning
