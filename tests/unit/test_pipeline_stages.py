@@ -83,29 +83,33 @@ def test_stage_memory_counts_params_state_and_activations() -> None:
     assert mem[0].params == 6000 and mem[0].grads == 6000 and mem[0].optimizer_state == 12000
     # Peak at B2 (F0 F1 B0 F2 B1 F3 B2 B3): 2 micro-batches held (600 B/sample x 2), the 4
     # activation messages sent so far (30 B/sample x 2 each; kept until the step ends), the
-    # largest block's (3000 B) weights repacked by the kernel, and, after the first backward,
-    # that block's new weight gradients while they are added into the accumulated ones.
+    # receive buffers of the 2 gradient messages still to come (B2's and B3's, posted at the
+    # step's start), the largest block's (3000 B) weights repacked by the kernel, and, after
+    # the first backward, that block's new weight gradients being added into the others.
     assert plan.grad_transient_bytes == (3000, 4000) == plan.workspace_bytes
-    assert mem[0].in_flight == 2 and mem[0].activations == 2 * 600 * 2 + 4 * 60 + 3000 + 3000
+    mine = 2 * 600 * 2 + 4 * 60 + 2 * 60 + 3000 + 3000
+    assert mem[0].in_flight == 2 and mem[0].activations == mine
     # Last stage at B3: one micro-batch, 3 gradient messages sent (stage 0's output size).
     assert mem[1].activations == 1 * 400 * 2 + 3 * 60 + 4000 + 4000
-    assert mem[0].total == 6000 + 6000 + 12000 + 2400 + 240 + 6000
+    assert mem[0].total == 6000 + 6000 + 12000 + mine
     recomputed = stage_memory(plan, one_f_one_b(2, 4, recompute=True), 2, "sgd", momentum=0)
     # inputs of 2 micro-batches + messages + one rebuilt micro-batch + workspace + grads
-    assert recomputed[0].activations == 2 * 16 * 2 + 4 * 60 + 600 * 2 + 3000 + 3000
+    assert recomputed[0].activations == 2 * 16 * 2 + 4 * 60 + 2 * 60 + 600 * 2 + 3000 + 3000
     assert recomputed[0].optimizer_state == 0
 
 
 def test_forward_workspace_and_sent_messages_count_without_any_backward() -> None:
     plan = plan_stages(_profile([0.01, 0.01, 0.01, 0.03]), 2)
-    # GPipe stage 0 peaks in its second backward: 3 still held, all 4 messages sent,
-    # workspace, and the new weight gradients (its first backward: 4 held, no new gradients).
+    # GPipe stage 0 peaks in its second backward: 3 still held, all 4 messages sent, 3
+    # gradient receive buffers, workspace, and the new weight gradients (its first backward:
+    # 4 held and 4 buffers, no new gradients).
     mem = stage_memory(plan, gpipe(2, 4), microbatch_size=1)
-    assert mem[0].activations == 3 * 600 + 4 * 30 + 3000 + 3000
-    # Without workspace or gradient transients, the last stage peaks with all 4 held: each
-    # gradient message (30 B) is sent as a micro-batch's 400 B are freed.
+    assert mem[0].activations == 3 * 600 + 4 * 30 + 3 * 30 + 3000 + 3000
+    # Without workspace or gradient transients, the last stage peaks at the end of its last
+    # forward: 4 held and that forward's 30 B receive buffer (each is freed once forwarded;
+    # each gradient message, 30 B, is sent as a micro-batch's 400 B are freed).
     bare = dataclasses.replace(plan, workspace_bytes=(), grad_transient_bytes=())
-    assert stage_memory(bare, gpipe(2, 4), microbatch_size=1)[1].activations == 4 * 400
+    assert stage_memory(bare, gpipe(2, 4), microbatch_size=1)[1].activations == 4 * 400 + 30
 
 
 def test_stage_module_shares_parameters() -> None:

@@ -92,7 +92,9 @@ def test_peak_memory_grows_with_k_and_matches_the_memory_model() -> None:
             assert stage_peaks(r) == model
             if not recompute:
                 peaks.append(stage_peaks(r)[0])
-    assert peaks[0] < peaks[1] < peaks[2] <= peaks[3]
+    # Memory grows with K; GPipe holds every micro-batch too (kFkB with K = M/2 may top it by a
+    # group's receive buffer, freed only when the whole group is done).
+    assert peaks[0] < peaks[1] < peaks[2] and peaks[1] < peaks[3]
     assert r.peak_memory_bytes == max(stage_peaks(r))
 
 

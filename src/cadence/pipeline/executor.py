@@ -225,6 +225,12 @@ class PipelineExecutor:
         links = _Links()
         losses: list[Tensor] = []
         acts = self.schedule.actions[self.stage]
+        # Post every receive of the step up front (once the message shapes are known, i.e.
+        # from the second step on): gloo moves a message only once its receive is posted, so
+        # receives posted one action ahead made a train of messages cross one at a time, each
+        # waiting for the receiver to reach the action before it (GPipe's gradients).
+        for action in acts:
+            self._prefetch(action, links)
         for i, action in enumerate(acts):
             if i + 1 < len(acts):
                 self._prefetch(acts[i + 1], links)

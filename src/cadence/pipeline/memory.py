@@ -1,7 +1,8 @@
 """Memory of each pipeline stage under a schedule: parameters, gradients, optimizer state, the
 activations of the micro-batches in flight (forwarded, not yet backwarded), the kernels'
-workspace while a block runs, and the messages the stage has sent (our executor keeps every
-posted send's tensor until the step's last action, when it waits on them all)."""
+workspace while a block runs, the messages the stage has sent (our executor keeps every posted
+send's tensor until the step's last action, when it waits on them all) and the buffers of the
+messages it will receive (posted at the step's start, each freed by the action consuming it)."""
 
 from __future__ import annotations
 
@@ -117,11 +118,23 @@ def sent_bytes(plan: StagePlan, schedule: Schedule, action: Action, microbatch_s
     return int(per_sample * microbatch_size * len(action.microbatches))
 
 
+def received_bytes(
+    plan: StagePlan, schedule: Schedule, action: Action, microbatch_size: int
+) -> int:
+    """Bytes of the message `action` waits for (0 when none): its receive buffer is posted at
+    the start of the step and freed when `action` is done with it."""
+    from cadence.pipeline.validation import message_source
+
+    source = message_source(schedule, action)
+    return 0 if source is None else sent_bytes(plan, schedule, source, microbatch_size)
+
+
 def _activation_peak(plan: StagePlan, schedule: Schedule, stage: int, microbatch_size: int) -> int:
     # Replay the stage's actions micro-batch by micro-batch, as the simulator does over time.
-    level = peak = 0
+    acts = schedule.actions[stage]
+    level = peak = sum(received_bytes(plan, schedule, a, microbatch_size) for a in acts)
     first = True
-    for a in schedule.actions[stage]:
+    for a in acts:
         for _ in a.microbatches:
             extra, kept = backward_extra(plan, schedule, stage, microbatch_size, first)
             if a.kind == FORWARD:
@@ -134,4 +147,5 @@ def _activation_peak(plan: StagePlan, schedule: Schedule, stage: int, microbatch
             peak = max(peak, level)
         level += sent_bytes(plan, schedule, a, microbatch_size)  # held until the step ends
         peak = max(peak, level)
+        level -= received_bytes(plan, schedule, a, microbatch_size)
     return peak

@@ -22,7 +22,8 @@ recomputation: its input only, plus the full activations of the one micro-batch 
 recomputed), plus during each backward after the stage's first one block's new weight gradients
 (accumulated into the others), plus kernel workspace while a forward or backward runs, plus
 every message the stage sent, from its send to the end of the step (the executor waits on its
-sends only then) -- the accounting of `pipeline/memory.py`, over simulated time.
+sends only then), plus the receive buffer of every message it will get, from the step's start
+until the action using it ends -- the accounting of `pipeline/memory.py`, over simulated time.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 
 from cadence.comm.cost import AlphaBeta
 from cadence.errors import UserError
-from cadence.pipeline.memory import backward_extra, forward_extra, sent_bytes
+from cadence.pipeline.memory import backward_extra, forward_extra, received_bytes, sent_bytes
 from cadence.pipeline.schedule import FORWARD, Action, Schedule
 from cadence.pipeline.stages import StagePlan
 from cadence.pipeline.validation import message_source, validate
@@ -171,6 +172,10 @@ def build_pipeline(
     backwarded = [False] * S  # has the stage run a backward yet (its gradients exist)
     sent: dict[Action, int] = {}  # action -> its outgoing message (flow task)
     held_sent = [0] * S  # bytes of the messages each stage has sent (freed at the step's end)
+    posted = [  # receive buffers, all posted at the step's start
+        sum(received_bytes(plan, schedule, a, microbatch_size) for a in schedule.actions[s])
+        for s in range(S)
+    ]
     messages = 0
     for action in order:
         s = action.stage
@@ -178,7 +183,8 @@ def build_pipeline(
         inbound = sent[source] if source is not None else None
         forward = action.kind == FORWARD
         deps: list[int | None] = [last_task[s], inbound]
-        for m in action.microbatches:
+        received = received_bytes(plan, schedule, action, microbatch_size)
+        for i, m in enumerate(action.microbatches):
             first = last_task[s] is None
             extra, kept = backward_extra(plan, schedule, s, microbatch_size, not backwarded[s])
             if forward:  # workspace while it runs, then what it keeps
@@ -197,8 +203,9 @@ def build_pipeline(
                 duration_s=seconds,
                 deps=deps,
                 worker=s,
-                mem_start=mem_start + (static[s] if first else 0),
-                mem_end=mem_end,
+                mem_start=mem_start + (static[s] + posted[s] if first else 0),
+                # the message's receive buffer is freed once the action is done with it
+                mem_end=mem_end - (received if i == len(action.microbatches) - 1 else 0),
             )
             deps = [last_task[s]]
         peer = s + 1 if forward else s - 1
