@@ -14,14 +14,14 @@ from tests.conftest import needs_netem
 @needs_netem
 def test_tiny_run_writes_rows_and_a_readable_fit(tmp_path: Path) -> None:
     proc = run_cadence(
-        "bench", "contention", "--model", "mlp", "--batch-size", "8", "--iterations", "20",
-        "--rounds", "1", "--sizes", "64KB,256KB", "--bandwidth", "100mbit",
+        "bench", "contention", "--model", "mlp", "--batch-size", "8", "--iterations", "200",
+        "--rounds", "1", "--sizes", "16KB,64KB", "--bandwidth", "1gbit",
         "--out", "out/c.json", cwd=tmp_path, timeout=240,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     data = json.loads((tmp_path / "out/c.json").read_text())
     assert data["command"].startswith("cadence bench contention --model mlp")
-    assert [r["size"] for r in data["rows"]] == [65536, 262144]
+    assert [r["size"] for r in data["rows"]] == [16384, 65536]
     for row in data["rows"]:
         assert row["alone_s"] > 0 and row["with_traffic_s"] > 0
         assert row["messages"] >= 1  # traffic really ran beside the compute
