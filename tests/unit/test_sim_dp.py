@@ -169,6 +169,9 @@ def test_ddp_buckets_follow_torch_caps() -> None:
     params = [ParamInfo(i, f"p{i}", 300_000, 4, i) for i in range(4)]  # 1.2 MB each
     buckets = ddp_buckets(params, bucket_bytes=2_000_000)
     assert [[p.index for p in b] for b in buckets] == [[3], [2, 1], [0]]
+    # DDP built with bucket_cap_mb: the first bucket has the same cap as the others.
+    buckets = ddp_buckets(params, bucket_bytes=2_000_000, first_bucket_bytes=None)
+    assert [[p.index for p in b] for b in buckets] == [[3, 2], [1, 0]]
 
 
 def test_bad_input_is_a_user_error() -> None:

@@ -220,13 +220,16 @@ def bench_sim_command(args: Any) -> int:
             profiles[model] = profile_command(
                 model, batch_size=per_worker, iterations=5, echo=lambda _: None
             )
-    options, co_run = SimOptions(), 1.0
+    # The runs' DDP was built with bucket_cap_mb, so its first bucket has the full cap.
+    options, co_run = SimOptions(ddp_first_bucket_bytes=None), 1.0
     if getattr(args, "contention", None):
         from cadence.bench.contention import ContentionFit
 
         fit = ContentionFit.load(args.contention)
         options = SimOptions(
-            comm_cpu_s_per_message=fit.cpu_s_per_message, comm_cpu_s_per_byte=fit.cpu_s_per_byte
+            comm_cpu_s_per_message=fit.cpu_s_per_message,
+            comm_cpu_s_per_byte=fit.cpu_s_per_byte,
+            ddp_first_bucket_bytes=None,
         )
         co_run = fit.co_run_slowdown
     rows = predict_runs(runs, profiles, args.payload_fraction, options, args.optimizer_step, co_run)

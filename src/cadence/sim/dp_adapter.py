@@ -286,9 +286,15 @@ def _marker(
     )
 
 
-def ddp_buckets(params: Sequence[ParamInfo], bucket_bytes: int) -> list[list[ParamInfo]]:
+def ddp_buckets(
+    params: Sequence[ParamInfo],
+    bucket_bytes: int,
+    first_bucket_bytes: int | None = DDP_FIRST_BUCKET_BYTES,
+) -> list[list[ParamInfo]]:
     """DDP's buckets: parameters in reverse registration order, a bucket closes once it holds
-    at least its cap (1 MiB for the first, `bucket_bytes` after); parameters are never split."""
+    at least its cap (`first_bucket_bytes` for the first, None meaning `bucket_bytes`, then
+    `bucket_bytes`); parameters are never split."""
+    first_cap = bucket_bytes if first_bucket_bytes is None else first_bucket_bytes
     buckets: list[list[ParamInfo]] = [[]]
     size = 0
     for p in sorted(params, key=lambda p: -p.index):
@@ -296,7 +302,7 @@ def ddp_buckets(params: Sequence[ParamInfo], bucket_bytes: int) -> list[list[Par
             continue
         buckets[-1].append(p)
         size += p.nbytes
-        cap = DDP_FIRST_BUCKET_BYTES if len(buckets) == 1 else bucket_bytes
+        cap = first_cap if len(buckets) == 1 else bucket_bytes
         if size >= cap:
             buckets.append([])
             size = 0
@@ -315,7 +321,7 @@ def build_ddp(
     """Graph of `options.warmup_iterations + iterations` iterations of DDP."""
     graph = TaskGraph()
     blocks = param_blocks(costs, params)
-    buckets = ddp_buckets(params, bucket_bytes)
+    buckets = ddp_buckets(params, bucket_bytes, options.ddp_first_bucket_bytes)
     steps = backward_steps(len(costs.forward_s), None)
     # DDP's reducer runs on its own thread: only communication's processor time shares compute.
     shared = options.charges_comm_cpu

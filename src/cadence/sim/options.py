@@ -30,6 +30,10 @@ class SimOptions:
     worker has spare cores for communication. Measured by `cadence bench contention`."""
     comm_cpu_s_per_byte: float = 0.0
     """Processor seconds per all-reduced byte taken from the worker's compute (as above)."""
+    ddp_first_bucket_bytes: int | None = 1024 * 1024
+    """Cap of DDP's first bucket (its last layers' gradients). torch uses 1 MiB when DDP is
+    built without `bucket_cap_mb`; given one (as `cadence train --strategy ddp` does), the
+    first bucket has that cap too: None."""
     warmup_iterations: int = 1
     """Iterations simulated before the measured ones (the first has no communication to wait
     for, so it is not steady state)."""
@@ -43,6 +47,10 @@ class SimOptions:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be >= 0, got {value}")
+        if self.ddp_first_bucket_bytes is not None and self.ddp_first_bucket_bytes < 1:
+            raise ValueError(
+                f"ddp_first_bucket_bytes must be >= 1, got {self.ddp_first_bucket_bytes}"
+            )
         if self.warmup_iterations < 0:
             raise ValueError(f"warmup_iterations must be >= 0, got {self.warmup_iterations}")
 
