@@ -18,7 +18,6 @@ import contextlib
 import ctypes
 import gc
 import json
-import os
 import statistics
 import sys
 import time
@@ -29,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from cadence.comm import broadcast_object, destroy, init_from_env
-from cadence.launch.errors import fail_worker
+from cadence.launch.errors import exit_worker, worker_entry
 from cadence.models import get_model_spec, loss_fn
 from cadence.models.blocks import BlockModel
 from cadence.pipeline.api import pipeline
@@ -182,13 +181,8 @@ def run(cfg: dict[str, Any], result: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    rank = int(os.environ.get("RANK", "0"))
-    try:
-        run(json.loads(Path(argv[0]).read_text()), Path(argv[1]))
-    except BaseException as exc:  # record every cause for the parent, then die
-        return fail_worker(rank, exc)
-    return 0
+    return worker_entry(lambda: run(json.loads(Path(argv[0]).read_text()), Path(argv[1])))
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_worker(main(sys.argv[1:]))

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from cadence.errors import UserError
 from cadence.launch.env import ERROR_FILE_ENV, LOG_FILE_ENV
@@ -76,6 +78,17 @@ def worker_entry(body: Callable[[], object]) -> int:
     except BaseException as exc:  # record every cause for the parent, then die
         return fail_worker(rank, exc)
     return 0
+
+
+def exit_worker(code: int) -> NoReturn:
+    """End a worker process with `code`. After a clean finish (everything written, the group
+    destroyed) interpreter teardown is skipped: native threads of torch/gloo have been seen
+    to abort the process there (SIGABRT) after the work was done."""
+    if code == 0:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    sys.exit(code)
 
 
 def read_error(path: Path) -> RankError | None:

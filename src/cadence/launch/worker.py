@@ -17,7 +17,7 @@ import torch.distributed as dist
 from cadence.comm import destroy, init_from_env
 from cadence.config import TrainConfig
 from cadence.launch.env import BANDWIDTH_ENV, THREADS_ENV
-from cadence.launch.errors import fail_worker
+from cadence.launch.errors import exit_worker, worker_entry
 
 
 def run_worker(config: TrainConfig, run_dir: Path | None) -> dict[str, Any]:
@@ -42,21 +42,9 @@ def run_worker(config: TrainConfig, run_dir: Path | None) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     config = TrainConfig.from_json(json.loads(Path(argv[0]).read_text()))
-    run_dir = Path(argv[1])
-    rank = int(os.environ.get("RANK", "0"))
-    try:
-        run_worker(config, run_dir if rank == 0 else None)
-    except BaseException as exc:  # record every cause, Ctrl-C included, then die
-        return fail_worker(rank, exc)
-    return 0
+    run_dir = Path(argv[1]) if int(os.environ.get("RANK", "0")) == 0 else None
+    return worker_entry(lambda: run_worker(config, run_dir))
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    if code == 0:
-        # Everything is written and the group is gone; skip interpreter teardown, where native
-        # threads of torch/gloo have been seen to abort the process after a clean finish.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-    sys.exit(code)
+    exit_worker(main(sys.argv[1:]))
