@@ -220,18 +220,17 @@ def bench_sim_command(args: Any) -> int:
             profiles[model] = profile_command(
                 model, batch_size=per_worker, iterations=5, echo=lambda _: None
             )
-    # The runs' DDP was built with bucket_cap_mb, so its first bucket has the full cap.
-    options, co_run = SimOptions(ddp_first_bucket_bytes=None), 1.0
-    if getattr(args, "contention", None):
-        from cadence.bench.contention import ContentionFit
+    from cadence.bench.contention import ContentionFit
 
-        fit = ContentionFit.load(args.contention)
-        options = SimOptions(
-            comm_cpu_s_per_message=fit.cpu_s_per_message,
-            comm_cpu_s_per_byte=fit.cpu_s_per_byte,
-            ddp_first_bucket_bytes=None,
-        )
-        co_run = fit.co_run_slowdown
+    # Without a measurement: a spare core for communication, workers not slowing each other.
+    contention = getattr(args, "contention", None)
+    fit = ContentionFit.load(contention) if contention else ContentionFit(0.0, 0.0)
+    options = SimOptions(
+        comm_cpu_s_per_message=fit.cpu_s_per_message,
+        comm_cpu_s_per_byte=fit.cpu_s_per_byte,
+        ddp_first_bucket_bytes=None,  # the runs' DDP was built with bucket_cap_mb
+    )
+    co_run = fit.co_run_slowdown
     rows = predict_runs(runs, profiles, args.payload_fraction, options, args.optimizer_step, co_run)
     if bench_files:
         from cadence.sim.bench_dp import predict_bench_dp
