@@ -18,9 +18,9 @@ from cadence.models import get_model_spec, loss_fn
 from cadence.models.blocks import BlockModel
 from cadence.pipeline import even_split, model_parallel, peak_in_flight, pipeline
 from cadence.testing import run_ranks
+from tests.dist.pipeline_helpers import BATCH, batches, build, reference, sgd
 
 STEPS = 3
-BATCH = 16
 # (schedule, backend, recompute, micro-batches); "mp" is model_parallel (one micro-batch).
 CASES = [
     ("gpipe", "torch", False, 4),
@@ -35,48 +35,18 @@ CASES = [
 ]
 
 
-def _build(model: str) -> BlockModel:
-    torch.manual_seed(0)
-    spec = get_model_spec(model)
-    if model == "mlp":
-        return spec.build(hidden=(32, 32, 32))
-    return spec.build(d_model=32, n_heads=2, n_layers=3)  # small: 4 ranks share 2 busy cores
-
-
-def _batches(model: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    spec = get_model_spec(model)
-    return [spec.synthetic_batch(BATCH, seed=step) for step in range(STEPS)]
-
-
-def _optimizer(params: Any) -> torch.optim.Optimizer:
-    return torch.optim.SGD(params, lr=0.1, momentum=0.9)
-
-
-def _reference(model_name: str) -> tuple[list[float], dict[str, torch.Tensor]]:
-    model = _build(model_name)
-    opt = _optimizer(model.parameters())
-    losses = []
-    for x, y in _batches(model_name):
-        opt.zero_grad()
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses, model.state_dict()
-
-
 def _train_all(rank: int, world: int, model_name: str) -> dict[str, Any]:
     out = {}
     for schedule, backend, recompute, mbs in CASES:
-        model = _build(model_name)
+        model = build(model_name)
         if schedule == "mp":
             ex = model_parallel(model, loss_fn)
         else:
             ex = pipeline(model, loss_fn, schedule, mbs, recompute=recompute, backend=backend)
         assert ex.backend == backend
-        opt = _optimizer(ex.module.parameters())
+        opt = sgd(ex.module.parameters())
         losses = []
-        for x, y in _batches(model_name):
+        for x, y in batches(model_name, STEPS):
             opt.zero_grad()
             loss = ex.step(x if rank == 0 else None, y if rank == world - 1 else None)
             opt.step()
@@ -95,8 +65,13 @@ def _check_hybrid(results: list[Any], ref_losses: list[float], ref_params: Any) 
         for rank, result in enumerate(results):
             losses, params = result[schedule]
             for key, value in params.items():  # both replicas hold the reference parameters
-                torch.testing.assert_close(value, ref_params[key], rtol=1e-4, atol=1e-5,
-                                           msg=f"hybrid {schedule} rank {rank} {key}")
+                torch.testing.assert_close(
+                    value,
+                    ref_params[key],
+                    rtol=1e-4,
+                    atol=1e-5,
+                    msg=f"hybrid {schedule} rank {rank} {key}",
+                )
             covered |= set(params)
         assert covered == set(ref_params)
         # Ranks 1 and 3 end replicas 0 and 1: their half-batch losses average to the batch's.
@@ -122,11 +97,11 @@ def _train_hybrid(rank: int, model_name: str) -> dict[str, Any]:
     # 4 ranks as 2 replicas x 2 stages; each replica trains on half of every batch.
     out = {}
     for schedule, backend in HYBRID:
-        model = _build(model_name)
+        model = build(model_name)
         ex = pipeline(model, loss_fn, schedule, 2, backend=backend, data_parallel=2)
-        opt = _optimizer(ex.module.parameters())
+        opt = sgd(ex.module.parameters())
         losses = []
-        for x, y in _batches(model_name):
+        for x, y in batches(model_name, STEPS):
             opt.zero_grad()
             x, y = ex.shard(x), ex.shard(y)
             loss = ex.step(x if ex.is_first else None, y if ex.is_last else None)
@@ -146,15 +121,15 @@ def _rank_main(rank: int, world: int, model_name: str) -> tuple[dict[str, Any], 
 
 @pytest.mark.parametrize(("world", "model_name"), [(2, "mlp"), (4, "gpt_mini")])
 def test_every_schedule_equals_single_process(world: int, model_name: str) -> None:
-    ref_losses, ref_params = _reference(model_name)
+    ref_losses, ref_params = reference(model_name, STEPS)
     outcomes = run_ranks(_rank_main, world, model_name, timeout=240)
     results = [result for result, _, _ in outcomes]
     # A model whose embedding and head share weights cannot be cut between them.
     assert all("share a parameter (tied weights)" in refusal for _, refusal, _ in outcomes)
     if world == 4:
         _check_hybrid([hybrid for _, _, hybrid in outcomes], ref_losses, ref_params)
-    ranges = even_split(len(_build(model_name).blocks()), world)
-    names = _build(model_name).block_names()
+    ranges = even_split(len(build(model_name).blocks()), world)
+    names = build(model_name).block_names()
     for case in results[0]:
         covered = set()
         for rank, result in enumerate(results):
@@ -172,5 +147,5 @@ def test_every_schedule_equals_single_process(world: int, model_name: str) -> No
                 assert losses == [None] * STEPS
         assert covered == set(ref_params), case
     # The steps moved the parameters, so equality above is not vacuous.
-    start = _build(model_name).state_dict()
+    start = build(model_name).state_dict()
     assert all(not torch.equal(start[k], ref_params[k]) for k in ref_params if "weight" in k)

@@ -23,38 +23,11 @@ from cadence.models import get_model_spec, loss_fn
 from cadence.models.blocks import BlockModel
 from cadence.pipeline.train import PipelineTrainer, pipeline_wrap_for
 from cadence.testing import run_ranks
+from tests.dist.pipeline_helpers import BATCH, batches, build, reference, sgd
 from tests.cli_helpers import assert_one_line_error, run_cadence
 
-BATCH = 16
 LATENCY_BOUND = AlphaBeta(alpha_s=1.0, beta_s_per_byte=0.0)
 BANDWIDTH_BOUND = AlphaBeta(alpha_s=0.0, beta_s_per_byte=1e-3)
-
-
-def _build() -> BlockModel:
-    torch.manual_seed(0)
-    return get_model_spec("mlp").build(hidden=(32, 32, 32))
-
-
-def _batches(steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    spec = get_model_spec("mlp")
-    return [spec.synthetic_batch(BATCH, seed=step) for step in range(steps)]
-
-
-def _optimizer(params: Any) -> torch.optim.Optimizer:
-    return torch.optim.SGD(params, lr=0.1, momentum=0.9)
-
-
-def _reference(steps: int) -> tuple[list[float], dict[str, torch.Tensor]]:
-    model = _build()
-    opt = _optimizer(model.parameters())
-    losses = []
-    for x, y in _batches(steps):
-        opt.zero_grad()
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses, model.state_dict()
 
 
 class _Links:
@@ -76,15 +49,15 @@ def _train(
 ) -> dict[str, Any]:  # fmt: skip
     """Train `steps` steps on this rank; rank 0 touches the request file before step
     `touch_before` + 1."""
-    model = _build()
-    opt = _optimizer(model.parameters())
+    model = build("mlp")
+    opt = sgd(model.parameters())
     ctx = DistContext(rank, world, rank, "gloo", torch.device("cpu"))
     trainer, _ = pipeline_wrap_for(config, probe=_Links(links))(model, opt, ctx)
     assert isinstance(trainer, PipelineTrainer)
     start = trainer.plan_record
     assert start is not None
     ran, losses = [], []
-    for step, (x, y) in enumerate(_batches(steps)):
+    for step, (x, y) in enumerate(batches("mlp", steps)):
         if rank == 0 and step == touch_before:
             assert config.replan_file is not None
             Path(config.replan_file).touch()
@@ -111,7 +84,7 @@ def _config(world: int, **replan: Any) -> TrainConfig:
 
 
 def _check_parity(results: list[dict[str, Any]], steps: int, world: int) -> None:
-    ref_losses, ref_params = _reference(steps)
+    ref_losses, ref_params = reference("mlp", steps)
     # The loop averages the ranks' loss shares: last stages report loss x S, the others 0.
     mean = [sum(r["losses"][i] for r in results) / world for i in range(steps)]
     torch.testing.assert_close(mean, ref_losses, rtol=1e-5, atol=1e-6)
@@ -153,9 +126,7 @@ def test_replan_file_asks_once_on_every_rank_of_a_hybrid_pipeline(tmp_path: Path
     request = tmp_path / "replan"
     request.touch()  # left from before the start: removed, asks nothing
     steps, config = 4, _config(4, replan_file=str(request))
-    results = run_ranks(
-        _train, 4, config, [LATENCY_BOUND, BANDWIDTH_BOUND], steps, 2, timeout=120
-    )
+    results = run_ranks(_train, 4, config, [LATENCY_BOUND, BANDWIDTH_BOUND], steps, 2, timeout=120)
     replans = results[0]["replans"]
     assert [(r["step"], r["reason"], r["switched"]) for r in replans] == [(2, "requested", True)]
     assert not request.exists()

@@ -58,8 +58,7 @@ def _early_update_pair(rank, world_size, stage, overlap):
     """mlp with onebit: (losses, bytes per step, final state) with the engine's early update
     switched off (every bucket updated in step()), then as it runs by default."""
     import cadence
-    from cadence.models import loss_fn
-    from tests.dist.zero_helpers import batch, make_model, opt_kwargs
+    from tests.dist.zero_helpers import make_model, opt_kwargs, train_steps
 
     out = []
     for early in (False, True):
@@ -68,15 +67,7 @@ def _early_update_pair(rank, world_size, stage, overlap):
                                   **opt_kwargs("adam"))  # fmt: skip
         assert opt.engine.early_update
         opt.engine.early_update = early
-        losses, sent = [], []
-        for step in range(7):
-            x, y = batch("mlp", step, rank, world_size)
-            opt.zero_grad()
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-            sent.append(opt.bytes_sent_last_step)
+        losses, sent = train_steps(model, opt, "mlp", 7, rank, world_size)
         out.append((losses, sent, {k: v.detach().clone() for k, v in model.state_dict().items()}))
     return out
 

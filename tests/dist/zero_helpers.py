@@ -43,6 +43,22 @@ def reference(name: str, optimizer: str, steps: int) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+def train_steps(
+    model: torch.nn.Module, opt: Any, name: str, steps: int, rank: int, world_size: int
+) -> tuple[list[float], list[dict[str, int]]]:
+    """(losses, bytes sent per step) of `steps` ordinary training steps of a ZeRO model."""
+    losses, sent = [], []
+    for step in range(steps):
+        x, y = batch(name, step, rank, world_size)
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        sent.append(opt.bytes_sent_last_step)
+    return losses, sent
+
+
 def train_zero(
     rank: int,
     world_size: int,
@@ -66,15 +82,7 @@ def train_zero(
         overlap_gather=overlap_gather,
         **opt_kwargs(optimizer),
     )
-    losses, sent = [], []
-    for step in range(steps):
-        x, y = batch(name, step, rank, world_size)
-        opt.zero_grad()
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-        sent.append(opt.bytes_sent_last_step)
+    losses, sent = train_steps(model, opt, name, steps, rank, world_size)
     model.eval()  # stage 3: gathers the full parameters on every rank
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     return state, losses, sent, opt.peak_memory
