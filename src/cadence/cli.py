@@ -69,6 +69,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         consistency=args.consistency,
         ps_checkpoint_dir=args.ps_checkpoint_dir,
         ps_checkpoint_every=args.ps_checkpoint_every,
+        ps_dead_after_s=args.ps_dead_after,
         ps_priority=args.ps_priority,
         straggler=args.straggler,
     )
@@ -312,6 +313,14 @@ def _add_train(sub: Any) -> None:
     )
     p.add_argument(
         "--ps-checkpoint-every", type=int, default=0, metavar="N", help="ps: checkpoint period"
+    )
+    p.add_argument(
+        "--ps-dead-after",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="ps: a worker silent this long is declared dead (asp/ssp/backup train on "
+        "without it, bsp stops naming it)",
     )
     p.add_argument("--json", default=None, metavar="FILE", help="also write the metrics here")
     p.set_defaults(func=_cmd_train)

@@ -113,6 +113,9 @@ class TrainConfig:
     """Parameter servers save their shards + optimizer state here and restore them on start."""
     ps_checkpoint_every: int = 0
     """Steps between parameter-server checkpoints (0: only when training ends)."""
+    ps_dead_after_s: float = 10.0
+    """Seconds without a heartbeat after which the servers declare a worker dead (asp, ssp,
+    backup: the others train on; bsp: they stop with an error naming it)."""
     straggler: str | None = None
     """`RANK:DELAY`: that parameter-server worker sleeps DELAY seconds every step."""
 
@@ -160,6 +163,7 @@ class TrainConfig:
             straggler=self.straggler,
             checkpoint_dir=self.ps_checkpoint_dir,
             checkpoint_every=self.ps_checkpoint_every,
+            dead_after_s=self.ps_dead_after_s,
         )
         if self.ps_priority.endswith("+net") and self.emulate_bandwidth in (None, "none"):
             raise UserError(

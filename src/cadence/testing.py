@@ -60,11 +60,17 @@ def _rank_main(
 
 
 def run_ranks(
-    fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 120.0
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    timeout: float = 120.0,
+    dying: tuple[int, ...] = (),
 ) -> list[Any]:
     """Call `fn(rank, world_size, *args)` on every rank; return the values ordered by rank.
 
-    `fn` and `args` must be picklable (a module-level function).
+    `fn` and `args` must be picklable (a module-level function). Ranks in `dying` are meant to
+    end their process without a result (a test of surviving a dead peer): their value is None,
+    and a `dying` rank that finishes instead fails the run.
     """
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
@@ -78,7 +84,7 @@ def run_ranks(
     values: dict[int, Any] = {}
     deadline = time.monotonic() + timeout
     try:
-        while len(values) < world_size:
+        while len(values) < world_size - len(dying):
             try:
                 rank, status, value = results.get(timeout=max(0.1, deadline - time.monotonic()))
             except queue.Empty:
@@ -88,6 +94,8 @@ def run_ranks(
                 ) from None
             if status == "error":
                 raise RankFailed(f"rank {rank} of {world_size} failed:\n{value}")
+            if rank in dying:
+                raise RankFailed(f"rank {rank} was meant to die but finished")
             values[rank] = pickle.loads(value)
     finally:
         for proc in procs:
@@ -95,4 +103,4 @@ def run_ranks(
             if proc.is_alive():
                 proc.kill()
                 proc.join()
-    return [values[r] for r in range(world_size)]
+    return [values.get(r) for r in range(world_size)]

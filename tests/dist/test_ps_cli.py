@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from cadence.train.loop import INJECT_ENV
 from tests.cli_helpers import assert_one_line_error, run_cadence
 
 
@@ -35,6 +36,27 @@ def test_train_ps_backup_workers_with_a_straggler(tmp_path):
     assert all(w["bytes_pushed"] == 40 * 4 * params for w in ps["workers"])
     assert all(w["bytes_pulled"] >= 40 * 4 * params for w in ps["workers"])
     assert ps["param_wait_s"] >= 0 and ps["max_staleness"] == 0
+
+
+def test_train_ps_goes_on_when_a_worker_process_dies(tmp_path):
+    # Backup K = 2 of 2: each step needs both workers until the servers declare the killed
+    # one dead (no heartbeat for 2 s); then worker 0 makes every remaining step alone.
+    proc = run_cadence(
+        "train", "--model", "mlp", "--strategy", "ps", "--workers", "2",
+        "--consistency", "backup:2", "--ps-dead-after", "2", "--optimizer", "sgd",
+        "--lr", "0.05", "--batch-size", "32", "--steps", "30", "--out", "out", "--name", "ps",
+        cwd=tmp_path, env={INJECT_ENV: "1:5:abort"},  # rank 1 dies natively at step 5
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "cadence: worker 1 exited with code" in proc.stderr
+    assert "the others train on without it (--consistency backup:2)" in proc.stderr
+    metrics = json.loads((tmp_path / "out" / "ps" / "metrics.json").read_text())
+    assert metrics["steps"] == 30 and len(metrics["step_loss"]) == 30
+    ps = metrics["ps"]
+    assert ps["servers"]["dead_workers"] == 1
+    assert [w["rank"] for w in ps["workers"]] == [0]  # no collective with a dead rank
+    assert ps["workers"][0]["dead_workers"] == [1]
+    assert metrics["final_test_accuracy"] > 0.5
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ LR = 0.5
 class Fake:
     """W workers' channel sockets (class 0 only) talking to one in-thread server."""
 
-    def __init__(self, consistency, workers=2, length=2, window=0, slices=None):
+    def __init__(self, consistency, workers=2, length=2, window=0, slices=None, dead_after=0.0):
         self.server = Server(
             {
                 "workers": workers,
@@ -28,6 +28,7 @@ class Fake:
                 "optimizer_kwargs": {"lr": LR},
                 "bind": "127.0.0.1",
                 "window_bytes": window,
+                "dead_after_s": dead_after,
             }
         )
         self.thread = threading.Thread(target=self.server.serve, daemon=True)
@@ -57,8 +58,9 @@ class Fake:
         header, payload = self.recv(w)
         return header, np.frombuffer(payload, np.float32)
 
-    def stop(self):
-        for w in range(len(self.socks)):  # STOP on every channel: class 1 has a socket of its own
+    def stop(self, live=None):
+        live = list(range(len(self.socks))) if live is None else live
+        for w in live:  # STOP on every channel: class 1 has a socket of its own
             self.send(w, Kind.STOP)
             extra = self.ctx.socket(zmq.DEALER)
             extra.setsockopt(zmq.IDENTITY, f"w{w}".encode())
@@ -67,7 +69,7 @@ class Fake:
             extra.send_multipart([Header(Kind.STOP, 0, w, 0, 0).pack(), b""])
             self.socks.append(extra)
         stats = []
-        for w in range(len(self.socks) // 2):
+        for w in live:
             header, payload = self.recv(w)
             assert header.kind == Kind.STATS
             stats.append(json.loads(payload))

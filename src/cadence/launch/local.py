@@ -22,6 +22,7 @@ from cadence.config import TrainConfig
 from cadence.errors import UserError, WorkerFailed
 from cadence.launch.env import BANDWIDTH_ENV, ERROR_FILE_ENV, LOG_FILE_ENV, THREADS_ENV
 from cadence.launch.errors import RankError, read_error
+from cadence.ps.config import survives_dead_workers
 
 POLL_S = 0.2
 GRACE_S = 5.0
@@ -176,14 +177,30 @@ def launch_local(
             )
             if stream:
                 stream.close()  # the child holds its own descriptor
+        # Parameter server with asp/ssp/backup: a worker other than rank 0 (which writes the
+        # outputs) may die and the others train on; its servers, if any, die with it, and then
+        # the workers that need them fail in turn.
+        survivable = survives_dead_workers(config.strategy, config.consistency)
+        lost: set[int] = set()
         while True:
             codes = [p.poll() for p in procs]
-            dead = [rank for rank, c in enumerate(codes) if c not in (None, 0)]
+            dead = [r for r, c in enumerate(codes) if c not in (None, 0) and r not in lost]
+            if dead and survivable and 0 not in dead:
+                for rank in dead:
+                    print(
+                        f"cadence: worker {rank} exited with code {codes[rank]} "
+                        f"(log: {log_file(logs, rank)}); the others train on without it "
+                        f"(--consistency {config.consistency})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                lost.update(dead)
+                dead = []
             if dead:
                 time.sleep(POLL_S)  # let the root cause finish writing its error file
                 stop_all(procs)
                 raise failure_cause(procs, logs, dead)
-            if all(c == 0 for c in codes):
+            if all(c == 0 or r in lost for r, c in enumerate(codes)):
                 break
             time.sleep(POLL_S)
     finally:

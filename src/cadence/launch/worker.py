@@ -18,6 +18,7 @@ from cadence.comm import destroy, init_from_env
 from cadence.config import TrainConfig
 from cadence.launch.env import BANDWIDTH_ENV, THREADS_ENV
 from cadence.launch.errors import exit_worker, worker_entry
+from cadence.ps.config import survives_dead_workers
 
 
 def run_worker(config: TrainConfig, run_dir: Path | None) -> dict[str, Any]:
@@ -33,7 +34,10 @@ def run_worker(config: TrainConfig, run_dir: Path | None) -> dict[str, Any]:
         metrics = run_training(config, ctx, run_dir, float(bandwidth) if bandwidth else None)
         # Leave together: a rank that tears down its process group while rank 0 still writes
         # outputs can abort inside gloo ("terminate called without an active exception").
-        if dist.is_initialized():
+        # Not where a dead worker must not stop the others (`exit_worker` skips the teardown).
+        if dist.is_initialized() and not survives_dead_workers(
+            config.strategy, config.consistency
+        ):
             dist.barrier()
         return metrics
     finally:

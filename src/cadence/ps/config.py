@@ -46,6 +46,12 @@ def parse_consistency(text: str) -> tuple[str, int]:
     )
 
 
+def survives_dead_workers(strategy: str, consistency: str) -> bool:
+    """Whether a job trains on when a worker process dies: the parameter server with asp, ssp
+    or backup workers (bsp cannot make a step without every worker)."""
+    return strategy == "ps" and parse_consistency(consistency)[0] != "bsp"
+
+
 def parse_straggler(text: str | None) -> tuple[int, float] | None:
     """`RANK:DELAY` (seconds added to every step of that worker) -> (rank, delay)."""
     if text is None:
@@ -85,6 +91,11 @@ class PSConfig:
     """`RANK:DELAY`: that worker sleeps DELAY seconds every step (experiments)."""
     timeout_s: float = 60.0
     """A worker waiting longer than this for a server's answer fails, naming the server."""
+    heartbeat_s: float = 1.0
+    """Seconds between heartbeats from each worker's communication thread to every server."""
+    dead_after_s: float = 10.0
+    """A worker the servers have heard nothing from for this long is declared dead: bsp stops
+    every other worker with an error naming it; asp, ssp and backup train on without it."""
     trace_iterations: int = 3
     """Timed forward passes behind the per-op times of the graph priority."""
     checkpoint_dir: str | None = None
@@ -128,3 +139,8 @@ class PSConfig:
             raise UserError("--ps-checkpoint-every needs --ps-checkpoint-dir")
         if not self.timeout_s > 0:
             raise UserError(f"timeout must be positive (got {self.timeout_s})")
+        if not 0 < self.heartbeat_s < self.dead_after_s:
+            raise UserError(
+                f"--ps-dead-after ({self.dead_after_s} s) must exceed the heartbeat interval "
+                f"({self.heartbeat_s} s), which must be positive"
+            )

@@ -33,7 +33,7 @@ from cadence.ps.config import PSConfig, parse_consistency, parse_straggler
 from cadence.ps.plan import PSPlan, build_plan
 from cadence.ps.trace import model_blocks, model_priorities, param_infos
 from cadence.ps.wire import Header, Kind
-from cadence.ps.worker import ServerTimeout, WorkerChannels
+from cadence.ps.worker import Liveness, ServerTimeout, WorkerChannels
 
 _OPT_KEYS = ("lr", "momentum", "dampening", "nesterov", "weight_decay", "betas", "eps")
 
@@ -91,6 +91,12 @@ class PSTrainer(nn.Module):
     full_batch = False
     """Each worker reads its 1/W share of the global batch."""
 
+    @property
+    def survives_dead_workers(self) -> bool:
+        """asp, ssp and backup train on when a worker dies (bsp cannot): the training loop then
+        keeps each rank's figures local instead of running collectives a dead rank would stall."""
+        return self.mode != "bsp"
+
     def __init__(
         self,
         model: nn.Module,
@@ -119,7 +125,13 @@ class PSTrainer(nn.Module):
         self.servers = self._start_servers(*optimizer_settings(optimizer))
         blocks = model_blocks(model)
         self.channels = WorkerChannels(
-            self.plan, rank, self.addresses, self.params, len(blocks), config.timeout_s
+            self.plan,
+            rank,
+            self.addresses,
+            self.params,
+            len(blocks),
+            config.timeout_s,
+            Liveness(config.heartbeat_s, config.dead_after_s, self.mode),
         )
         self.channels.check = self._check_servers
         self.step = 0
@@ -160,6 +172,7 @@ class PSTrainer(nn.Module):
                 "optimizer_kwargs": opt_kwargs,
                 "parent_pid": os.getpid(),
                 "window_bytes": self.config.window_bytes,
+                "dead_after_s": self.config.dead_after_s,
             }
             if self.config.checkpoint_dir is not None:
                 path = checkpoint_path(self.config.checkpoint_dir, server)
@@ -290,6 +303,8 @@ class PSTrainer(nn.Module):
             except subprocess.TimeoutExpired:
                 proc.kill()
         totals = {k: sum(s.get(k, 0) for s in stats) for k in stats[0]} if stats else {}
+        if stats:  # every server declares the same dead workers
+            totals["dead_workers"] = max(s.get("dead_workers", 0) for s in stats)
         totals["max_staleness"] = self.max_staleness
         totals["version"] = min(self.channels.versions, default=0)
         return totals
@@ -309,11 +324,14 @@ class PSTrainer(nn.Module):
     def run_report(self) -> dict[str, Any]:
         """Stop the servers (every worker calls it once, after its last step) and return the
         run's counters for metrics.json: the servers' (rejected and dropped messages, updates)
-        and every worker's (bytes pushed/pulled, per priority class, waiting, staleness)."""
-        mine = self.worker_counters()
+        and every worker's (bytes pushed/pulled, per priority class, waiting, staleness); only
+        this worker's when a worker died (no collective with a dead rank)."""
         servers = self.close()
+        mine = self.worker_counters()
         workers: list[Any] = [mine]
-        if dist.is_initialized():
+        # Every live worker knows the same dead ones once the servers' final counters are in
+        # (each server's death notices precede them): all gather, or none does.
+        if dist.is_initialized() and not self.channels.dead_workers:
             workers = [None] * dist.get_world_size()
             dist.all_gather_object(workers, mine)
         summary = {

@@ -11,6 +11,11 @@ urgent first. Consistency decides when a gradient is applied and when a pull may
   asp       apply each gradient (divided by W) on arrival; answer every pull at once
   ssp:S     apply like asp; answer a pull for step t once every worker has pushed t - S steps
 Bad messages (malformed, unknown slice, wrong size or dtype) are counted and never applied.
+Every worker's communication thread sends heartbeats; a worker heard from once and then silent
+for `dead_after_s` is declared dead: its pending answers are dropped, every live worker is told
+(in bsp that ends the run: no step can be made without it) and asp, ssp and backup go on with
+the others (ssp's bound and backup's K then count live workers only). Whatever a dead worker
+still sends is dropped, and it is told it was declared dead.
 The server imports no torch, so it starts in a fraction of a second.
 """
 
@@ -20,6 +25,7 @@ import heapq
 import json
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,6 +113,11 @@ class Server:
         # backup: workers pausing (between epochs, or done) after pushing the step noted here;
         # a step is then made from fewer than K gradients rather than never.
         self.idle: list[int | None] = [None] * self.workers
+        # Liveness: when each worker was last heard from (None: not yet), and who is dead.
+        self.dead_after_s = float(settings.get("dead_after_s", 0.0))  # 0: never declared dead
+        self.last_seen: list[float | None] = [None] * self.workers
+        self.dead: set[int] = set()
+        self.stats["dead_workers"] = 0
 
     def serve(self) -> None:
         poller = zmq.Poller()
@@ -114,6 +125,7 @@ class Server:
             poller.register(sock, zmq.POLLIN)
         while len(self.stopped) < self.workers * len(self.routers):
             ready = dict(poller.poll(_POLL_MS))
+            self._check_workers(time.monotonic())
             if not ready:
                 if self.parent and os.getppid() != self.parent:
                     return  # the process that started us is gone: nobody will say STOP
@@ -150,6 +162,13 @@ class Server:
             header = Header.unpack(raw)
             if not 0 <= header.worker < self.workers:
                 raise BadMessage(f"worker {header.worker} of {self.workers}")
+            if header.worker in self.dead:
+                self._tell(header.worker, header.worker, fatal=True)
+                self.stats["dropped"] += 1  # too late: it was declared dead
+                return
+            self.last_seen[header.worker] = time.monotonic()
+            if header.kind == Kind.HEARTBEAT:
+                return
             if header.kind == Kind.STOP:
                 self._stop(header.worker, klass)
                 return
@@ -186,12 +205,48 @@ class Server:
         """A worker says STOP on every channel (each channel is ordered, so everything it sent
         before has been handled); once all have, every worker gets the final counters."""
         self.stopped.add((worker, klass))
+        self._maybe_finish()
+
+    def _maybe_finish(self) -> None:
         if len(self.stopped) < self.workers * len(self.routers):
             return
         stats = json.dumps(self.stats).encode()
-        for w in range(self.workers):
+        for w in sorted(set(range(self.workers)) - self.dead):
             reply = Header(Kind.STATS, 0, w, 0, 0)
             self.routers[0].send_multipart([f"w{w}".encode(), reply.pack(), stats])
+
+    def _check_workers(self, now: float) -> None:
+        """Declare dead every worker silent for longer than `dead_after_s` (one that has said
+        STOP is done, not dead; one never heard from is still starting)."""
+        if not self.dead_after_s:
+            return
+        done = {w for w, _ in self.stopped}
+        for worker, seen in enumerate(self.last_seen):
+            if worker in self.dead or worker in done or seen is None:
+                continue
+            if now - seen > self.dead_after_s:
+                self._declare_dead(worker)
+
+    def _declare_dead(self, worker: int) -> None:
+        self.dead.add(worker)
+        self.stats["dead_workers"] += 1
+        self.outbox[worker].clear()
+        self.in_flight[worker] = 0
+        for klass in range(len(self.routers)):
+            self.stopped.add((worker, klass))  # nobody waits for its STOP
+        # Everyone alive hears it, also workers that said STOP and wait for the final STATS
+        # (sent after this notice): they all end knowing the same dead workers.
+        for live in sorted(set(range(self.workers)) - self.dead):
+            self._tell(live, worker, fatal=self.mode == "bsp")
+        if self.mode != "bsp":  # fewer workers now make a step (backup) or bound it (ssp)
+            for state in self.slices.values():
+                self._complete(state)
+                self._answer(state)
+        self._maybe_finish()
+
+    def _tell(self, to: int, dead: int, fatal: bool) -> None:
+        notice = Header(Kind.DEAD, 0, to, 0, int(fatal), dead)
+        self.routers[0].send_multipart([f"w{to}".encode(), notice.pack(), b""])
 
     def _push(self, state: SliceState, header: Header, grad: np.ndarray) -> None:
         if self.mode in ("asp", "ssp"):
@@ -218,7 +273,7 @@ class Server:
         """Gradients that make a step: W (bsp), or K, fewer if fewer are at work (backup)."""
         if self.mode == "bsp":
             return self.workers
-        working = sum(1 for step in self.idle if step is None)
+        working = sum(1 for w, step in enumerate(self.idle) if step is None and w not in self.dead)
         return max(1, min(self.bound, working))
 
     def _complete(self, state: SliceState) -> None:
@@ -255,12 +310,19 @@ class Server:
         if self.mode == "asp":
             return True
         if self.mode == "ssp":
-            return min(state.clocks) >= step - self.bound
+            return self._slowest(state) >= step - self.bound
         return state.version >= step
+
+    def _slowest(self, state: SliceState) -> int:
+        """The clock of the slowest live worker (dead ones no longer hold anyone back)."""
+        live = [c for w, c in enumerate(state.clocks) if w not in self.dead]
+        return min(live, default=min(state.clocks))
 
     def _answer(self, state: SliceState) -> None:
         keep = []
         for worker, step in state.waiting:
+            if worker in self.dead:
+                continue  # nobody to answer any more
             if not self._ready(state, step):
                 keep.append((worker, step))
                 continue
@@ -270,7 +332,7 @@ class Server:
                 worker,
                 state.key,
                 state.version,
-                min(state.clocks),
+                self._slowest(state),
                 state.value.size,
             )
             frames = [f"w{worker}".encode(), header.pack(), state.value.tobytes()]

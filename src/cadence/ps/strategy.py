@@ -25,6 +25,7 @@ def ps_config(train: Any, workers: int) -> PSConfig:
         straggler=train.straggler,
         checkpoint_dir=train.ps_checkpoint_dir,
         checkpoint_every=train.ps_checkpoint_every,
+        dead_after_s=train.ps_dead_after_s,
     )
 
 

@@ -35,6 +35,8 @@ class Kind(IntEnum):
     STATS = 6  # server -> worker: JSON counters, the answer to STOP
     ACK = 7  # worker -> server: a PARAM of `numel` elements arrived (returns send credit)
     IDLE = 8  # worker -> server: pausing after pushing step `step` (backup: do not wait for me)
+    HEARTBEAT = 9  # worker -> server: still alive (its communication thread, every interval)
+    DEAD = 10  # server -> worker: worker `extra` went silent; `step` 1: the run cannot go on
 
 
 class BadMessage(ValueError):
@@ -56,7 +58,7 @@ class Header:
     step: int
     """PUSH: the worker's step; PULL: the step it needs parameters for; PARAM: version."""
     extra: int = 0
-    """PARAM: the slowest worker's clock (SSP staleness); otherwise 0."""
+    """PARAM: the slowest worker's clock (SSP staleness); DEAD: the dead worker; otherwise 0."""
     numel: int = 0
     """Elements in the payload."""
     dtype: int = FLOAT32

@@ -4,6 +4,8 @@ The training thread never touches a TCP socket: it hands messages to the communi
 over an in-process pair socket, and waits on per-block ready flags that the communication
 thread sets as soon as the last slice of a block has arrived (written straight into the
 parameters). A wait that outlasts the timeout fails naming the server that did not answer.
+The communication thread also sends the servers heartbeats, and hears from them when another
+worker was declared dead (see `cadence.ps.server`): under bsp the next wait fails naming it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -28,6 +31,23 @@ class ServerTimeout(RuntimeError):
     """A server did not answer in time (dead, or unreachable)."""
 
 
+class WorkerDead(RuntimeError):
+    """The servers declared a worker dead and the run cannot go on without it (bsp), or this
+    worker itself was declared dead."""
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """Heartbeat settings of one worker."""
+
+    heartbeat_s: float
+    """Seconds between heartbeats to every server."""
+    dead_after_s: float
+    """Silence after which the servers declare a worker dead (for the error messages)."""
+    mode: str
+    """Consistency mode (bsp, asp, ssp, backup): only bsp cannot go on without a worker."""
+
+
 class WorkerChannels:
     """Channels to every server and the per-block ready flags of one worker."""
 
@@ -39,8 +59,13 @@ class WorkerChannels:
         params: Sequence[torch.Tensor],
         num_blocks: int,
         timeout_s: float,
+        liveness: Liveness | None = None,
     ) -> None:
         self.plan, self.rank, self.timeout_s = plan, rank, timeout_s
+        self.liveness = liveness
+        self.dead_workers: list[int] = []
+        """Workers the servers declared dead (and this one trains on without)."""
+        self.fatal: WorkerDead | None = None
         self.flat = [p.data.view(-1) for p in params]
         self.block_of_key = [plan.params[s.param].block for s in plan.slices]
         self.ready = [threading.Event() for _ in range(num_blocks)]
@@ -148,9 +173,12 @@ class WorkerChannels:
             "bytes_pulled": self.bytes_pulled,
             "bytes_per_class": list(self.class_bytes),
             "param_wait_s": self.wait_s,
+            "dead_workers": list(self.dead_workers),
         }
 
     def _raise_if_failed(self) -> None:
+        if self.fatal is not None:
+            raise self.fatal
         if self.error is not None:
             raise RuntimeError(f"worker {self.rank}: communication thread failed") from self.error
 
@@ -169,8 +197,19 @@ class WorkerChannels:
                     poller.register(sock, zmq.POLLIN)
                     row.append(sock)
                 dealers.append(row)
+            beat = self.liveness.heartbeat_s if self.liveness is not None else None
+            next_beat = time.monotonic()
             while True:
-                for sock, _ in poller.poll():
+                if beat is not None and time.monotonic() >= next_beat:
+                    # From this thread, so a worker busy in a long evaluation stays alive.
+                    alive = Header(Kind.HEARTBEAT, 0, self.rank, 0, 0).pack()
+                    for row in dealers:
+                        row[0].send_multipart([alive, b""])
+                    next_beat = time.monotonic() + beat
+                timeout_ms = (
+                    None if beat is None else max(1, int(1000 * (next_beat - time.monotonic())))
+                )
+                for sock, _ in poller.poll(timeout_ms):
                     if sock is self._inbox:
                         frames = sock.recv_multipart()
                         if frames[0] == b"quit":
@@ -189,10 +228,30 @@ class WorkerChannels:
                 for sock in row:
                     sock.close(linger=0)
 
+    def _dead(self, worker: int, fatal: bool) -> None:
+        if worker in self.dead_workers:
+            return  # every server tells
+        self.dead_workers.append(worker)
+        after = f"{self.liveness.dead_after_s:g} s" if self.liveness else "too long"
+        if worker == self.rank:
+            self.fatal = WorkerDead(
+                f"worker {self.rank}: the parameter servers heard nothing from this worker for "
+                f"{after} and declared it dead; they no longer take its messages"
+            )
+        elif fatal:
+            self.fatal = WorkerDead(
+                f"worker {worker} sent the parameter servers nothing for {after} (dead?): "
+                f"bsp cannot make a step without it; --consistency asp, ssp:S or backup:K "
+                f"train on without a dead worker"
+            )
+
     def _receive(self, sock: zmq.Socket[bytes], frames: list[bytes]) -> None:
         header = Header.unpack(frames[0])
         if header.kind == Kind.STATS:
             self._stats.put(json.loads(frames[1]))
+            return
+        if header.kind == Kind.DEAD:
+            self._dead(header.extra, fatal=bool(header.step))
             return
         if header.kind != Kind.PARAM:
             raise ValueError(f"worker got a {header.kind.name} message")

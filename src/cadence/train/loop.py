@@ -44,11 +44,15 @@ def _injected_failure(rank: int) -> tuple[int, bool] | None:
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, data: Dataset, ctx: DistContext) -> tuple[float, float]:
-    """Mean loss and accuracy on the test split; each rank scores its share, then one sum."""
+def evaluate(
+    model: torch.nn.Module, data: Dataset, ctx: DistContext, alone: bool = False
+) -> tuple[float, float]:
+    """Mean loss and accuracy on the test split; each rank scores its share, then one sum
+    (`alone`: this rank scores all of it, no collective)."""
     was_training = model.training
     model.eval()
-    share = rank_slice(len(data.test_x), ctx.rank, ctx.world_size)
+    rank, world = (0, 1) if alone else (ctx.rank, ctx.world_size)
+    share = rank_slice(len(data.test_x), rank, world)
     xs, ys = data.test_x[share], data.test_y[share]
     totals = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, count
     for start in range(0, len(xs), EVAL_BATCH):
@@ -58,7 +62,8 @@ def evaluate(model: torch.nn.Module, data: Dataset, ctx: DistContext) -> tuple[f
         totals[0] += loss_fn(out, y).item() * y.numel()
         totals[1] += (out.argmax(dim=-1) == y).sum().item()
         totals[2] += y.numel()
-    all_reduce_sum(totals)
+    if not alone:
+        all_reduce_sum(totals)
     model.train(was_training)
     count = max(totals[2].item(), 1.0)
     return totals[0].item() / count, totals[1].item() / count
@@ -80,6 +85,10 @@ def run_training(
     model, optimizer = strategy.wrap_for(config)(model, optimizer, ctx)
     plain = strategy.unwrap(model)
     owner = model if isinstance(model, OwnsStep) else None  # a strategy that runs the step
+    # A strategy that trains on when a worker dies (parameter server: asp, ssp, backup) must
+    # not be stopped by the loop's own collectives: then each rank keeps its own figures and
+    # rank 0 alone evaluates and reports.
+    alone = bool(getattr(owner, "survives_dead_workers", False))
     shard_rank, shard_world = (
         (0, 1) if owner is not None and owner.full_batch else (ctx.rank, ctx.world_size)
     )
@@ -151,13 +160,15 @@ def run_training(
                 bar.set_postfix(epoch=epoch, loss=f"{loss.item():.4f}")
         train_seconds = time.perf_counter() - t_epoch
         # One collective per epoch turns every rank's step losses into the global mean.
-        losses = all_reduce_sum(torch.stack(epoch_losses).float().cpu()) / ctx.world_size
+        losses = torch.stack(epoch_losses).float().cpu()
+        if not alone:
+            losses = all_reduce_sum(losses) / ctx.world_size
         metrics["step_loss"].extend(losses.tolist())
         last_epoch = epoch == epochs_needed
         if owner is not None:
             owner.sync()  # before evaluation and the checkpoint read `plain`
-        if config.eval_every_epoch or last_epoch:
-            test_loss, test_acc = evaluate(plain, data, ctx)
+        if (config.eval_every_epoch or last_epoch) and (ctx.is_main or not alone):
+            test_loss, test_acc = evaluate(plain, data, ctx, alone)
         else:
             test_loss, test_acc = math.nan, math.nan
         record = {
