@@ -96,8 +96,8 @@ class PSConfig:
     dead_after_s: float = 10.0
     """A worker the servers have heard nothing from for this long is declared dead: bsp stops
     every other worker with an error naming it; asp, ssp and backup train on without it."""
-    trace_iterations: int = 3
-    """Timed forward passes behind the per-op times of the graph priority."""
+    trace_iterations: int = 10
+    """Timed forward passes behind the per-op times (medians) of the graph priority."""
     checkpoint_dir: str | None = None
     """Servers save their shards and optimizer state here (`server<S>.npz`) when they stop
     and every `checkpoint_every` steps, and restore them on start when the files exist."""

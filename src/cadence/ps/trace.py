@@ -52,7 +52,7 @@ class _Timer(fx.Interpreter):
         return out
 
 
-def trace_ops(model: nn.Module, example: Tensor, iterations: int = 3) -> list[Op]:
+def trace_ops(model: nn.Module, example: Tensor, iterations: int = 10) -> list[Op]:
     """Forward ops with measured times (median of `iterations`); module order if untraceable."""
     params, _ = param_infos(model)
     index = {id(p): i for i, p in enumerate(params)}
@@ -110,7 +110,7 @@ def module_order_ops(model: nn.Module) -> list[Op]:
 
 
 def model_priorities(
-    model: nn.Module, kind: str, example: Tensor | None = None, iterations: int = 3
+    model: nn.Module, kind: str, example: Tensor | None = None, iterations: int = 10
 ) -> list[int]:
     """Priority per parameter (in `param_infos` order) for fifo, layer or graph."""
     params, infos = param_infos(model)
