@@ -12,6 +12,7 @@ from cadence.pipeline.stages import plan_stages
 from cadence.profile.record import BlockProfile, Profile
 from cadence.sim.pipeline_adapter import (
     Affine,
+    Piecewise,
     simulate_pipeline,
     stage_costs,
     stage_peaks,
@@ -105,14 +106,40 @@ def test_recompute_costs_a_forward_per_micro_batch() -> None:
     assert again.compute_s == pytest.approx(plain.compute_s + 4 * T / 4)
 
 
-def test_two_profiles_give_fixed_plus_per_sample_costs() -> None:
+def test_two_profiles_give_the_line_through_them() -> None:
     small, large = _profile(batch=2, t=0.03), _profile(batch=8, t=0.06)
     costs = stage_costs([small, large], ((0, 1), (1, 2)))
     # forward of a stage: 0.03 s at 2 samples, 0.06 s at 8 -> 0.02 + 0.005 / sample
-    assert costs.forward[0].fixed_s == pytest.approx(0.02)
-    assert costs.forward[0].per_sample_s == pytest.approx(0.005)
+    assert costs.forward[0](2) == pytest.approx(0.03)
+    assert costs.forward[0](4) == pytest.approx(0.04)
+    assert costs.forward[0](1) == pytest.approx(0.025)  # the end segment, extended
+    assert costs.forward[0](16) == pytest.approx(0.10)
     assert costs.backward[1](8) == pytest.approx(0.12)
     assert Affine(0.0, 0.5)(4) == 2.0
+
+
+def test_profiles_at_every_size_are_taken_as_measured() -> None:
+    # Not linear in the size (a CPU's per-call overhead, caches): 1 -> 10 ms, 2 -> 12, 4 -> 40.
+    # One line through the three would misjudge every size; each measured size is exact.
+    sizes = {1: 0.010, 2: 0.012, 4: 0.040}
+    costs = stage_costs([_profile(batch=b, t=t) for b, t in sizes.items()], ((0, 1), (1, 2)))
+    for b, t in sizes.items():
+        assert costs.forward[1](b) == pytest.approx(t)
+        assert costs.backward[0](b) == pytest.approx(2 * t)
+    assert costs.forward[0](3) == pytest.approx(0.026)  # halfway between 2 and 4
+    # the same size profiled twice: the mean
+    twice = stage_costs([_profile(batch=2, t=0.01), _profile(batch=2, t=0.03)], ((0, 1), (1, 2)))
+    assert twice.forward[0](2) == pytest.approx(0.02)
+    assert twice.forward[0](4) == pytest.approx(0.04)  # one size: proportional
+
+
+def test_piecewise_rejects_unsorted_or_short_input() -> None:
+    assert Piecewise((1, 4), (0.01, 0.01))(100) == pytest.approx(0.01)
+    assert Piecewise((2, 4), (0.02, 0.01))(9) == 0.0  # never negative past a falling end
+    with pytest.raises(ValueError, match="must increase"):
+        Piecewise((4, 2), (0.1, 0.2))
+    with pytest.raises(ValueError, match="at least two sizes"):
+        Piecewise((4,), (0.1,))
 
 
 def test_bad_input_is_one_clear_line() -> None:

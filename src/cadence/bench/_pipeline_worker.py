@@ -1,8 +1,9 @@
 """One rank of `cadence bench pipeline`: `python -m cadence.bench._pipeline_worker CONFIG.json
 RESULT.json`, started inside an emulated host's namespace (rank s runs stage s).
 
-1. plan: ranks 0 and 1 probe their link (under whatever load the parent started), rank 0
-   profiles the model and runs the planner, and every rank receives the plan;
+1. plan: ranks 0 and 1 probe their link and profile the model at every candidate
+   micro-batch size, both at once (under whatever load the parent started); rank 0 runs the
+   planner on its profiles, and every rank receives the plan;
 2. time: every candidate gets its own executor over the same stage; after warm-up, rounds
    run each candidate once (order reversed every other round), each step between barriers;
    a step's time is the slowest rank's;
@@ -70,34 +71,26 @@ def _peak_step(ex: PipelineExecutor, x: torch.Tensor, y: torch.Tensor) -> int:
     return _rss("VmHWM") - before
 
 
-def _cached_profiles(cfg: dict[str, Any], model: BlockModel, sizes: list[int]) -> list[Any]:
-    """Profiles from the bench's cache, or measured now and cached: compute does not depend on
-    the network, so every scenario of a model is planned on the same profiles and differs
-    only in the probed link."""
-    from cadence.pipeline.auto import profiles_for_model
-    from cadence.profile import Profile
-
-    paths = [Path(cfg["profile_dir"]) / f"{cfg['model']}-b{b}.json" for b in sizes]
-    if all(p.exists() for p in paths):
-        return [Profile.load(p) for p in paths]
-    profiles = profiles_for_model(model, cfg["model"], sizes)
-    for profile, path in zip(profiles, paths, strict=True):
-        profile.save(path)
-    return profiles
-
-
 def _plan(cfg: dict[str, Any], model: BlockModel, is_main: bool) -> dict[str, Any]:
+    from cadence.pipeline.auto import profile_sizes, profiles_for_model
     from cadence.pipeline.planner import plan_pipeline
     from cadence.pipeline.probe import probe_stage_link
 
     link = probe_stage_link(0, 1)
+    batch, m = cfg["batch_size"], cfg["microbatches"]
+    # Both ranks profile at once, under this scenario's load: in the pipeline they compute
+    # side by side on the same cores (see `profiles_for_model`).
+    started = time.perf_counter()
+    profiles = profiles_for_model(model, cfg["model"], profile_sizes(batch), together=True)
+    profile_s = time.perf_counter() - started
     record: dict[str, Any] | None = None
     if is_main:
         assert link is not None
-        batch, m = cfg["batch_size"], cfg["microbatches"]
-        profiles = _cached_profiles(cfg, model, sorted({1, batch // m, batch}))
         kw: dict[str, Any] = {
-            "stages": 2, "batch_size": batch, "link": link, "optimizer": OPTIMIZER
+            "stages": 2,
+            "batch_size": batch,
+            "link": link,
+            "optimizer": OPTIMIZER,
         }
         limit = cfg["memory_limit"]
         if limit is None:  # between the smallest and largest peak at M: some fit, some not
@@ -108,6 +101,8 @@ def _plan(cfg: dict[str, Any], model: BlockModel, is_main: bool) -> dict[str, An
         record = {
             **plan.to_json(),
             "probe": {"alpha_s": link.alpha_s, "beta_s_per_byte": link.beta_s_per_byte},
+            "profile_sizes": [p.batch_size for p in profiles],
+            "profile_s": profile_s,
         }
     return dict(broadcast_object(record))
 
@@ -147,9 +142,7 @@ def run(cfg: dict[str, Any], result: Path) -> None:
         x, y = spec.synthetic_batch(cfg["batch_size"])
         todo = candidates(plan, cfg["microbatches"])
         executors = [
-            pipeline(
-                model, loss_fn, c["schedule"], c["microbatches"], ranges, backend=c["backend"]
-            )
+            pipeline(model, loss_fn, c["schedule"], c["microbatches"], ranges, backend=c["backend"])
             for c in todo
         ]
         for _ in range(cfg["warmup"]):

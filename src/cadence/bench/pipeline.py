@@ -2,7 +2,8 @@
 
 For every model, on 2 emulated hosts joined by a capped link, without and with contention
 (`netem load`: a TCP bulk transfer from host 0 to host 1 for the whole scenario): the planner
-probes the link and profiles the model, then GPipe, 1F1B and every kFkB (our runtime; those
+probes the link and profiles the model on both stage ranks at once (per scenario: the load
+takes CPU too), then GPipe, 1F1B and every kFkB (our runtime; those
 over the memory limit are marked and still timed), torch's ScheduleGPipe and Schedule1F1B, and
 the planner's pick are timed side by side (`_pipeline_worker`). Reported per scenario: measured
 medians next to predictions, Kendall tau between predicted and measured order (our runtime's
@@ -189,12 +190,12 @@ def plot(scenarios: Sequence[dict[str, Any]], path: Path) -> None:
 
 
 def _scenario(
-    cluster: Any, config: PipelineBenchConfig, model: str, loaded: bool, profile_dir: str
+    cluster: Any, config: PipelineBenchConfig, model: str, loaded: bool
 ) -> dict[str, Any]:
     from cadence.bench._launch import run_workers
     from cadence.netem import start_background_load
 
-    cfg = {**asdict(config), "model": model, "profile_dir": profile_dir}
+    cfg = {**asdict(config), "model": model}
     with tempfile.TemporaryDirectory(prefix="cadence-bench-pipeline-") as tmp:
         run_dir = Path(tmp)
         (run_dir / "config.json").write_text(json.dumps(cfg))
@@ -236,15 +237,11 @@ def run_pipeline_bench(
     check_netem_available()
     started = time.time()
     scenarios: list[dict[str, Any]] = []
-    with (
-        cleanup_on_signals(),
-        EmulatedCluster(2, parse_bandwidth(config.cap)) as cluster,
-        tempfile.TemporaryDirectory(prefix="cadence-bench-pipeline-profiles-") as profiles,
-    ):
+    with cleanup_on_signals(), EmulatedCluster(2, parse_bandwidth(config.cap)) as cluster:
         for model in config.models:
             for loaded in config.contention:
                 echo(f"  {model}, {'with' if loaded else 'no'} contention at {config.cap}")
-                scenarios.append(_scenario(cluster, config, model, loaded, profiles))
+                scenarios.append(_scenario(cluster, config, model, loaded))
     report = {
         "benchmark": "pipeline",
         "command": command,

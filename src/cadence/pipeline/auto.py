@@ -1,7 +1,8 @@
 """`--schedule auto`: plan the pipeline at the start of training, the same on every rank.
 
-Ranks 0 and 1 (stages 0 and 1 of the first replica) probe their link; rank 0 profiles the
-model at the smallest micro-batch and at the full per-replica batch, simulates every candidate
+Ranks 0 and 1 (stages 0 and 1 of the first replica) probe their link; every rank profiles the
+model at every micro-batch size the planner tries, all ranks at the same time (`profile_sizes`,
+`profiles_for_model`); rank 0 simulates every candidate on its profiles
 (`planner.plan_pipeline`) and broadcasts the choice, so every rank builds the same schedule.
 A planning error on rank 0 (e.g. no schedule fits the memory limit) is broadcast too and
 raised on every rank, instead of leaving the others waiting. Rank 0 keeps the profiles for
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from cadence.comm import broadcast_object
 from cadence.comm.cost import AlphaBeta
@@ -22,37 +24,53 @@ from cadence.config import TrainConfig
 from cadence.errors import UserError
 from cadence.models import get_model_spec
 from cadence.models.blocks import BlockModel
-from cadence.pipeline.planner import MAX_MICROBATCHES, plan_pipeline
+from cadence.pipeline.planner import microbatch_counts, plan_pipeline
 from cadence.pipeline.probe import probe_stage_link
 from cadence.profile import Profile
 
-_PROFILE_ITERATIONS = 3
+_PROFILE_ITERATIONS = 5
+"""Timed iterations per profiled size (medians): each size's time enters the plan unsmoothed."""
 _FREE_LINK = AlphaBeta(alpha_s=0.0, beta_s_per_byte=0.0)
 
 LinkProbe = Callable[[], AlphaBeta | None]
 """Measures the stage link; called on every rank between steps, rank 0's answer is used."""
 
 
-def profiles_for_model(model: BlockModel, name: str, sizes: list[int]) -> list[Any]:
-    """Profiles of (a copy of) `model` at each batch size, on synthetic batches of zoo `name`."""
+def profile_sizes(batch_size: int) -> list[int]:
+    """Every micro-batch size of the planner's candidates for a pipeline batch of `batch_size`
+    (smallest first): each candidate's compute is then a measured size, not a fitted one."""
+    return sorted({batch_size // m for m in microbatch_counts(batch_size)})
+
+
+def profiles_for_model(
+    model: BlockModel, name: str, sizes: list[int], together: bool = False
+) -> list[Any]:
+    """Profiles of (a copy of) `model` at each batch size, on synthetic batches of zoo `name`.
+
+    `together`: every rank of the process group calls this at once, and each size starts
+    after a barrier, so every rank profiles while the others compute too. Stage ranks that
+    share a host's cores (or memory bandwidth) slow each other down; in the pipeline they
+    compute at the same time, so a profile taken alone misses that (1.5x on 2 emulated hosts
+    sharing 2 cores: gpt_mini's stage forward+backward at 2 samples, 8 ms alone, 12 ms with
+    the other stage busy)."""
     from cadence.profile import profile_model
 
     out = []
     with torch.random.fork_rng():
         for size in sizes:
             batch = get_model_spec(name).synthetic_batch(size)
-            out.append(
-                profile_model(copy.deepcopy(model), batch, _PROFILE_ITERATIONS, 1, name)
-            )
+            if together and dist.is_available() and dist.is_initialized():
+                dist.barrier()
+            out.append(profile_model(copy.deepcopy(model), batch, _PROFILE_ITERATIONS, 1, name))
     return out
 
 
 def start_profiles(model: BlockModel, config: TrainConfig, replicas: int) -> list[Profile]:
-    """Profiles at the smallest micro-batch and at the full per-replica batch (rank 0 plans
-    with these at start and keeps them for every re-plan: profiling is the slow part)."""
-    per_replica = config.batch_size // replicas
-    smallest = max(1, per_replica // min(MAX_MICROBATCHES, per_replica))
-    return profiles_for_model(model, config.model, sorted({smallest, per_replica}))
+    """Profiles at every candidate micro-batch size of the per-replica batch, taken on every
+    rank at once (rank 0 plans with its own at start and keeps them for every re-plan:
+    profiling is the slow part). Every rank must call it."""
+    sizes = profile_sizes(config.batch_size // replicas)
+    return profiles_for_model(model, config.model, sizes, together=True)
 
 
 def stage_link_probe(stages: int, world_size: int) -> LinkProbe:
@@ -101,11 +119,10 @@ def plan_at_start(
     (every rank calls it; rank 0's answer counts)."""
     link = (probe or stage_link_probe(config.stages, world_size))()
     record: dict[str, Any] | str = ""
-    profiles = None
+    profiles = start_profiles(model, config, replicas)  # on every rank: see profiles_for_model
     if is_main:
-        profiles = start_profiles(model, config, replicas)
         record = plan_record(profiles, config, replicas, link)
     record = broadcast_object(record)
     if isinstance(record, str):
         raise UserError(record)
-    return record, profiles
+    return record, profiles if is_main else None

@@ -28,6 +28,8 @@ until the action using it ends -- the accounting of `pipeline/memory.py`, over s
 
 from __future__ import annotations
 
+import bisect
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -67,12 +69,39 @@ class Affine:
 
 
 @dataclass(frozen=True)
+class Piecewise:
+    """Seconds of some work on n samples, measured at a few sizes: linear between neighbouring
+    sizes, the end segments extended beyond them. At a measured size it is the measurement."""
+
+    sizes: tuple[int, ...]
+    """Measured sizes, increasing, at least two."""
+    seconds: tuple[float, ...]
+    """Measured seconds at each size."""
+
+    def __post_init__(self) -> None:
+        if len(self.sizes) < 2 or len(self.sizes) != len(self.seconds):
+            raise ValueError("Piecewise needs at least two sizes and one time per size")
+        if any(a >= b for a, b in zip(self.sizes, self.sizes[1:], strict=False)):
+            raise ValueError(f"Piecewise sizes must increase, got {self.sizes}")
+
+    def __call__(self, samples: int) -> float:
+        i = bisect.bisect_left(self.sizes, samples, 1, len(self.sizes) - 1)
+        x0, x1 = self.sizes[i - 1], self.sizes[i]
+        y0, y1 = self.seconds[i - 1], self.seconds[i]
+        return max(0.0, y0 + (y1 - y0) * (samples - x0) / (x1 - x0))
+
+
+Cost = Affine | Piecewise
+"""Seconds of a stage's forward or backward as a function of the micro-batch size."""
+
+
+@dataclass(frozen=True)
 class StageCosts:
     """Compute cost of each stage as a function of the micro-batch size."""
 
-    forward: tuple[Affine, ...]
+    forward: tuple[Cost, ...]
     """Forward of one micro-batch on each stage (the last stage's includes the loss)."""
-    backward: tuple[Affine, ...]
+    backward: tuple[Cost, ...]
     """Backward of one micro-batch on each stage (input and weight gradients)."""
 
 
@@ -102,31 +131,32 @@ def stage_costs(
     profiles: Profile | Sequence[Profile], ranges: Sequence[tuple[int, int]]
 ) -> StageCosts:
     """Per-stage costs from one profile (proportional to the batch) or from profiles at two or
-    more batch sizes (a least-squares line per stage: fixed + per-sample cost, which is what
-    makes small micro-batches on a CPU cost more per sample than large ones)."""
+    more batch sizes: each stage's measured time at each size (the mean where a size was
+    profiled twice), linear in between (`Piecewise`). Profiling every micro-batch size the
+    planner tries makes each candidate's compute a measurement rather than a fit: one line
+    through a few sizes misjudged small micro-batches, whose cost on a CPU is not linear in
+    the size (per-operator overhead, cache effects)."""
     items = [profiles] if isinstance(profiles, Profile) else list(profiles)
     if not items:
         raise UserError("simulate_pipeline needs at least one profile")
     names = {p.model for p in items}
     if len(names) > 1:
         raise UserError(f"profiles of different models: {sorted(names)}")
-    batches = [p.batch_size for p in items]
-    per = [_stage_seconds(p, ranges) for p in items]
+    by_size: dict[int, list[list[tuple[float, float]]]] = {}
+    for p in items:
+        by_size.setdefault(p.batch_size, []).append(_stage_seconds(p, ranges))
+    sizes = tuple(sorted(by_size))
 
-    def fit(values: list[float]) -> Affine:
-        if len(set(batches)) < 2:
-            return Affine(0.0, sum(values) / sum(batches))
-        n = len(batches)
-        mx, my = sum(batches) / n, sum(values) / n
-        sxx = sum((x - mx) ** 2 for x in batches)
-        slope = sum((x - mx) * (y - my) for x, y in zip(batches, values, strict=True)) / sxx
-        slope = max(slope, 0.0)
-        return Affine(max(my - slope * mx, 0.0), slope)
+    def cost(stage: int, part: int) -> Cost:
+        means = [statistics.fmean(per[stage][part] for per in by_size[b]) for b in sizes]
+        if len(sizes) == 1:
+            return Affine(0.0, means[0] / sizes[0])
+        return Piecewise(sizes, tuple(means))
 
     stages = range(len(ranges))
     return StageCosts(
-        forward=tuple(fit([p[s][0] for p in per]) for s in stages),
-        backward=tuple(fit([p[s][1] for p in per]) for s in stages),
+        forward=tuple(cost(s, 0) for s in stages),
+        backward=tuple(cost(s, 1) for s in stages),
     )
 
 
@@ -337,12 +367,13 @@ def simulate_pipeline(
     """Predict one step of pipeline-parallel training.
 
     `profile`: a `Profile` (times scale with the micro-batch size), or profiles of the same
-    model at several batch sizes (fixed + per-sample cost per stage). `stages` S, `microbatches`
-    M, `schedule` a name ("gpipe", "1f1b", "kfkb:K") or a built `Schedule`, `link` an
-    `AlphaBeta` or bytes/s between neighbouring stages. `batch_size` B is the samples per step
-    (default: the first profile's), cut into M micro-batches of B / M. `ranges`: block range of
-    each stage (default: balanced on the profile). The result's `iteration_s` is the step time,
-    `peak_memory_bytes` the largest stage's peak (`stage_peaks(result)` gives every stage's),
+    model at several batch sizes (each stage's measured cost, linear between the sizes).
+    `stages` S, `microbatches` M, `schedule` a name ("gpipe", "1f1b", "kfkb:K") or a built
+    `Schedule`, `link` an `AlphaBeta` or bytes/s between neighbouring stages. `batch_size` B
+    is the samples per step (default: the first profile's), cut into M micro-batches of
+    B / M. `ranges`: block range of each stage (default: balanced on the profile). The
+    result's `iteration_s` is the step time, `peak_memory_bytes` the largest stage's peak
+    (`stage_peaks(result)` gives every stage's),
     `wire_bytes` the busiest link direction's bytes.
     """
     from cadence.pipeline.memory import optimizer_state_factor
