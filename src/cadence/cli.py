@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from cadence.errors import UserError, WorkerFailed
+from cadence.sizes import parse_memory_limit
 
 
 def _write_json(path: str | None, data: Any) -> None:
@@ -19,12 +20,6 @@ def _write_json(path: str | None, data: Any) -> None:
         Path(path).write_text(json.dumps(data, indent=2) + "\n")
     except OSError as exc:
         raise UserError(f"cannot write --json file '{path}': {exc.strerror or exc}") from None
-
-
-def _memory_limit(text: str | None) -> int | None:
-    from cadence.sim.command import parse_size
-
-    return parse_size(text, "--memory-limit") if text else None
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -62,7 +57,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         schedule=args.schedule,
         recompute=args.recompute,
         pipeline_backend=args.pipeline_backend,
-        memory_limit=_memory_limit(args.memory_limit),
+        memory_limit=parse_memory_limit(args.memory_limit),
         replan_every=args.replan_every,
         replan_file=args.replan_file,
         servers=args.servers,

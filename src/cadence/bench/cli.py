@@ -238,7 +238,7 @@ def _add_zero(bsub: Any) -> None:
 
 def _cmd_pipeline(args: argparse.Namespace) -> int:
     from cadence.bench.pipeline import PipelineBenchConfig, run_pipeline_bench
-    from cadence.sim.command import parse_size
+    from cadence.sizes import parse_memory_limit
 
     config = PipelineBenchConfig(
         models=_names(args.models),
@@ -246,7 +246,7 @@ def _cmd_pipeline(args: argparse.Namespace) -> int:
         contention=(False, True) if args.contention == "both" else (args.contention == "on",),
         batch_size=args.batch_size,
         microbatches=args.microbatches,
-        memory_limit=parse_size(args.memory_limit, "--memory-limit") if args.memory_limit else None,
+        memory_limit=parse_memory_limit(args.memory_limit),
         warmup=args.warmup,
         rounds=args.rounds,
         out=args.out,

@@ -61,9 +61,9 @@ def plan_pipeline_command(args: Any) -> int:
     """Plan, print the table and the pick (and write `--json`)."""
     from cadence.pipeline.planner import MAX_MICROBATCHES, plan_pipeline
     from cadence.profile import Profile
-    from cadence.sim.command import parse_size
+    from cadence.sizes import parse_memory_limit
 
-    limit = parse_size(args.memory_limit, "--memory-limit") if args.memory_limit else None
+    limit = parse_memory_limit(args.memory_limit)
     counts = parse_counts(args.microbatches)
     link = link_from(args.bandwidth, args.latency, args.payload_fraction)
     if args.batch_size < 1:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,26 +19,10 @@ from cadence.sim.metrics import SimResult
 from cadence.sim.options import SimOptions
 from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION, step_s_per_byte
 from cadence.sim.zero_graph import ZeroSimPlan, simulate_zero
+from cadence.sizes import parse_size
 
 STRATEGIES = ("cadence-dp", "ddp", "zero")
 PLAN_THRESHOLDS = ("256kib", "1mib", "4mib", "16mib")
-_SIZE = re.compile(r"^(\d+(?:\.\d*)?)\s*(b|kb|mb|gb|kib|mib|gib)?$", re.IGNORECASE)
-_SCALE = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
-
-
-def parse_size(text: str, what: str = "size") -> int:
-    """Bytes in `text`: a number with an optional unit (b, kb, mb, gb, kib, mib, gib)."""
-    match = _SIZE.match(text.strip()) if isinstance(text, str) else None
-    if match is not None:
-        value = float(match.group(1)) * _SCALE[(match.group(2) or "b").lower()]
-        if value >= 1 and math.isfinite(value):
-            return int(value)
-    raise UserError(
-        f"bad {what} {text!r}: use a positive number of bytes, optionally with kb, mb, gb, "
-        "kib, mib or gib (e.g. 4mib)"
-    )
-
-
 @dataclass(frozen=True, kw_only=True)
 class Setup:
     """A model, its profile and parameters, and the cluster to predict for."""

@@ -10,14 +10,11 @@ from typing import Any
 
 from cadence.comm.cost import AlphaBeta
 from cadence.errors import UserError
-from cadence.sim.command import parse_size, setup_from
+from cadence.sim.command import setup_from
 from cadence.sim.metrics import write_text
 from cadence.sim.options import SimOptions
 from cadence.sim.strategies import Candidate, best_fitting, rank_strategies, why
-
-
-def _memory_limit(text: str | None) -> int | None:
-    return None if text in (None, "", "none") else parse_size(text, "--memory-limit")
+from cadence.sizes import parse_memory_limit
 
 
 def table_lines(rows: Sequence[Candidate], memory_limit: int | None) -> list[str]:
@@ -38,7 +35,7 @@ def table_lines(rows: Sequence[Candidate], memory_limit: int | None) -> list[str
 
 def plan_strategies_command(args: Any) -> int:
     """Rank every strategy for one model, cluster size and bandwidth; print and save."""
-    limit = _memory_limit(args.memory_limit)
+    limit = parse_memory_limit(args.memory_limit)
     setup = setup_from(args)
     rows = rank_strategies(setup, args.model, SimOptions(), limit)
     print(setup.description)
@@ -72,7 +69,7 @@ def plan_map_command(args: Any) -> int:
     from cadence.netem import format_bandwidth, parse_bandwidth
     from cadence.sim.parallelism_map import draw_map
 
-    limit = _memory_limit(args.memory_limit)
+    limit = parse_memory_limit(args.memory_limit)
     workers = _int_list(args.workers, "--workers")
     bandwidths = [b.strip() for b in args.bandwidths.split(",") if b.strip()]
     bps = [parse_bandwidth(b) for b in bandwidths]  # bad units: a one-line UserError
