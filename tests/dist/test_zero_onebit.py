@@ -54,7 +54,7 @@ def test_onebit_bytes_errors_and_accuracy_track_adam(stage):
     assert acc_1bit > acc_adam - 0.05, (acc_1bit, acc_adam)  # short run: 25 compressed steps
 
 
-def _early_update_pair(rank, world_size, stage, overlap):
+def _early_update_pair(rank, world_size, stage, overlap, share):
     """mlp with onebit: (losses, bytes per step, final state) with the engine's early update
     switched off (every bucket updated in step()), then as it runs by default."""
     import cadence
@@ -64,19 +64,24 @@ def _early_update_pair(rank, world_size, stage, overlap):
     for early in (False, True):
         model, opt = cadence.zero(make_model("mlp"), stage=stage, compression="onebit",
                                   freeze_steps=3, overlap_gather=overlap,
-                                  **opt_kwargs("adam"))  # fmt: skip
+                                  forward_gather_share=share, **opt_kwargs("adam"))  # fmt: skip
         assert opt.engine.early_update
+        deferred = [st.forward_gather for st in opt.engine.states]
+        assert any(deferred) if overlap and share == 1.0 else not (all(deferred) and deferred)
         opt.engine.early_update = early
         losses, sent = train_steps(model, opt, "mlp", 7, rank, world_size)
         out.append((losses, sent, {k: v.detach().clone() for k, v in model.state_dict().items()}))
     return out
 
 
-@pytest.mark.parametrize(("stage", "overlap"), [(1, True), (2, False)])
-def test_early_update_during_backward_is_the_same_training(stage, overlap):
+@pytest.mark.parametrize(
+    ("stage", "overlap", "share"), [(1, True, 1 / 3), (2, False, 1 / 3), (2, True, 1.0)]
+)
+def test_early_update_during_backward_is_the_same_training(stage, overlap, share):
     # After warm-up each bucket is updated and its gather started as soon as its momentum is
     # all-reduced: the same arithmetic as updating in step(), so the same model bit for bit.
-    for plain, early in run_ranks(_early_update_pair, 2, stage, overlap, timeout=180):
+    # share 1.0: every gather waits for step() and goes in forward order.
+    for plain, early in run_ranks(_early_update_pair, 2, stage, overlap, share, timeout=180):
         assert plain[0] == early[0]  # losses
         # Gradient bytes per step match; overlapped gathers are counted in whichever step's
         # window they finish, so parameter bytes are compared step by step only without.

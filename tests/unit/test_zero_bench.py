@@ -21,6 +21,8 @@ def test_job_names_map_to_specs():
         "zero", 2, "onebit", "bf16", True,
     )  # fmt: skip
     assert job_spec("zero3-none", BASE).gather_dtype == "fp32"
+    assert z.forward_gather_share == 1 / 3  # the default: front blocks gathered in forward order
+    assert job_spec("zero1-onebit-overlap-backorder", BASE).forward_gather_share == 0.0
     assert all(job_spec(name, BASE).name == name for name in ALL_JOBS)
 
 

@@ -25,6 +25,14 @@ def test_bad_zero_settings_are_user_errors(kwargs, needle):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("share", [-0.1, 1.5])
+def test_forward_gather_share_is_a_fraction(share):
+    from cadence.zero import ZeroConfig
+
+    with pytest.raises(UserError, match=r"forward_gather_share must be within \[0, 1\]"):
+        ZeroConfig(forward_gather_share=share)
+
+
 def test_good_zero_settings_round_trip_through_json():
     config = TrainConfig(strategy="zero", zero_stage=3, compression="onebit", freeze_steps=7)
     assert TrainConfig.from_json(config.to_json()) == config

@@ -50,6 +50,7 @@ def zero(
     gather_dtype: str = "fp32",
     prefetch: bool = True,
     overlap_gather: bool = False,
+    forward_gather_share: float = 1 / 3,
     **optimizer_kwargs: Any,
 ) -> tuple[nn.Module, ZeroOptimizer]:
     """Shard `model`'s training state over the current process group (a world of one without).
@@ -66,6 +67,7 @@ def zero(
         gather_dtype=gather_dtype,
         prefetch=prefetch,
         overlap_gather=overlap_gather,
+        forward_gather_share=forward_gather_share,
     )
     return zero_from_config(model, config, **optimizer_kwargs)
 

@@ -35,6 +35,8 @@ class JobSpec:
     """cadence.zero parameter all-gather dtype for kind "zero"."""
     overlap_gather: bool = False
     """cadence.zero stages 1-2: parameter all-gathers overlap the next forward."""
+    forward_gather_share: float = 1 / 3
+    """cadence.zero: `ZeroConfig.forward_gather_share` (0: gathers in backward order)."""
     model: str = "gpt_mini"
     """Model zoo name."""
     batch_size: int = 64
@@ -78,7 +80,8 @@ def _build_job(spec: JobSpec, model: Any, world_size: int) -> Any:
     if spec.kind == "deepspeed":
         return peers.wrap_deepspeed(model, spec.lr, spec.batch_size // world_size)
     return peers.wrap_zero(model, spec.lr, spec.stage, spec.compression, spec.freeze_steps,
-                           spec.gather_dtype, spec.overlap_gather)  # fmt: skip
+                           spec.gather_dtype, spec.overlap_gather,
+                           spec.forward_gather_share)  # fmt: skip
 
 
 def run(spec: JobSpec, out_dir: Path) -> None:

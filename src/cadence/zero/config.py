@@ -33,6 +33,12 @@ class ZeroConfig:
     own just before its next forward, so the gathers travel while earlier blocks compute.
     Parameters read outside a forward (not `state_dict()`, which waits) may then be stale
     until `optimizer.wait_gathers()`."""
+    forward_gather_share: float = 1 / 3
+    """With `overlap_gather` and 1-bit Adam's early update: the front blocks holding up to this
+    share of the parameter bytes are gathered after the backward, in forward order, while the
+    next forward runs; the others right behind their update during the backward. Gathered in
+    backward order, the front blocks came last, and the next forward waited for every gather
+    (0: that order)."""
 
     def __post_init__(self) -> None:
         if self.stage not in STAGES:
@@ -57,6 +63,10 @@ class ZeroConfig:
             )
         if self.freeze_steps < 0:
             raise UserError(f"--freeze-steps must be non-negative (got {self.freeze_steps})")
+        if not 0 <= self.forward_gather_share <= 1:
+            raise UserError(
+                f"forward_gather_share must be within [0, 1] (got {self.forward_gather_share})"
+            )
         if self.gather_dtype not in GATHER_DTYPES:
             raise UserError(
                 f"unknown gather dtype '{self.gather_dtype}': choose one of "

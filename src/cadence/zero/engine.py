@@ -57,6 +57,9 @@ class BucketState:
     """With onebit: every rank's encoded momentum piece, as last all-gathered."""
     updated: bool = False
     """Early update (see `ZeroEngine.early_update`): this step's update and gather are queued."""
+    forward_gather: bool = False
+    """Early update with overlap: this bucket's gather waits for `step()` and then goes in
+    forward order (a front block, see `ZeroConfig.forward_gather_share`)."""
     in_flight: list[Future[None]] = field(default_factory=list)
 
 
@@ -111,6 +114,14 @@ class ZeroEngine:
         if config.overlap_gather and config.stage < 3:
             for st in self.states:
                 st.block.register_forward_pre_hook(self._wait_gather_hook(st))
+            # The same front blocks on every rank (same layout): collective order agrees.
+            total = sum(st.spec.padded for st in self.states)
+            held = 0
+            for st in self.states:
+                held += st.spec.padded
+                if held > config.forward_gather_share * total:
+                    break
+                st.forward_gather = True
             model.register_state_dict_pre_hook(lambda *_a, **_k: self.wait_gathers())
 
     def _make_state(
@@ -204,9 +215,11 @@ class ZeroEngine:
             st.pending = self.submit(lambda: self._update_and_gather(st, args), "parameters")
 
     def _update_and_gather(self, st: BucketState, args: FrozenAdamArgs) -> None:
-        """Communication thread, right after the bucket's momentum all-reduce (early update)."""
+        """Communication thread, right after the bucket's momentum all-reduce (early update);
+        a front block's gather waits for `step()` (`gather_all`)."""
         frozen_adam_update(st.shard, self.inner.state[st.shard], args)
-        self.gather_task(st)
+        if not st.forward_gather:
+            self.gather_task(st)
 
     def on_bucket_backward_done(self, st: BucketState) -> None:
         """Stage 3 overrides this to release the bucket's parameters."""
@@ -283,7 +296,7 @@ class ZeroEngine:
     def gather_all(self) -> None:
         """Start every bucket's parameter all-gather, except those the early update started."""
         for st in self.states:  # forward order: the first block's parameters arrive first
-            if not st.updated:
+            if not st.updated or st.forward_gather:
                 st.pending = self.submit(self._gather_fn(st), "parameters")
             st.updated = False
         if not (self.config.overlap_gather and self.p > 1):
