@@ -64,6 +64,7 @@ def test_train_ps_goes_on_when_a_worker_process_dies(tmp_path):
     [
         (["--consistency", "ssp:x"], "bad --consistency 'ssp:x'"),
         (["--straggler", "5:1"], "--straggler rank 5 does not exist"),
+        (["--ps-dead-after", "0.5"], "--ps-dead-after (0.5 s) must exceed the heartbeat"),
     ],  # the other settings: tests/unit/test_ps_plan.py (checked where TrainConfig is made)
 )
 def test_bad_ps_settings_are_one_line_and_exit_2(tmp_path, args, needle):
