@@ -2,8 +2,10 @@
 RESULT.json`, started inside an emulated host's namespace (rank s runs stage s).
 
 1. plan: ranks 0 and 1 probe their link and profile the model at every candidate
-   micro-batch size, both at once (under whatever load the parent started); rank 0 runs the
-   planner on its profiles, and every rank receives the plan;
+   micro-batch size, both at once (under whatever load the parent started); rank 0 splits the
+   stages, each rank times its stage's forward and backward at those sizes (both at once,
+   `pipeline.stage_probe`), rank 0 runs the planner on these times (compute) and its
+   profiles (memory), and every rank receives the plan;
 2. time: every candidate gets its own executor over the same stage; after warm-up, rounds
    run each candidate once (order reversed every other round), each step between barriers;
    a step's time is the slowest rank's;
@@ -72,9 +74,11 @@ def _peak_step(ex: PipelineExecutor, x: torch.Tensor, y: torch.Tensor) -> int:
 
 
 def _plan(cfg: dict[str, Any], model: BlockModel, is_main: bool) -> dict[str, Any]:
-    from cadence.pipeline.auto import profile_sizes, profiles_for_model
+    from cadence.pipeline.auto import measure_stage_times, profile_sizes, profiles_for_model
     from cadence.pipeline.planner import plan_pipeline
     from cadence.pipeline.probe import probe_stage_link
+    from cadence.pipeline.stages import plan_stages
+    from cadence.sim.pipeline_adapter import measured_stage_costs
 
     link = probe_stage_link(0, 1)
     batch, m = cfg["batch_size"], cfg["microbatches"]
@@ -83,10 +87,17 @@ def _plan(cfg: dict[str, Any], model: BlockModel, is_main: bool) -> dict[str, An
     started = time.perf_counter()
     profiles = profiles_for_model(model, cfg["model"], profile_sizes(batch), together=True)
     profile_s = time.perf_counter() - started
+    # Rank 0's stage split; then each rank times its own stage as the executor runs it.
+    ranges = broadcast_object(plan_stages(profiles[0], 2).ranges if is_main else None)
+    started = time.perf_counter()
+    times = measure_stage_times(model, cfg["model"], ranges, batch)
+    stage_probe_s = time.perf_counter() - started
     record: dict[str, Any] | None = None
     if is_main:
-        assert link is not None
+        assert link is not None and times is not None
         kw: dict[str, Any] = {
+            "ranges": ranges,
+            "costs": measured_stage_costs(times),
             "stages": 2,
             "batch_size": batch,
             "link": link,
@@ -103,6 +114,8 @@ def _plan(cfg: dict[str, Any], model: BlockModel, is_main: bool) -> dict[str, An
             "probe": {"alpha_s": link.alpha_s, "beta_s_per_byte": link.beta_s_per_byte},
             "profile_sizes": [p.batch_size for p in profiles],
             "profile_s": profile_s,
+            "stage_times": [{str(n): list(fb) for n, fb in t.items()} for t in times],
+            "stage_probe_s": stage_probe_s,
         }
     return dict(broadcast_object(record))
 

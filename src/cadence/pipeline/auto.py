@@ -2,17 +2,20 @@
 
 Ranks 0 and 1 (stages 0 and 1 of the first replica) probe their link; every rank profiles the
 model at every micro-batch size the planner tries, all ranks at the same time (`profile_sizes`,
-`profiles_for_model`); rank 0 simulates every candidate on its profiles
-(`planner.plan_pipeline`) and broadcasts the choice, so every rank builds the same schedule.
+`profiles_for_model`); rank 0 splits the stages on its profile, every rank times its own
+stage's forward and backward at those sizes (`measure_stage_times`); rank 0 simulates every
+candidate on these (`planner.plan_pipeline`) and broadcasts the choice, so every rank builds
+the same schedule.
 A planning error on rank 0 (e.g. no schedule fits the memory limit) is broadcast too and
-raised on every rank, instead of leaving the others waiting. Rank 0 keeps the profiles for
-re-planning during training (`replan.py`).
+raised on every rank, instead of leaving the others waiting. Rank 0 keeps what it planned with
+(`PlanInputs`) for re-planning during training (`replan.py`).
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,11 +25,14 @@ from cadence.comm import broadcast_object
 from cadence.comm.cost import AlphaBeta
 from cadence.config import TrainConfig
 from cadence.errors import UserError
-from cadence.models import get_model_spec
+from cadence.models import get_model_spec, loss_fn
 from cadence.models.blocks import BlockModel
 from cadence.pipeline.planner import microbatch_counts, plan_pipeline
 from cadence.pipeline.probe import probe_stage_link
+from cadence.pipeline.stage_probe import StageTimes, probe_stage_times
+from cadence.pipeline.stages import plan_stages
 from cadence.profile import Profile
+from cadence.sim.pipeline_adapter import StageCosts, measured_stage_costs
 
 _PROFILE_ITERATIONS = 5
 """Timed iterations per profiled size (medians): each size's time enters the plan unsmoothed."""
@@ -48,11 +54,8 @@ def profiles_for_model(
     """Profiles of (a copy of) `model` at each batch size, on synthetic batches of zoo `name`.
 
     `together`: every rank of the process group calls this at once, and each size starts
-    after a barrier, so every rank profiles while the others compute too. Stage ranks that
-    share a host's cores (or memory bandwidth) slow each other down; in the pipeline they
-    compute at the same time, so a profile taken alone misses that (1.5x on 2 emulated hosts
-    sharing 2 cores: gpt_mini's stage forward+backward at 2 samples, 8 ms alone, 12 ms with
-    the other stage busy)."""
+    after a barrier, so every rank profiles while the others compute too, as stage ranks
+    sharing a host do in the pipeline."""
     from cadence.profile import profile_model
 
     out = []
@@ -73,6 +76,17 @@ def start_profiles(model: BlockModel, config: TrainConfig, replicas: int) -> lis
     return profiles_for_model(model, config.model, sizes, together=True)
 
 
+def measure_stage_times(
+    model: BlockModel, name: str, ranges: tuple[tuple[int, int], ...], batch_size: int
+) -> list[StageTimes] | None:
+    """Every stage's forward and backward seconds at every candidate micro-batch size of a
+    pipeline batch of `batch_size`, each timed by its own stage rank while the others time
+    theirs (`stage_probe`): the planner's compute costs. Rank 0 gets them, None elsewhere;
+    every rank must call it."""
+    batch = get_model_spec(name).synthetic_batch(batch_size)
+    return probe_stage_times(model, ranges, loss_fn, batch, profile_sizes(batch_size))
+
+
 def stage_link_probe(stages: int, world_size: int) -> LinkProbe:
     """The probe `--schedule auto` uses: ranks 0 and 1 (stages 0 and 1 of replica 0) measure
     their link; nothing to measure with one stage or one rank."""
@@ -81,25 +95,40 @@ def stage_link_probe(stages: int, world_size: int) -> LinkProbe:
     return lambda: None
 
 
+@dataclass(frozen=True)
+class PlanInputs:
+    """What rank 0 plans with, measured once at start and kept for every re-plan."""
+
+    profiles: tuple[Profile, ...]
+    """The model's profiles at every candidate micro-batch size (memory, stage balance)."""
+    costs: StageCosts | None
+    """Each stage's compute timed on its own rank (`measure_stage_times`), or None: taken
+    from the profiles."""
+    ranges: tuple[tuple[int, int], ...] | None
+    """The stage split the costs were timed on, or None (the planner balances)."""
+
+
 def plan_record(
-    profiles: list[Profile],
+    inputs: PlanInputs,
     config: TrainConfig,
     replicas: int,
     link: AlphaBeta | None,
     ranges: tuple[tuple[int, int], ...] | None = None,
 ) -> dict[str, Any] | str:
     """Rank 0's planning: `PipelinePlan.to_json()` plus whether the link was probed, or the
-    planner's one-line error. `ranges` fixes the stage split (re-planning keeps it)."""
+    planner's one-line error. `ranges` fixes the stage split (re-planning keeps it; default
+    the inputs')."""
     try:
         plan = plan_pipeline(
-            profiles,
+            inputs.profiles,
             stages=config.stages,
             batch_size=config.batch_size // replicas,
             link=link or _FREE_LINK,
             memory_limit=config.memory_limit,
             recompute=config.recompute,
             optimizer=config.optimizer,
-            ranges=ranges,
+            ranges=ranges or inputs.ranges,
+            costs=inputs.costs,
         )
     except UserError as exc:
         return str(exc)
@@ -113,16 +142,31 @@ def plan_at_start(
     is_main: bool,
     world_size: int,
     probe: LinkProbe | None = None,
-) -> tuple[dict[str, Any], list[Profile] | None]:
+) -> tuple[dict[str, Any], PlanInputs | None]:
     """The planner's record (`PipelinePlan.to_json()`, plus the probed link) on every rank, and
-    the profiles it planned with (rank 0; None elsewhere). `probe` replaces the link probe
-    (every rank calls it; rank 0's answer counts)."""
+    what it planned with (rank 0; None elsewhere). `probe` replaces the link probe (every
+    rank calls it; rank 0's answer counts)."""
     link = (probe or stage_link_probe(config.stages, world_size))()
-    record: dict[str, Any] | str = ""
     profiles = start_profiles(model, config, replicas)  # on every rank: see profiles_for_model
+    split: tuple[tuple[int, int], ...] | str | None = None
     if is_main:
-        record = plan_record(profiles, config, replicas, link)
+        try:
+            split = plan_stages(profiles[0], config.stages).ranges
+        except UserError as exc:
+            split = str(exc)
+    split = broadcast_object(split)
+    if isinstance(split, str):
+        raise UserError(split)
+    assert split is not None
+    ranges = tuple((a, b) for a, b in split)
+    times = measure_stage_times(model, config.model, ranges, config.batch_size // replicas)
+    record: dict[str, Any] | str = ""
+    inputs = None
+    if is_main:
+        assert times is not None
+        inputs = PlanInputs(tuple(profiles), measured_stage_costs(times), ranges)
+        record = plan_record(inputs, config, replicas, link)
     record = broadcast_object(record)
     if isinstance(record, str):
         raise UserError(record)
-    return record, profiles if is_main else None
+    return record, inputs

@@ -24,6 +24,7 @@ from cadence.pipeline.schedule import Schedule, build_schedule
 from cadence.pipeline.stages import plan_stages
 from cadence.profile import Profile
 from cadence.sim.pipeline_adapter import (
+    StageCosts,
     analyse_pipeline,
     build_pipeline,
     stage_costs,
@@ -183,18 +184,23 @@ def plan_pipeline(
     optimizer: str = "adam",
     update_s_per_byte: float = 0.0,
     ranges: tuple[tuple[int, int], ...] | None = None,
+    costs: StageCosts | None = None,
 ) -> PipelinePlan:
     """Simulate every candidate and pick the fastest that fits `memory_limit` on every stage.
 
     `profile`: one profile, or several at different batch sizes (better for small micro-batches,
-    see `sim.pipeline_adapter.stage_costs`); the stages are balanced on the first. Raises a
-    one-line UserError naming what is possible when no candidate fits.
+    see `sim.pipeline_adapter.stage_costs`); the stages are balanced on the first. `costs`:
+    each stage's compute measured on the stage ranks (`pipeline.stage_probe`, for `ranges`)
+    instead of the profiles' (which then give memory only). Raises a one-line UserError
+    naming what is possible when no candidate fits.
     """
     if memory_limit is not None and memory_limit < 1:
         raise UserError(f"--memory-limit must be positive (got {memory_limit})")
     profiles = [profile] if isinstance(profile, Profile) else list(profile)
     plan = plan_stages(profiles[0], stages, ranges)
-    costs = stage_costs(profiles, plan.ranges)
+    if costs is not None and len(costs.forward) != stages:
+        raise UserError(f"measured costs are for {len(costs.forward)} stages, not {stages}")
+    costs = costs or stage_costs(profiles, plan.ranges)
     factor = optimizer_state_factor(optimizer)
     found: list[Candidate] = []
     for m in microbatch_counts(batch_size, microbatches):

@@ -24,10 +24,9 @@ import torch
 from cadence.comm import all_reduce_sum, broadcast_object
 from cadence.comm.cost import AlphaBeta
 from cadence.config import TrainConfig
-from cadence.pipeline.auto import LinkProbe, plan_record
+from cadence.pipeline.auto import LinkProbe, PlanInputs, plan_record
 from cadence.pipeline.executor import PipelineExecutor
 from cadence.pipeline.schedule import build_schedule
-from cadence.profile import Profile
 
 
 @dataclass(frozen=True)
@@ -149,7 +148,7 @@ class Replanner:
         replicas: int,
         is_main: bool,
         ranges: tuple[tuple[int, int], ...],
-        profiles: list[Profile] | None,
+        profiles: PlanInputs | None,
         probe: LinkProbe,
     ) -> None:
         self.config = config

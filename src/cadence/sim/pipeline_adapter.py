@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import bisect
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from cadence.comm.cost import AlphaBeta
@@ -157,6 +157,24 @@ def stage_costs(
     return StageCosts(
         forward=tuple(cost(s, 0) for s in stages),
         backward=tuple(cost(s, 1) for s in stages),
+    )
+
+
+def measured_stage_costs(times: Sequence[Mapping[int, tuple[float, float]]]) -> StageCosts:
+    """Per-stage costs from each stage's (forward, backward) seconds measured at some
+    micro-batch sizes (`pipeline.stage_probe`): linear between the sizes (`Piecewise`);
+    proportional to the size when only one was measured."""
+    if not times or any(not t for t in times):
+        raise UserError("measured stage costs need at least one size for every stage")
+
+    def cost(measured: Mapping[int, tuple[float, float]], part: int) -> Cost:
+        sizes = tuple(sorted(measured))
+        if len(sizes) == 1:
+            return Affine(0.0, measured[sizes[0]][part] / sizes[0])
+        return Piecewise(sizes, tuple(measured[n][part] for n in sizes))
+
+    return StageCosts(
+        forward=tuple(cost(t, 0) for t in times), backward=tuple(cost(t, 1) for t in times)
     )
 
 
