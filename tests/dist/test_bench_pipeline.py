@@ -33,6 +33,10 @@ def test_bench_pipeline_times_every_candidate_and_writes_json_png_and_table(
     assert sc["pick_over_best"] >= sc["pick_over_best_feasible"] - 1e-12
     assert all(r["quartiles_s"][0] <= r["measured_s"] <= r["quartiles_s"][1] for r in sc["rows"])
     assert sc["best_measured_s"] == min(r["measured_s"] for r in sc["rows"])
+    # compute costs timed on the stage ranks: both stages, every candidate micro-batch size
+    assert [sorted(t, key=int) for t in sc["stage_times"]] == [["1", "2", "4", "8"]] * 2
+    assert all(f > 0 and b > 0 for t in sc["stage_times"] for f, b in t.values())
+    assert sc["plan_time_s"]["profiles"] > 0 and sc["plan_time_s"]["stage_probe"] > 0
     assert (tmp_path / "out" / "b.png").stat().st_size > 5_000
     assert "| gpipe | 2 | cadence |" in proc.stdout
 

@@ -121,6 +121,11 @@ def summarise(model: str, loaded: bool, raw: dict[str, Any]) -> dict[str, Any]:
         "memory_limit": limit,
         "probe": plan["probe"],
         "plan_why": plan["why"],
+        "plan_time_s": {  # what planning cost: profiles (memory, split) and the stage probe
+            "profiles": plan.get("profile_s"),
+            "stage_probe": plan.get("stage_probe_s"),
+        },
+        "stage_times": plan.get("stage_times"),
         "pick": pick["name"],
         "pick_predicted_s": pick["predicted_s"],
         "pick_measured_s": pick["measured_s"],
