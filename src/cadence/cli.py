@@ -7,7 +7,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from cadence.errors import UserError, WorkerFailed
 from cadence.sizes import parse_memory_limit
@@ -360,8 +360,16 @@ def _add_netem(sub: Any) -> None:
     p.set_defaults(func=_cmd_netem)
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Bad flags are one line naming the flag (argparse prints the whole usage block first);
+    subcommands' parsers are of this class too (argparse makes them from the parent's)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} -h')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="cadence",
         description="Faster distributed PyTorch training by scheduling computation and "
         "communication.",

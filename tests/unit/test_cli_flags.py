@@ -1,0 +1,30 @@
+"""A malformed flag is one line naming the flag and where help is, exit status 2 (argparse
+alone prints its whole usage block first), for every subcommand."""
+
+import pytest
+
+from cadence.cli import main
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["train", "--ps-dead-after", "abc"],
+            "cadence train: error: argument --ps-dead-after: invalid float value: 'abc' "
+            "(see 'cadence train -h')",
+        ),
+        (
+            ["bench", "pipeline", "--contention", "maybe"],
+            "cadence bench pipeline: error: argument --contention: invalid choice: 'maybe'",
+        ),
+        (["plan", "--workers", "x"], "cadence plan strategies: error: argument --workers"),
+        (["frobnicate"], "cadence: error: argument COMMAND: invalid choice: 'frobnicate'"),
+    ],
+)
+def test_bad_flags_are_one_line(argv, line, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(line), err
