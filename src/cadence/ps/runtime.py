@@ -29,7 +29,12 @@ from cadence.comm.ops import broadcast_object
 from cadence.errors import UserError
 from cadence.models import loss_fn
 from cadence.ps.checkpoint import checkpoint_path
-from cadence.ps.config import PSConfig, parse_consistency, parse_straggler
+from cadence.ps.config import (
+    PSConfig,
+    parse_consistency,
+    parse_straggler,
+    survives_dead_workers,
+)
 from cadence.ps.plan import PSPlan, build_plan
 from cadence.ps.trace import model_blocks, model_priorities, param_infos
 from cadence.ps.wire import Header, Kind
@@ -95,7 +100,7 @@ class PSTrainer(nn.Module):
     def survives_dead_workers(self) -> bool:
         """asp, ssp and backup train on when a worker dies (bsp cannot): the training loop then
         keeps each rank's figures local instead of running collectives a dead rank would stall."""
-        return self.mode != "bsp"
+        return survives_dead_workers("ps", self.config.consistency)
 
     def __init__(
         self,
@@ -131,7 +136,7 @@ class PSTrainer(nn.Module):
             self.params,
             len(blocks),
             config.timeout_s,
-            Liveness(config.heartbeat_s, config.dead_after_s, self.mode),
+            Liveness(config.heartbeat_s, config.dead_after_s),
         )
         self.channels.check = self._check_servers
         self.step = 0

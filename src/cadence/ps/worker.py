@@ -44,8 +44,6 @@ class Liveness:
     """Seconds between heartbeats to every server."""
     dead_after_s: float
     """Silence after which the servers declare a worker dead (for the error messages)."""
-    mode: str
-    """Consistency mode (bsp, asp, ssp, backup): only bsp cannot go on without a worker."""
 
 
 class WorkerChannels:
