@@ -149,22 +149,13 @@ class TrainConfig:
         self._check_ps()
 
     def _check_ps(self) -> None:
-        from cadence.ps.config import PSConfig  # torch-free
+        from cadence.ps.config import ps_config  # torch-free
 
         if self.strategy != "ps":
             if self.straggler is not None:
                 raise UserError("--straggler is for --strategy ps")
             return
-        PSConfig(
-            servers=self.servers,
-            workers=self.workers,
-            consistency=self.consistency,
-            priority=self.ps_priority,
-            straggler=self.straggler,
-            checkpoint_dir=self.ps_checkpoint_dir,
-            checkpoint_every=self.ps_checkpoint_every,
-            dead_after_s=self.ps_dead_after_s,
-        )
+        ps_config(self, self.workers)  # validates; the workers build theirs the same way
         if self.ps_priority.endswith("+net") and self.emulate_bandwidth in (None, "none"):
             raise UserError(
                 f"--ps-priority {self.ps_priority} sets priority classes on the emulated "

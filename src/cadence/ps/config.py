@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from cadence.errors import UserError
 
@@ -144,3 +145,17 @@ class PSConfig:
                 f"--ps-dead-after ({self.dead_after_s} s) must exceed the heartbeat interval "
                 f"({self.heartbeat_s} s), which must be positive"
             )
+
+
+def ps_config(train: Any, workers: int) -> PSConfig:
+    """The PS settings of a `TrainConfig` (validated by `PSConfig`)."""
+    return PSConfig(
+        servers=train.servers,
+        workers=workers,
+        consistency=train.consistency,
+        priority=train.ps_priority,
+        straggler=train.straggler,
+        checkpoint_dir=train.ps_checkpoint_dir,
+        checkpoint_every=train.ps_checkpoint_every,
+        dead_after_s=train.ps_dead_after_s,
+    )

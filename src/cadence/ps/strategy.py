@@ -12,21 +12,7 @@ from typing import Any
 from torch import nn
 from torch.optim import Optimizer
 
-from cadence.ps.config import PSConfig
-
-
-def ps_config(train: Any, workers: int) -> PSConfig:
-    """The PS settings of a `TrainConfig` (validated by `PSConfig`)."""
-    return PSConfig(
-        servers=train.servers,
-        workers=workers,
-        consistency=train.consistency,
-        priority=train.ps_priority,
-        straggler=train.straggler,
-        checkpoint_dir=train.ps_checkpoint_dir,
-        checkpoint_every=train.ps_checkpoint_every,
-        dead_after_s=train.ps_dead_after_s,
-    )
+from cadence.ps.config import ps_config
 
 
 def ps_wrap(
