@@ -48,7 +48,7 @@ def test_decide_keeps_the_pick_when_it_is_still_best_or_the_planner_fails() -> N
 def _replanner(**replan: Any) -> Replanner:
     config = TrainConfig(strategy="pipeline", schedule="auto", **replan)
     return Replanner(
-        config, replicas=1, is_main=True, ranges=((0, 1), (1, 2)), profiles=None,
+        config, replicas=1, is_main=True, ranges=((0, 1), (1, 2)), inputs=None,
         probe=lambda: None,
     )  # fmt: skip
 

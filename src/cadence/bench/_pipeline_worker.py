@@ -74,10 +74,14 @@ def _peak_step(ex: PipelineExecutor, x: torch.Tensor, y: torch.Tensor) -> int:
 
 
 def _plan(cfg: dict[str, Any], model: BlockModel, is_main: bool) -> dict[str, Any]:
-    from cadence.pipeline.auto import measure_stage_times, profile_sizes, profiles_for_model
+    from cadence.pipeline.auto import (
+        agreed_ranges,
+        measure_stage_times,
+        profile_sizes,
+        profiles_for_model,
+    )
     from cadence.pipeline.planner import plan_pipeline
     from cadence.pipeline.probe import probe_stage_link
-    from cadence.pipeline.stages import plan_stages
     from cadence.sim.pipeline_adapter import measured_stage_costs
 
     link = probe_stage_link(0, 1)
@@ -88,7 +92,7 @@ def _plan(cfg: dict[str, Any], model: BlockModel, is_main: bool) -> dict[str, An
     profiles = profiles_for_model(model, cfg["model"], profile_sizes(batch), together=True)
     profile_s = time.perf_counter() - started
     # Rank 0's stage split; then each rank times its own stage as the executor runs it.
-    ranges = broadcast_object(plan_stages(profiles[0], 2).ranges if is_main else None)
+    ranges = agreed_ranges(profiles, 2, is_main)
     started = time.perf_counter()
     times = measure_stage_times(model, cfg["model"], ranges, batch)
     stage_probe_s = time.perf_counter() - started

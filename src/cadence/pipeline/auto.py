@@ -135,6 +135,24 @@ def plan_record(
     return {**plan.to_json(), "probed": link is not None}
 
 
+def agreed_ranges(
+    profiles: list[Profile], stages: int, is_main: bool
+) -> tuple[tuple[int, int], ...]:
+    """Rank 0's stage split on its profile, on every rank (a split that cannot be made is
+    raised on every rank as its one-line error). Every rank must call it."""
+    split: tuple[tuple[int, int], ...] | str | None = None
+    if is_main:
+        try:
+            split = plan_stages(profiles[0], stages).ranges
+        except UserError as exc:
+            split = str(exc)
+    split = broadcast_object(split)
+    if isinstance(split, str):
+        raise UserError(split)
+    assert split is not None
+    return tuple((a, b) for a, b in split)
+
+
 def plan_at_start(
     model: BlockModel,
     config: TrainConfig,
@@ -148,17 +166,7 @@ def plan_at_start(
     rank calls it; rank 0's answer counts)."""
     link = (probe or stage_link_probe(config.stages, world_size))()
     profiles = start_profiles(model, config, replicas)  # on every rank: see profiles_for_model
-    split: tuple[tuple[int, int], ...] | str | None = None
-    if is_main:
-        try:
-            split = plan_stages(profiles[0], config.stages).ranges
-        except UserError as exc:
-            split = str(exc)
-    split = broadcast_object(split)
-    if isinstance(split, str):
-        raise UserError(split)
-    assert split is not None
-    ranges = tuple((a, b) for a, b in split)
+    ranges = agreed_ranges(profiles, config.stages, is_main)
     times = measure_stage_times(model, config.model, ranges, config.batch_size // replicas)
     record: dict[str, Any] | str = ""
     inputs = None

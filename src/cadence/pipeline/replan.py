@@ -6,8 +6,9 @@ same everywhere). With a request file, rank 0 looks for the file before each ste
 it: one touch, one re-plan) and a one-integer all-reduce tells the others; that collective is
 only issued when `--replan-file` is given.
 
-A re-plan probes the stage link again, runs the planner on the profiles measured at start
-(profiling is the slow part and the compute has not changed, the network has) and keeps the
+A re-plan probes the stage link again, runs the planner on the profiles and stage timings
+measured at start (`PlanInputs`: measuring is the slow part and the compute has not changed,
+the network has) and keeps the
 stage ranges (the weights live on their stage), so only the schedule and the micro-batch count
 may change. Rank 0 decides and broadcasts a `Replan`; every rank then switches its executor to
 the new pick when it differs.
@@ -148,14 +149,14 @@ class Replanner:
         replicas: int,
         is_main: bool,
         ranges: tuple[tuple[int, int], ...],
-        profiles: PlanInputs | None,
+        inputs: PlanInputs | None,
         probe: LinkProbe,
     ) -> None:
         self.config = config
         self.replicas = replicas
         self.is_main = is_main
         self.ranges = ranges
-        self.profiles = profiles  # rank 0's, measured once at start
+        self.inputs = inputs  # rank 0's, measured once at start
         self.probe = probe
         self.every = config.replan_every
         self.request = Path(config.replan_file) if config.replan_file else None
@@ -178,13 +179,13 @@ class Replanner:
         return "requested" if int(flag.item()) else None
 
     def replan(self, step: int, reason: str, old: tuple[str, int]) -> Replan:
-        """Probe, plan on the cached profiles with the stage ranges fixed, broadcast rank 0's
+        """Probe, plan on the start's measurements with the stage ranges fixed, broadcast rank 0's
         `Replan`; recorded in `history` and printed by rank 0."""
         link = self.probe()
         found: Replan | None = None
         if self.is_main:
-            assert self.profiles is not None
-            record = plan_record(self.profiles, self.config, self.replicas, link, self.ranges)
+            assert self.inputs is not None
+            record = plan_record(self.inputs, self.config, self.replicas, link, self.ranges)
             found = decide(record, step, reason, old, link)
         result: Replan = broadcast_object(found)
         self.history.append(result)

@@ -149,10 +149,10 @@ def pipeline_wrap_for(
         schedule, microbatches, record = config.schedule, config.microbatches, None
         backend = config.pipeline_backend
         link_probe = probe or stage_link_probe(config.stages, ctx.world_size)
-        profiles = None
+        inputs = None
         if schedule == "auto":
             backend = "cadence"  # the runtime the planner's simulator models
-            record, profiles = plan_at_start(
+            record, inputs = plan_at_start(
                 model, config, replicas, ctx.is_main, ctx.world_size, link_probe
             )
             schedule = record["best"]["schedule"]
@@ -175,7 +175,7 @@ def pipeline_wrap_for(
         if record is not None and (config.replan_every or config.replan_file):
             trainer.replanner = Replanner(
                 config, replicas=replicas, is_main=ctx.is_main, ranges=ranges,
-                profiles=profiles, probe=link_probe,
+                inputs=inputs, probe=link_probe,
             )  # fmt: skip
         return trainer, optimizer
 

@@ -149,15 +149,21 @@ def stage_costs(
 
     def cost(stage: int, part: int) -> Cost:
         means = [statistics.fmean(per[stage][part] for per in by_size[b]) for b in sizes]
-        if len(sizes) == 1:
-            return Affine(0.0, means[0] / sizes[0])
-        return Piecewise(sizes, tuple(means))
+        return _measured_cost(sizes, means)
 
     stages = range(len(ranges))
     return StageCosts(
         forward=tuple(cost(s, 0) for s in stages),
         backward=tuple(cost(s, 1) for s in stages),
     )
+
+
+def _measured_cost(sizes: tuple[int, ...], seconds: Sequence[float]) -> Cost:
+    """Seconds measured at increasing `sizes`: linear between them, or proportional to the
+    size when only one was measured."""
+    if len(sizes) == 1:
+        return Affine(0.0, seconds[0] / sizes[0])
+    return Piecewise(sizes, tuple(seconds))
 
 
 def measured_stage_costs(times: Sequence[Mapping[int, tuple[float, float]]]) -> StageCosts:
@@ -169,9 +175,7 @@ def measured_stage_costs(times: Sequence[Mapping[int, tuple[float, float]]]) -> 
 
     def cost(measured: Mapping[int, tuple[float, float]], part: int) -> Cost:
         sizes = tuple(sorted(measured))
-        if len(sizes) == 1:
-            return Affine(0.0, measured[sizes[0]][part] / sizes[0])
-        return Piecewise(sizes, tuple(measured[n][part] for n in sizes))
+        return _measured_cost(sizes, [measured[n][part] for n in sizes])
 
     return StageCosts(
         forward=tuple(cost(t, 0) for t in times), backward=tuple(cost(t, 1) for t in times)
