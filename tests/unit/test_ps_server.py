@@ -132,6 +132,9 @@ def test_ssp_blocks_a_worker_more_than_s_steps_ahead():
 def test_asp_answers_at_once_and_applies_each_gradient():
     fake = Fake("asp")
     fake.send(0, Kind.INIT, values=[0.0, 0.0])
+    # Workers' connections are not ordered with each other: see the INIT handled (worker 0's
+    # pull answered) before worker 1 pushes, or the INIT could overwrite the update.
+    assert fake.value(0, step=0)[0].step == 0
     fake.send(1, Kind.PUSH, 5, [4.0, 4.0])
     header, value = fake.value(1, step=9)  # same connection: after the push
     assert header.step == 1
