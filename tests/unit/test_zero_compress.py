@@ -15,7 +15,12 @@ from cadence.zero.compress import (
     unpack_signs,
     wire_bytes,
 )
-from cadence.zero.onebit import encode_local_momentum, reduce_received
+from cadence.zero.onebit import (
+    encode_increment,
+    encode_local_momentum,
+    momentum_reduce_scatter,
+    reduce_received,
+)
 
 
 def test_sign_packing_round_trips_eight_per_byte():
@@ -132,8 +137,10 @@ def test_comm_bytes_formula_by_stage_and_compression():
     # Stage 3 gathers every bucket twice except the last, which stays from forward to backward.
     assert comm_bytes_per_step(layout, 3, "none", False)["parameters"] == 4 * (2 * k + 2 * k)
     onebit = (k // 8 + 4) + (2 * k // 8 + 2 * 4)
-    assert comm_bytes_per_step(layout, 2, "onebit", True)["gradients"] == 2 * onebit
+    # Stage 1: all-to-all + all-gather of the momentum; stages 2-3: the all-to-all only.
     assert comm_bytes_per_step(layout, 1, "onebit", True)["gradients"] == 2 * onebit
+    assert comm_bytes_per_step(layout, 2, "onebit", True)["gradients"] == onebit
+    assert comm_bytes_per_step(layout, 3, "onebit", True)["gradients"] == onebit
     assert comm_bytes_per_step(layout, 2, "onebit", False)["gradients"] == fp32
 
 
@@ -158,3 +165,41 @@ def test_state_bytes_fall_as_one_over_n():
 def test_bad_zero_config_is_a_user_error(kwargs, needle):
     with pytest.raises(UserError, match=needle):
         ZeroConfig(**kwargs)
+
+
+def test_momentum_reduce_scatter_matches_the_written_out_algorithm():
+    # Stages 2-3: rank i sends piece j of (1 - beta1) g_i + e_i; owner j's momentum becomes
+    # beta1 m_j + the mean of what it received; e_i keeps what the encoding lost.
+    gen = torch.Generator().manual_seed(5)
+    p, piece, beta1 = 2, 2 * SCALE_CHUNK, 0.9
+    grads = [torch.randn(p * piece, generator=gen) for _ in range(p)]
+    errors = [torch.randn(p * piece, generator=gen) * 0.1 for _ in range(p)]
+    momentum = [torch.randn(piece, generator=gen) for _ in range(p)]
+    targets = [(1 - beta1) * g + e for g, e in zip(grads, errors, strict=True)]
+    sent = [encode_increment(g, e, beta1, p) for g, e in zip(grads, errors, strict=True)]
+    for i in range(p):
+        decoded = torch.cat([decode(w) for w in sent[i]])
+        torch.testing.assert_close(decoded + errors[i], targets[i], rtol=1e-6, atol=1e-6)
+        for j, target_piece in enumerate(targets[i].view(p, -1)):
+            _, expected = encode(target_piece)  # scales may differ in the last bit
+            torch.testing.assert_close(decode(sent[i][j]), expected, rtol=1e-6, atol=1e-6)
+    # The owner's side with world size p, decoded by hand: what reduce_scatter adds up.
+    for j in range(p):
+        mean = torch.stack([decode(sent[i][j]) for i in range(p)]).mean(dim=0)
+        received = torch.stack([sent[i][j] for i in range(p)])
+        owner = momentum[j].clone().mul_(beta1)
+        for row in received:
+            decode_add_(owner, row, alpha=1 / p)
+        torch.testing.assert_close(owner, beta1 * momentum[j] + mean, rtol=1e-6, atol=1e-6)
+
+
+def test_momentum_reduce_scatter_alone_is_beta_momentum_plus_the_encoded_increment():
+    gen = torch.Generator().manual_seed(6)
+    grad = torch.randn(2 * SCALE_CHUNK, generator=gen)
+    error = torch.randn(2 * SCALE_CHUNK, generator=gen) * 0.1
+    momentum = torch.randn(2 * SCALE_CHUNK, generator=gen)
+    _, decoded = encode(0.1 * grad + error)
+    expected_momentum, expected_error = 0.9 * momentum + decoded, 0.1 * grad + error - decoded
+    momentum_reduce_scatter(grad, momentum, error, 0.9, 1, None)
+    torch.testing.assert_close(momentum, expected_momentum, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(error, expected_error, rtol=1e-5, atol=1e-6)

@@ -6,8 +6,8 @@ program; collectives are priced for `world_size` ranks):
 - one bucket per block (`zero.layout`), each rank owning 1/p of every bucket;
 - one communication thread runs every collective in submission order (a FIFO chain);
 - stage 1 all-reduces the buckets after backward; stages 2 and 3 reduce-scatter a bucket as
-  soon as its block's backward ends; with `onebit` after warm-up every stage sends the
-  momentum as sign bits plus a scale per chunk (an all-to-all, then an all-gather of the
+  soon as its block's backward ends; with `onebit` after warm-up the momentum travels as sign
+  bits plus a scale per chunk (an all-to-all, and in stage 1 an all-gather of the
   re-compressed result);
 - each rank steps its shard (`update_s_per_byte` x the bucket bytes / p);
 - stages 1 and 2 all-gather every bucket after the step; the next forward waits for all of
@@ -121,8 +121,9 @@ def _reduce(
     size = nbytes // 2 if plan.compression == "fp16" else nbytes
     if plan.compression == "onebit":
         packed = max(1, nbytes // ONEBIT_RATIO) + 4 * w.p  # sign bits + a scale per chunk
-        w.collective(f"a2a {b}", "all_to_all", packed, deps, it)
-        done = w.collective(f"ag1 {b}", "allgather", packed, [], it)
+        done = w.collective(f"a2a {b}", "all_to_all", packed, deps, it)
+        if plan.stage == 1:  # stages 2-3 reduce-scatter only (see zero/onebit.py)
+            done = w.collective(f"ag1 {b}", "allgather", packed, [], it)
     elif plan.stage == 1:
         done = w.collective(f"ar {b}", "allreduce", size, deps, it)
     else:

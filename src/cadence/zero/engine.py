@@ -24,7 +24,7 @@ from cadence.errors import UserError
 from cadence.zero.compress import encode
 from cadence.zero.config import ZeroConfig
 from cadence.zero.layout import Bucket, ZeroLayout, bucket_params, build_layout
-from cadence.zero.onebit import gather_wires, momentum_all_reduce
+from cadence.zero.onebit import gather_wires, momentum_all_reduce, momentum_reduce_scatter
 from cadence.zero.update import FrozenAdamArgs, frozen_adam_update
 
 _TORCH_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
@@ -233,8 +233,11 @@ class ZeroEngine:
     def _reduce(self, st: BucketState, flat_grad: torch.Tensor, compressed: bool) -> None:
         """Communication thread: reduce one bucket's gradients into this rank's piece."""
         lo, hi = st.spec.piece_range(self.rank)
-        if compressed:
+        if compressed and self.config.stage == 1:
             self._onebit_all_reduce(st, flat_grad)
+            return
+        if compressed:
+            self._onebit_reduce_scatter(st, flat_grad)
             return
         wire = flat_grad.half() if self.config.compression == "fp16" else flat_grad
         if self.p > 1 and self.config.stage == 1:
@@ -247,8 +250,19 @@ class ZeroEngine:
             out = wire
         self._accumulate(st, out.float())
 
+    def _onebit_reduce_scatter(self, st: BucketState, flat_grad: torch.Tensor) -> None:
+        """1-bit Adam, stages 2-3: the momentum's new part, 1-bit reduced onto its owners;
+        the fp32 momentum and a sender error are all this rank keeps of it."""
+        beta1 = self.inner.param_groups[0]["betas"][0]
+        if st.sender_error is None:
+            st.sender_error = torch.zeros_like(flat_grad)
+        momentum_reduce_scatter(
+            flat_grad, self.inner.state[st.shard]["exp_avg"], st.sender_error, beta1,
+            self.p, self.group,
+        )  # fmt: skip
+
     def _onebit_all_reduce(self, st: BucketState, flat_grad: torch.Tensor) -> None:
-        """1-bit Adam: every rank's local momentum, 1-bit all-reduced (any stage).
+        """1-bit Adam, stage 1: every rank's local momentum, 1-bit all-reduced.
 
         Every rank keeps the last all-reduced momentum as its encoded wire bytes (1/28 of fp32)
         to form its next local momentum; the fp32 momentum lives only in the owner's shard.

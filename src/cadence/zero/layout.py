@@ -142,9 +142,10 @@ def comm_bytes_per_step(
     """Exact payload bytes each rank sends in one training step, by purpose.
 
     Stage 1 all-reduces gradients (ring: 2(p-1) pieces); stages 2 and 3 reduce-scatter them
-    ((p-1) pieces). With onebit after warm-up, every stage 1-bit all-reduces the local momentum
-    as sign bits plus one fp32 scale per chunk: an all-to-all ((p-1) pieces) and an all-gather
-    of the re-compressed result ((p-1) pieces). Parameters are all-gathered once per step in
+    ((p-1) pieces). With onebit after warm-up the momentum travels as sign bits plus one fp32
+    scale per chunk: stage 1 all-reduces it (an all-to-all, (p-1) pieces, and an all-gather of
+    the re-compressed result, (p-1) pieces), stages 2 and 3 only reduce-scatter it (the
+    all-to-all). Parameters are all-gathered once per step in
     stages 1 and 2; stage 3 gathers every bucket before its forward and again before its
     backward, except the last bucket, which stays gathered from forward to backward.
     """
@@ -152,7 +153,7 @@ def comm_bytes_per_step(
     grads = params = 0
     for b in layout.buckets:
         if compression == "onebit" and compressed_phase:
-            grads += 2 * (p - 1) * wire_bytes(b.piece)
+            grads += (2 if stage == 1 else 1) * (p - 1) * wire_bytes(b.piece)
         else:
             elem = 2 if compression == "fp16" else FP32
             grads += (2 if stage == 1 else 1) * (p - 1) * b.piece * elem

@@ -5,11 +5,17 @@ sends it to rank j (all-to-all); rank j decodes and averages what it received. 1
 all-reduce adds the reducer's side: the average (plus the reducer error) is encoded again and
 all-gathered, so every rank ends with the same encoded vector.
 
-`momentum_all_reduce` is 1-bit Adam's whole exchange for one bucket, written to touch the
-momentum as few times as it can: the error buffers hold the running sums in place (no
-temporaries the size of the bucket), received pieces are decoded straight into the sum, and
-nobody decodes the gathered result: the owner already holds its piece in fp32 (what it
-encoded) and the other pieces are decoded, fused into the next step's sum, only then.
+`momentum_all_reduce` is stage 1's exchange: every rank keeps the whole (encoded) momentum to
+form its next local momentum. Stages 2 and 3 keep nothing of the buckets they do not own, so
+`momentum_reduce_scatter` is a 1-bit reduce-scatter only: each rank sends the part of the
+momentum that is its own, (1 - beta1) x its gradient, plus its sender error; the owner adds the
+mean of what arrived to beta1 x its fp32 momentum piece. No reducer error, no all-gather of the
+momentum and no encoded copy of it: the parameters are all-gathered in full precision instead.
+
+Both touch the momentum as few times as they can: the error buffers hold the running sums in
+place (no temporaries the size of the bucket), received pieces are decoded straight into the
+sum, and nobody decodes the all-reduce's gathered result: the owner already holds its piece in
+fp32 (what it encoded) and the other pieces are decoded, fused into the next step's sum.
 """
 
 from __future__ import annotations
@@ -46,6 +52,44 @@ def momentum_all_reduce(
         collectives.all_to_all(list(received), list(sent), group=group)
     wire = reduce_received(received, reducer_error, momentum)
     return gather_wires(wire, sent.shape[0], group)
+
+
+def momentum_reduce_scatter(
+    grad: torch.Tensor,
+    momentum: torch.Tensor,
+    sender_error: torch.Tensor,
+    beta1: float,
+    world_size: int,
+    group: dist.ProcessGroup | None,
+) -> None:
+    """One 1-bit Adam momentum step of a bucket, reduced onto its owners (stages 2 and 3).
+
+    `sender_error` (the whole bucket, this rank's error feedback) takes (1 - beta1) x `grad`
+    and keeps what the encoding lost; `momentum` (this rank's fp32 piece) becomes beta1 x
+    itself plus the mean of the p decoded pieces that arrived for it.
+    """
+    sent = encode_increment(grad, sender_error, beta1, world_size)
+    if sent.shape[0] == 1:
+        received = sent
+    else:
+        received = torch.empty_like(sent)
+        collectives.all_to_all(list(received), list(sent), group=group)
+    momentum.mul_(beta1)
+    for j in range(received.shape[0]):
+        decode_add_(momentum, received[j], alpha=1 / received.shape[0])
+
+
+def encode_increment(
+    grad: torch.Tensor, sender_error: torch.Tensor, beta1: float, world_size: int
+) -> torch.Tensor:
+    """Sender side of the reduce-scatter: (p, wire bytes), row j piece j of
+    (1 - beta1) x `grad` + the error, which keeps what the encoding lost."""
+    errors = sender_error.add_(grad, alpha=1 - beta1).view(world_size, -1)
+    sent = torch.empty(world_size, wire_bytes(errors.shape[1]), dtype=torch.uint8)
+    scratch = torch.empty(errors.shape[1], dtype=sender_error.dtype)
+    for j in range(world_size):
+        encode_feedback_(errors[j], sent[j], scratch)
+    return sent
 
 
 def encode_local_momentum(
