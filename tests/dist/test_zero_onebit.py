@@ -34,9 +34,9 @@ def test_onebit_bytes_errors_and_accuracy_track_adam(stage):
         hot = comm_bytes_per_step(layout, stage, "onebit", compressed_phase=True)
         assert sent[FREEZE - 1] == warm  # the last plain-Adam step
         assert all(s == hot for s in sent[FREEZE + 1 :]), sent[FREEZE + 1 :]
-        # Switching over, stage 1 publishes each fp32 momentum piece once, encoded (an
-        # all-gather, half of its 1-bit all-reduce); stages 2-3 keep the momentum with its owner.
-        switch = hot["gradients"] + (hot["gradients"] // 2 if stage == 1 else 0)
+        # Switching over, each rank publishes its fp32 momentum piece once, encoded: an
+        # all-gather, as large as stage 1's 1-bit all-reduce's half or stages 2-3's all-to-all.
+        switch = hot["gradients"] + (hot["gradients"] // 2 if stage == 1 else hot["gradients"])
         assert sent[FREEZE]["gradients"] == switch
         # The momentum's share after warm-up (signs + one scale per 256 elements) is <= 1/16 of
         # the same stage's fp32 exchange (1/28: all-reduce in stage 1, reduce-scatter in 2-3).

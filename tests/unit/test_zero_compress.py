@@ -15,12 +15,7 @@ from cadence.zero.compress import (
     unpack_signs,
     wire_bytes,
 )
-from cadence.zero.onebit import (
-    encode_increment,
-    encode_local_momentum,
-    momentum_reduce_scatter,
-    reduce_received,
-)
+from cadence.zero.onebit import encode_local_momentum, momentum_reduce_scatter, reduce_received
 
 
 def test_sign_packing_round_trips_eight_per_byte():
@@ -167,39 +162,52 @@ def test_bad_zero_config_is_a_user_error(kwargs, needle):
         ZeroConfig(**kwargs)
 
 
-def test_momentum_reduce_scatter_matches_the_written_out_algorithm():
-    # Stages 2-3: rank i sends piece j of (1 - beta1) g_i + e_i; owner j's momentum becomes
-    # beta1 m_j + the mean of what it received; e_i keeps what the encoding lost.
+def test_momentum_reduce_scatter_is_the_momentum_recursion_plus_the_error_change():
+    # Stages 2-3 at p = 2, both ranks' sides by hand: rank i sends piece j of
+    # beta1 * (what it sent last) + (1 - beta1) g_i + e_i; owner j's momentum is the mean of
+    # what it received: beta1 * (its last momentum) + (1 - beta1) * mean g + mean(e - e').
     gen = torch.Generator().manual_seed(5)
     p, piece, beta1 = 2, 2 * SCALE_CHUNK, 0.9
     grads = [torch.randn(p * piece, generator=gen) for _ in range(p)]
     errors = [torch.randn(p * piece, generator=gen) * 0.1 for _ in range(p)]
-    momentum = [torch.randn(piece, generator=gen) for _ in range(p)]
-    targets = [(1 - beta1) * g + e for g, e in zip(grads, errors, strict=True)]
-    sent = [encode_increment(g, e, beta1, p) for g, e in zip(grads, errors, strict=True)]
-    for i in range(p):
+    last_sent = [
+        torch.stack([encode(torch.randn(piece, generator=gen))[0] for _ in range(p)])
+        for _ in range(p)
+    ]
+    last_momentum = [
+        torch.stack([decode(last_sent[i][j]) for i in range(p)]).mean(dim=0) for j in range(p)
+    ]
+    targets = [
+        beta1 * torch.cat([decode(w) for w in last_sent[i]]) + (1 - beta1) * grads[i] + errors[i]
+        for i in range(p)
+    ]
+    old_errors = [e.clone() for e in errors]
+    sent = []
+    for i in range(p):  # each rank alone (world size 1 would send to itself): the sender side
+        sent.append(_sender_side(grads[i], last_sent[i], errors[i], beta1))
         decoded = torch.cat([decode(w) for w in sent[i]])
-        torch.testing.assert_close(decoded + errors[i], targets[i], rtol=1e-6, atol=1e-6)
-        for j, target_piece in enumerate(targets[i].view(p, -1)):
-            _, expected = encode(target_piece)  # scales may differ in the last bit
-            torch.testing.assert_close(decode(sent[i][j]), expected, rtol=1e-6, atol=1e-6)
-    # The owner's side with world size p, decoded by hand: what reduce_scatter adds up.
+        torch.testing.assert_close(decoded + errors[i], targets[i], rtol=1e-5, atol=1e-6)
     for j in range(p):
-        mean = torch.stack([decode(sent[i][j]) for i in range(p)]).mean(dim=0)
         received = torch.stack([sent[i][j] for i in range(p)])
-        owner = momentum[j].clone().mul_(beta1)
-        for row in received:
-            decode_add_(owner, row, alpha=1 / p)
-        torch.testing.assert_close(owner, beta1 * momentum[j] + mean, rtol=1e-6, atol=1e-6)
+        momentum = torch.stack([decode(w) for w in received]).mean(dim=0)
+        mean_grad = torch.stack([g.view(p, -1)[j] for g in grads]).mean(dim=0)
+        pairs = zip(old_errors, errors, strict=True)
+        error_change = torch.stack([old.view(p, -1)[j] - new.view(p, -1)[j] for old, new in pairs])
+        error_change = error_change.mean(dim=0)
+        expected = beta1 * last_momentum[j] + (1 - beta1) * mean_grad + error_change
+        torch.testing.assert_close(momentum, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_momentum_reduce_scatter_alone_is_beta_momentum_plus_the_encoded_increment():
-    gen = torch.Generator().manual_seed(6)
-    grad = torch.randn(2 * SCALE_CHUNK, generator=gen)
-    error = torch.randn(2 * SCALE_CHUNK, generator=gen) * 0.1
-    momentum = torch.randn(2 * SCALE_CHUNK, generator=gen)
-    _, decoded = encode(0.1 * grad + error)
-    expected_momentum, expected_error = 0.9 * momentum + decoded, 0.1 * grad + error - decoded
-    momentum_reduce_scatter(grad, momentum, error, 0.9, 1, None)
-    torch.testing.assert_close(momentum, expected_momentum, rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(error, expected_error, rtol=1e-5, atol=1e-6)
+def _sender_side(grad, last_sent, error, beta1):
+    """What `momentum_reduce_scatter` sends, taken from a world-size-1 call per piece."""
+    p = last_sent.shape[0]
+    sent = []
+    for j in range(p):
+        piece_error = error.view(p, -1)[j]
+        momentum = torch.empty(piece_error.numel())
+        out = momentum_reduce_scatter(
+            grad.view(p, -1)[j], last_sent[j : j + 1], momentum, piece_error, beta1, None
+        )
+        sent.append(out[0])
+        torch.testing.assert_close(momentum, decode(out[0]))  # alone: the mean is itself
+    return torch.stack(sent)

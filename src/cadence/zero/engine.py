@@ -54,13 +54,19 @@ class BucketState:
     sender_error: torch.Tensor | None = None
     reducer_error: torch.Tensor | None = None
     momentum_wire: torch.Tensor | None = None
-    """With onebit: every rank's encoded momentum piece, as last all-gathered."""
+    """With onebit, (p, wire bytes): stage 1, every rank's piece of the momentum as last
+    all-gathered; stages 2-3, what this rank sent each rank last step."""
     updated: bool = False
     """Early update (see `ZeroEngine.early_update`): this step's update and gather are queued."""
     forward_gather: bool = False
     """Early update with overlap: this bucket's gather waits for `step()` and then goes in
     forward order (a front block, see `ZeroConfig.forward_gather_share`)."""
     in_flight: list[Future[None]] = field(default_factory=list)
+
+
+def beta1_of(engine: ZeroEngine) -> float:
+    """Adam's momentum decay, read when used (a scheduler may change it)."""
+    return float(engine.inner.param_groups[0]["betas"][0])
 
 
 class ZeroEngine:
@@ -251,15 +257,25 @@ class ZeroEngine:
         self._accumulate(st, out.float())
 
     def _onebit_reduce_scatter(self, st: BucketState, flat_grad: torch.Tensor) -> None:
-        """1-bit Adam, stages 2-3: the momentum's new part, 1-bit reduced onto its owners;
-        the fp32 momentum and a sender error are all this rank keeps of it."""
-        beta1 = self.inner.param_groups[0]["betas"][0]
-        if st.sender_error is None:
+        """1-bit Adam, stages 2-3: the local momenta, 1-bit reduce-scattered onto the owners.
+
+        Every rank keeps what it sent last (1/28 of fp32) to form its next local momentum and
+        a sender error; the owner's piece of the momentum is the mean of what it received.
+        """
+        momentum = self.inner.state[st.shard]["exp_avg"]
+        if st.momentum_wire is None:  # switch-over: publish the fp32 momentum once, encoded
+            wire, decoded = encode(momentum)
+            st.momentum_wire = gather_wires(wire, self.p, self.group)  # every rank's last sent
             st.sender_error = torch.zeros_like(flat_grad)
-        momentum_reduce_scatter(
-            flat_grad, self.inner.state[st.shard]["exp_avg"], st.sender_error, beta1,
-            self.p, self.group,
-        )  # fmt: skip
+            # What the encoding lost goes into the owner's error for its own piece (x p: the
+            # owner's momentum is the mean over p senders; x beta1: it enters as last momentum).
+            lost = momentum - decoded
+            st.sender_error.view(self.p, -1)[self.rank].add_(lost, alpha=self.p * beta1_of(self))
+            momentum.copy_(decoded)
+        assert st.sender_error is not None
+        st.momentum_wire = momentum_reduce_scatter(
+            flat_grad, st.momentum_wire, momentum, st.sender_error, beta1_of(self), self.group
+        )
 
     def _onebit_all_reduce(self, st: BucketState, flat_grad: torch.Tensor) -> None:
         """1-bit Adam, stage 1: every rank's local momentum, 1-bit all-reduced.
@@ -267,7 +283,7 @@ class ZeroEngine:
         Every rank keeps the last all-reduced momentum as its encoded wire bytes (1/28 of fp32)
         to form its next local momentum; the fp32 momentum lives only in the owner's shard.
         """
-        beta1 = self.inner.param_groups[0]["betas"][0]
+        beta1 = beta1_of(self)
         momentum = self.inner.state[st.shard]["exp_avg"]
         if st.momentum_wire is None:  # switch-over: publish the fp32 momentum once, encoded
             wire, decoded = encode(momentum)
