@@ -41,7 +41,8 @@ ALL_JOBS = (
 
 def job_spec(name: str, base: JobSpec) -> JobSpec:
     """The job called `name` ("ddp", "fsdp2", "deepspeed-zero2", "zero<S>-<comp>[-options]";
-    `backorder`: every gather in backward order, `ZeroConfig.forward_gather_share` = 0)."""
+    `backorder`: every gather in backward order, `ZeroConfig.forward_gather_share` = 0;
+    `fwdorder`: every gather after the backward in forward order, share 1)."""
     if name in ("ddp", "fsdp2"):
         return replace(base, name=name, kind=name)
     if name == "deepspeed-zero2":
@@ -52,13 +53,14 @@ def job_spec(name: str, base: JobSpec) -> JobSpec:
         len(parts) >= 2
         and parts[0] in ("zero1", "zero2", "zero3")
         and parts[1] in ("none", "fp16", "onebit")
-        and options <= {"bf16", "overlap", "backorder"}
+        and options <= {"bf16", "overlap", "backorder", "fwdorder"}
+        and not {"backorder", "fwdorder"} <= options
         and len(options) == len(parts) - 2
     )
     if not ok:
         raise UserError(
             f"unknown zero bench job '{name}': "
-            "zero<1|2|3>-<none|fp16|onebit>[-bf16][-overlap][-backorder] "
+            "zero<1|2|3>-<none|fp16|onebit>[-bf16][-overlap][-backorder|-fwdorder] "
             f"or one of {', '.join(ALL_JOBS[:3])}"
         )
     return replace(
@@ -69,7 +71,11 @@ def job_spec(name: str, base: JobSpec) -> JobSpec:
         compression=parts[1],
         gather_dtype="bf16" if "bf16" in options else "fp32",
         overlap_gather="overlap" in options,
-        forward_gather_share=0.0 if "backorder" in options else JobSpec.forward_gather_share,
+        forward_gather_share=(
+            0.0 if "backorder" in options
+            else 1.0 if "fwdorder" in options
+            else JobSpec.forward_gather_share
+        ),  # fmt: skip
     )
 
 
