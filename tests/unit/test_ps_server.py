@@ -15,9 +15,16 @@ LR = 0.5
 
 
 class Fake:
-    """W workers' channel sockets (class 0 only) talking to one in-thread server."""
+    """W workers' channel sockets (class 0 only) talking to one in-thread server.
+
+    Every instance is remembered until it is stopped: `tests/unit/conftest.py` shuts down
+    whatever a failing test left open (an open context blocks its garbage collection, and so
+    whichever later test happens to trigger it)."""
+
+    unstopped: list["Fake"] = []
 
     def __init__(self, consistency, workers=2, length=2, window=0, slices=None, dead_after=0.0):
+        Fake.unstopped.append(self)
         self.server = Server(
             {
                 "workers": workers,
@@ -76,10 +83,18 @@ class Fake:
         assert stats[0] == stats[-1]  # final figures, the same for every worker
         self.thread.join(timeout=10)
         assert not self.thread.is_alive()
-        for sock in self.socks:
-            sock.close()
-        self.ctx.term()
+        self.shutdown()
         return stats[-1]
+
+    def shutdown(self):
+        """Close this side without waiting for anything (a server thread that was never told
+        STOP on every channel idles, as a daemon, until the test process ends)."""
+        if self not in Fake.unstopped:
+            return
+        Fake.unstopped.remove(self)
+        for sock in self.socks:
+            sock.close(linger=0)
+        self.ctx.term()
 
 
 def test_channels_are_marked_with_their_class_tos():
