@@ -88,3 +88,9 @@ def test_targets_compare_onebit_with_ddp_time_and_its_stage_bytes():
     assert rows[2]["loss_max_abs_diff_vs_ddp_first_steps"] == pytest.approx(0.1)
     text = "\n".join(table_lines(summary))
     assert "fsdp2: skipped (why)" in text and "MISSED" in text and "| zero1-onebit |" in text
+    # Stage 3 is reported, not checked; other caps than 200mbit are reported, not checked.
+    rows.append(_row("zero3-onebit", 1.0, 20e6, [3.0, 2.0, 1.6]))
+    rows.append(_row("zero3-none", 1.0, 60e6, [3.0, 2.0, 1.6]))
+    assert not any(c["target"].startswith("zero3") for c in targets(summary))
+    assert rows[-2]["iface_bytes_vs_uncompressed"] == pytest.approx(1 / 3)
+    assert targets({**summary, "bandwidth": "1gbit"}) == []

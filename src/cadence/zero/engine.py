@@ -104,7 +104,7 @@ class ZeroEngine:
         self.peak = {"parameters": 0, "gradients": 0, "optimizer_state": 0, "total": 0}
         self._pool = ThreadPoolExecutor(1, "cadence-zero") if world_size > 1 else None
         # 1-bit Adam after warm-up (stages 1-2): a bucket's update needs only its own
-        # all-reduced momentum and the frozen variance, so it and the bucket's parameter
+        # reduced momentum and the frozen variance, so it and the bucket's parameter
         # all-gather are queued right behind its reduction, during the backward, and the
         # gathers travel while the rest of the backward computes. `step()` still returns
         # with every parameter current (unless overlap_gather), but parameters change
@@ -221,7 +221,7 @@ class ZeroEngine:
             st.pending = self.submit(lambda: self._update_and_gather(st, args), "parameters")
 
     def _update_and_gather(self, st: BucketState, args: FrozenAdamArgs) -> None:
-        """Communication thread, right after the bucket's momentum all-reduce (early update);
+        """Communication thread, right after the bucket's momentum reduction (early update);
         a front block's gather waits for `step()` (`gather_all`)."""
         frozen_adam_update(st.shard, self.inner.state[st.shard], args)
         if not st.forward_gather:

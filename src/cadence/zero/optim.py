@@ -69,7 +69,7 @@ class ZeroOptimizer(Optimizer):
         return loss
 
     def _onebit_update(self) -> None:
-        """Adam with the variance frozen at warm-up's end and the momentum as all-reduced."""
+        """Adam with the variance frozen at warm-up's end and the momentum as 1-bit reduced."""
         eng = self.engine
         args = FrozenAdamArgs.of(eng.inner.param_groups[0], eng.config.freeze_steps)
         for st in eng.states:

@@ -1,7 +1,7 @@
 """1-bit Adam's update of one bucket's shard: Adam with the variance frozen at warm-up's end.
 
 Shared by `ZeroOptimizer.step()` and by the engine's early update (stages 1-2), which runs it
-on the communication thread as soon as a bucket's momentum has been all-reduced, so the
+on the communication thread as soon as a bucket's momentum has been reduced, so the
 bucket's parameter all-gather can start during the backward.
 """
 
