@@ -182,10 +182,14 @@ def run_training(
         }
         metrics["epochs"].append(record)
         if ctx.is_main:
+            tested = (
+                ""  # not evaluated this epoch (eval_every_epoch off): say nothing, not "nan"
+                if math.isnan(test_loss)
+                else f"test loss {test_loss:.4f}  test acc {100 * test_acc:.2f}%  "
+            )
             tqdm.write(
                 f"epoch {epoch}/{epochs_needed}  loss {record['train_loss']:.4f}  "
-                f"test loss {test_loss:.4f}  test acc {100 * test_acc:.2f}%  "
-                f"samples/s {record['samples_per_s']:.0f}"
+                f"{tested}samples/s {record['samples_per_s']:.0f}"
             )
             if run_dir is not None:
                 _save_outputs(
