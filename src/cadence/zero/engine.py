@@ -239,11 +239,11 @@ class ZeroEngine:
     def _reduce(self, st: BucketState, flat_grad: torch.Tensor, compressed: bool) -> None:
         """Communication thread: reduce one bucket's gradients into this rank's piece."""
         lo, hi = st.spec.piece_range(self.rank)
-        if compressed and self.config.stage == 1:
-            self._onebit_all_reduce(st, flat_grad)
-            return
         if compressed:
-            self._onebit_reduce_scatter(st, flat_grad)
+            if self.config.stage == 1:
+                self._onebit_all_reduce(st, flat_grad)
+            else:
+                self._onebit_reduce_scatter(st, flat_grad)
             return
         wire = flat_grad.half() if self.config.compression == "fp16" else flat_grad
         if self.p > 1 and self.config.stage == 1:
@@ -256,26 +256,35 @@ class ZeroEngine:
             out = wire
         self._accumulate(st, out.float())
 
+    def _publish_momentum(self, st: BucketState, flat_grad: torch.Tensor) -> torch.Tensor:
+        """1-bit switch-over: every rank's fp32 momentum piece goes out once, encoded, and is
+        the last momentum every rank holds; returns what the encoding lost (owner's piece)."""
+        momentum = self.inner.state[st.shard]["exp_avg"]
+        wire, decoded = encode(momentum)
+        lost = momentum - decoded
+        momentum.copy_(decoded)  # from now on the owner's piece is what the wire says
+        st.sender_error = torch.zeros_like(flat_grad)
+        st.momentum_wire = gather_wires(wire, self.p, self.group)
+        return lost
+
     def _onebit_reduce_scatter(self, st: BucketState, flat_grad: torch.Tensor) -> None:
         """1-bit Adam, stages 2-3: the local momenta, 1-bit reduce-scattered onto the owners.
 
         Every rank keeps what it sent last (1/28 of fp32) to form its next local momentum and
         a sender error; the owner's piece of the momentum is the mean of what it received.
         """
-        momentum = self.inner.state[st.shard]["exp_avg"]
-        if st.momentum_wire is None:  # switch-over: publish the fp32 momentum once, encoded
-            wire, decoded = encode(momentum)
-            st.momentum_wire = gather_wires(wire, self.p, self.group)  # every rank's last sent
-            st.sender_error = torch.zeros_like(flat_grad)
+        beta1 = beta1_of(self)
+        if st.momentum_wire is None:  # switch-over: every rank's last sent is the published one
+            lost = self._publish_momentum(st, flat_grad)
+            assert st.sender_error is not None
             # What the encoding lost goes into the owner's error for its own piece (x p: the
             # owner's momentum is the mean over p senders; x beta1: it enters as last momentum).
-            lost = momentum - decoded
-            st.sender_error.view(self.p, -1)[self.rank].add_(lost, alpha=self.p * beta1_of(self))
-            momentum.copy_(decoded)
-        assert st.sender_error is not None
+            st.sender_error.view(self.p, -1)[self.rank].add_(lost, alpha=self.p * beta1)
+        assert st.sender_error is not None and st.momentum_wire is not None
         st.momentum_wire = momentum_reduce_scatter(
-            flat_grad, st.momentum_wire, momentum, st.sender_error, beta1_of(self), self.group
-        )
+            flat_grad, st.momentum_wire, self.inner.state[st.shard]["exp_avg"], st.sender_error,
+            beta1, self.group,
+        )  # fmt: skip
 
     def _onebit_all_reduce(self, st: BucketState, flat_grad: torch.Tensor) -> None:
         """1-bit Adam, stage 1: every rank's local momentum, 1-bit all-reduced.
@@ -283,18 +292,13 @@ class ZeroEngine:
         Every rank keeps the last all-reduced momentum as its encoded wire bytes (1/28 of fp32)
         to form its next local momentum; the fp32 momentum lives only in the owner's shard.
         """
-        beta1 = beta1_of(self)
-        momentum = self.inner.state[st.shard]["exp_avg"]
-        if st.momentum_wire is None:  # switch-over: publish the fp32 momentum once, encoded
-            wire, decoded = encode(momentum)
-            st.reducer_error = momentum - decoded
-            momentum.copy_(decoded)  # from now on the owner's piece is what the wire says
-            st.sender_error = torch.zeros_like(flat_grad)
-            st.momentum_wire = gather_wires(wire, self.p, self.group)
+        if st.momentum_wire is None:  # switch-over: the reducer keeps what the encoding lost
+            st.reducer_error = self._publish_momentum(st, flat_grad)
         assert st.sender_error is not None and st.reducer_error is not None
+        assert st.momentum_wire is not None
         st.momentum_wire = momentum_all_reduce(
-            flat_grad, st.momentum_wire, momentum, st.sender_error, st.reducer_error,
-            beta1, self.rank, self.group,
+            flat_grad, st.momentum_wire, self.inner.state[st.shard]["exp_avg"], st.sender_error,
+            st.reducer_error, beta1_of(self), self.rank, self.group,
         )  # fmt: skip
 
     def finish_reductions(self) -> None:

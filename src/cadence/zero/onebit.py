@@ -47,12 +47,7 @@ def momentum_all_reduce(
     (this rank's piece) are updated in place; `momentum` receives the new all-reduced piece.
     """
     sent = encode_local_momentum(grad, last_wire, momentum, sender_error, beta1, rank)
-    if sent.shape[0] == 1:
-        received = sent
-    else:
-        received = torch.empty_like(sent)
-        collectives.all_to_all(list(received), list(sent), group=group)
-    wire = reduce_received(received, reducer_error, momentum)
+    wire = reduce_received(exchange_pieces(sent, group), reducer_error, momentum)
     return gather_wires(wire, sent.shape[0], group)
 
 
@@ -80,15 +75,21 @@ def momentum_reduce_scatter(
     for j in range(p):  # error + local momentum -> wire j, the error keeps what it lost
         decode_add_(errors[j], last_sent[j], alpha=beta1)
         encode_feedback_(errors[j], sent[j], scratch)
-    if p == 1:
-        received = sent
-    else:
-        received = torch.empty_like(sent)
-        collectives.all_to_all(list(received), list(sent), group=group)
+    received = exchange_pieces(sent, group)
     momentum.zero_()
     for j in range(p):
         decode_add_(momentum, received[j], alpha=1 / p)
     return sent
+
+
+def exchange_pieces(sent: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
+    """All-to-all of encoded pieces: row j of `sent` goes to rank j; row i of the result came
+    from rank i (a world of one keeps its own)."""
+    if sent.shape[0] == 1:
+        return sent
+    received = torch.empty_like(sent)
+    collectives.all_to_all(list(received), list(sent), group=group)
+    return received
 
 
 def encode_local_momentum(
