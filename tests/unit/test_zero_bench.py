@@ -63,6 +63,7 @@ def test_interface_counters_see_real_traffic_on_loopback():
 
 def _row(job, seconds, tx, losses):
     return {"job": job, "median_iteration_s": seconds, "iface_tx_bytes_per_step_per_rank": tx,
+            "iface_rx_bytes_per_step_per_rank": tx,
             "payload_bytes_per_step_per_rank": None, "iface_wire_s": tx * 8 / 2e8,
             "step_loss": losses, "final_train_loss": losses[-1]}  # fmt: skip
 
@@ -94,3 +95,36 @@ def test_targets_compare_onebit_with_ddp_time_and_its_stage_bytes():
     assert not any(c["target"].startswith("zero3") for c in targets(summary))
     assert rows[-2]["iface_bytes_vs_uncompressed"] == pytest.approx(1 / 3)
     assert targets({**summary, "bandwidth": "1gbit"}) == []
+
+
+def test_rounds_merge_into_medians_with_paired_ratios_by_round():
+    from cadence.zero.bench import _merge_rounds
+
+    ddp = _merge_rounds([_row("ddp", s, 60e6, [3.0, 2.0]) for s in (2.0, 2.4, 1.8)])
+    zero = _merge_rounds(
+        [
+            _row("zero2-onebit", s, tx, [3.0, 2.0])
+            for s, tx in ((1.0, 20e6), (1.5, 24e6), (1.2, 22e6))
+        ]
+    )
+    assert ddp["median_iteration_s"] == 2.0 and zero["median_iteration_s"] == 1.2
+    assert zero["round_iteration_s"] == [1.0, 1.5, 1.2]
+    assert zero["iface_tx_bytes_per_step_per_rank"] == pytest.approx(22e6)
+    summary = {"rows": [ddp, zero], "freeze_steps": 1, "skipped": {}, "model": "m",
+               "bandwidth": "200mbit", "workers": 2, "batch_size": 16, "steps": 3,
+               "timed_steps": 1, "repeats": 3}  # fmt: skip
+    summary["targets"] = targets(summary)
+    assert zero["vs_ddp"] == pytest.approx(0.6)  # median over median, not a mean of ratios
+    assert zero["round_vs_ddp"] == pytest.approx([0.5, 1.5 / 2.4, 1.2 / 1.8])
+    text = "\n".join(table_lines(summary))
+    assert "median of 3 rounds in alternating order" in text
+    assert "| 0.50 / 0.62 / 0.67 |" in text and text.count("| --- ") == 9
+
+
+def test_zero_bench_refuses_zero_repeats():
+    from pathlib import Path
+
+    from cadence.zero.bench import run_bench
+
+    with pytest.raises(UserError, match="--repeats must be at least 1"):
+        run_bench("mlp", "200mbit", 30, 8, 2, Path("unused"), repeats=0)

@@ -208,7 +208,8 @@ def _cmd_zero(args: argparse.Namespace) -> int:
 
     run_bench(
         args.model, args.bandwidth, args.steps, args.freeze_steps, args.workers, Path(args.out),
-        jobs=_names(args.jobs), batch_size=args.batch_size, command=_command_line(),
+        jobs=_names(args.jobs), batch_size=args.batch_size, repeats=args.repeats,
+        command=_command_line(),
     )  # fmt: skip
     return 0
 
@@ -230,7 +231,14 @@ def _add_zero(bsub: Any) -> None:
         "--jobs",
         default="",
         help="comma-separated (default: all): ddp, fsdp2, deepspeed-zero2, "
-        "zero<1|2|3>-<none|fp16|onebit>[-bf16][-overlap]",
+        "zero<1|2|3>-<none|fp16|onebit>[-bf16][-overlap][-backorder|-fwdorder]",
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="rounds of every job, in alternating order; each job's figure is the median "
+        "over rounds of its per-round median step",
     )
     p.add_argument("--out", default="results/zero-bench", help="summary.json and PNGs here")
     p.set_defaults(func=_cmd_zero)

@@ -131,6 +131,18 @@ def _row(spec: JobSpec, ranks: list[dict[str, Any]], workers: int, bps: float) -
     }
 
 
+def _merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row per job: the median over rounds of each round's median step, every round's
+    figure kept; bytes averaged over rounds; losses from the first (same seed every round)."""
+    row = dict(rounds[0])
+    row["round_iteration_s"] = [r["median_iteration_s"] for r in rounds]
+    row["median_iteration_s"] = statistics.median(row["round_iteration_s"])
+    for key in ("iface_tx_bytes_per_step_per_rank", "iface_rx_bytes_per_step_per_rank",
+                "iface_wire_s"):  # fmt: skip
+        row[key] = statistics.mean(r[key] for r in rounds)
+    return row
+
+
 def run_bench(
     model: str,
     bandwidth: str,
@@ -141,6 +153,7 @@ def run_bench(
     *,
     jobs: tuple[str, ...] = (),
     batch_size: int = 64,
+    repeats: int = 1,
     command: str = "",
     echo: Callable[[str], None] = print,
 ) -> dict[str, Any]:
@@ -152,6 +165,8 @@ def run_bench(
     )
     from cadence.zero.peers import deepspeed_missing
 
+    if repeats < 1:
+        raise UserError(f"--repeats must be at least 1 (got {repeats})")
     if steps < freeze_steps + 12:
         raise UserError(f"--steps must be at least --freeze-steps + 12 (10 timed), got {steps}")
     base = JobSpec(name="", kind="ddp", model=model, batch_size=batch_size, steps=steps,
@@ -169,19 +184,28 @@ def run_bench(
         "machine": f"{platform.node()} ({platform.machine()})",
         "model": model, "bandwidth": bandwidth, "workers": workers, "batch_size": batch_size,
         "steps": steps, "freeze_steps": freeze_steps, "timed_steps": steps - base.window_start,
-        "rows": rows, "skipped": skipped,
+        "repeats": repeats, "rows": rows, "skipped": skipped,
     }  # fmt: skip
+    runnable = []
+    for spec in specs:
+        reason = deepspeed_missing() if spec.kind == "deepspeed" else None
+        if reason is None:
+            runnable.append(spec)
+        else:
+            echo(f"{spec.name}: skipped: {reason}")
+            skipped[spec.name] = reason
+    rounds: dict[str, list[dict[str, Any]]] = {spec.name: [] for spec in runnable}
     with cleanup_on_signals(), EmulatedCluster(workers, bps) as cluster:
-        for spec in specs:
-            reason = deepspeed_missing() if spec.kind == "deepspeed" else None
-            if reason is not None:
-                echo(f"{spec.name}: skipped: {reason}")
-                skipped[spec.name] = reason
-                continue
-            rows.append(_row(spec, _run_job(cluster, spec, runs_dir / spec.name), workers, bps))
-            r = rows[-1]
-            echo(f"{spec.name:<26} {r['median_iteration_s'] * 1000:8.1f} ms  "
-                 f"iface {r['iface_tx_bytes_per_step_per_rank'] / 1e6:7.2f} MB/step")  # fmt: skip
+        for index in range(repeats):
+            # Alternate the order so no job always runs first (or last) on a drifting machine.
+            for spec in runnable if index % 2 == 0 else runnable[::-1]:
+                run_dir = runs_dir / f"{spec.name}-{index}"
+                r = _row(spec, _run_job(cluster, spec, run_dir), workers, bps)
+                rounds[spec.name].append(r)
+                echo(f"{spec.name:<26} {r['median_iteration_s'] * 1000:8.1f} ms  "
+                     f"iface {r['iface_tx_bytes_per_step_per_rank'] / 1e6:7.2f} MB/step"
+                     + (f"  (round {index + 1}/{repeats})" if repeats > 1 else ""))  # fmt: skip
+    rows.extend(_merge_rounds(rounds[spec.name]) for spec in runnable)
     shutil.rmtree(runs_dir, ignore_errors=True)
     summary["targets"] = targets(summary)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

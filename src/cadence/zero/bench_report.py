@@ -27,6 +27,11 @@ def targets(summary: dict[str, Any]) -> list[dict[str, Any]]:
     early = summary["freeze_steps"]  # before the switch-over every job is plain Adam
     for r in rows:
         r["vs_ddp"] = None if ddp is None else r["median_iteration_s"] / ddp["median_iteration_s"]
+        if ddp is not None and "round_iteration_s" in r:  # the same round's DDP, paired
+            r["round_vs_ddp"] = [
+                a / b
+                for a, b in zip(r["round_iteration_s"], ddp["round_iteration_s"], strict=True)
+            ]
         r["loss_max_abs_diff_vs_ddp_first_steps"] = None
         if ddp is not None:
             pairs = zip(r["step_loss"][:early], ddp["step_loss"][:early], strict=True)
@@ -63,18 +68,25 @@ def _f(value: float | None, fmt: str) -> str:
 
 
 def table_lines(summary: dict[str, Any]) -> list[str]:
+    repeats = summary.get("repeats", 1)
+    rounds = f", median of {repeats} rounds in alternating order" if repeats > 1 else ""
     lines = [
         f"{summary['model']} at {summary['bandwidth']}, {summary['workers']} emulated hosts, "
         f"batch {summary['batch_size']}, median of {summary['timed_steps']} steps after "
-        f"{summary['steps'] - summary['timed_steps']}",
-        "| job | iteration | vs DDP | payload MB/step | iface tx MB/step | iface wire time "
+        f"{summary['steps'] - summary['timed_steps']}{rounds}",
+        "| job | iteration | vs DDP | " + ("vs DDP by round | " if repeats > 1 else "")
+        + "payload MB/step | iface tx MB/step | iface wire time "
         "| max loss diff vs DDP (Adam steps) | final loss |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- " * (8 + (repeats > 1)) + "|",
     ]
     for r in summary["rows"]:
+        by_round = ""
+        if repeats > 1:
+            by_round = " / ".join(f"{v:.2f}" for v in r.get("round_vs_ddp", [])) or "-"
+            by_round = f"| {by_round} "
         lines.append(
             f"| {r['job']} | {r['median_iteration_s']:.3f} s | {_f(r['vs_ddp'], '.2f')} "
-            f"| {_mb(r['payload_bytes_per_step_per_rank'])} "
+            f"{by_round}| {_mb(r['payload_bytes_per_step_per_rank'])} "
             f"| {_mb(r['iface_tx_bytes_per_step_per_rank'])} | {r['iface_wire_s']:.3f} s "
             f"| {_f(r['loss_max_abs_diff_vs_ddp_first_steps'], '.1e')} "
             f"| {r['final_train_loss']:.4f} |"
