@@ -92,3 +92,41 @@ def test_early_update_during_backward_is_the_same_training(stage, overlap, share
         assert overlap or plain[1] == early[1]
         for key, value in plain[2].items():
             torch.testing.assert_close(early[2][key], value, rtol=0, atol=0)
+
+
+def _lane_pair(rank, world_size, stage, overlap):
+    """mlp with onebit: (losses, bytes per step, final state, lanes) with the gathers on the
+    reductions' thread, then on a thread and process group of their own (the default)."""
+    import cadence
+    from tests.dist.zero_helpers import make_model, opt_kwargs, train_steps
+
+    out = []
+    for lane in (False, True):
+        model, opt = cadence.zero(make_model("mlp"), stage=stage, compression="onebit",
+                                  freeze_steps=3, overlap_gather=overlap, gather_lane=lane,
+                                  **opt_kwargs("adam"))  # fmt: skip
+        lanes = (opt.engine._gather_pool is not None, opt.engine.gather_group is opt.engine.group)
+        losses, sent = train_steps(model, opt, "mlp", 7, rank, world_size)
+        opt.engine.close()  # the last step's gathers land: their bytes count after it
+        sent.append({"parameters": opt.engine._bytes["parameters"]})
+        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        out.append((losses, sent, state, lanes))
+    return out
+
+
+@pytest.mark.parametrize(("stage", "overlap"), [(1, False), (2, False), (2, True)])
+def test_gather_lane_is_the_same_training_and_bytes(stage, overlap):
+    # The gathers' own thread and group change when bytes move, not what moves or the maths.
+    for one, two in run_ranks(_lane_pair, 2, stage, overlap, timeout=180):
+        assert one[3] == (False, True) and two[3] == (True, False)
+        assert one[0] == two[0]  # losses
+        assert [s.get("gradients") for s in one[1]] == [s.get("gradients") for s in two[1]]
+        # Without overlap every gather lands inside its own step: bytes match step by step;
+        # with it a gather may finish in the next step's window, so compare the totals.
+        if overlap:
+            total = [sum(s["parameters"] for s in run[1]) for run in (one, two)]
+            assert total[0] == total[1] > 0
+        else:
+            assert one[1] == two[1]
+        for key, value in one[2].items():
+            torch.testing.assert_close(two[2][key], value, rtol=0, atol=0)

@@ -24,6 +24,7 @@ def test_job_names_map_to_specs():
     assert z.forward_gather_share == 1 / 3  # the default: front blocks gathered in forward order
     assert job_spec("zero1-onebit-overlap-backorder", BASE).forward_gather_share == 0.0
     assert job_spec("zero2-onebit-overlap-fwdorder", BASE).forward_gather_share == 1.0
+    assert z.gather_lane and not job_spec("zero1-onebit-onelane", BASE).gather_lane
     assert all(job_spec(name, BASE).name == name for name in ALL_JOBS)
 
 

@@ -231,7 +231,7 @@ def _add_zero(bsub: Any) -> None:
         "--jobs",
         default="",
         help="comma-separated (default: all): ddp, fsdp2, deepspeed-zero2, "
-        "zero<1|2|3>-<none|fp16|onebit>[-bf16][-overlap][-backorder|-fwdorder]",
+        "zero<1|2|3>-<none|fp16|onebit>[-bf16][-overlap][-backorder|-fwdorder][-onelane]",
     )
     p.add_argument(
         "--repeats",

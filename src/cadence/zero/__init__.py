@@ -51,6 +51,7 @@ def zero(
     prefetch: bool = True,
     overlap_gather: bool = False,
     forward_gather_share: float = 1 / 3,
+    gather_lane: bool = True,
     **optimizer_kwargs: Any,
 ) -> tuple[nn.Module, ZeroOptimizer]:
     """Shard `model`'s training state over the current process group (a world of one without).
@@ -68,6 +69,7 @@ def zero(
         prefetch=prefetch,
         overlap_gather=overlap_gather,
         forward_gather_share=forward_gather_share,
+        gather_lane=gather_lane,
     )
     return zero_from_config(model, config, **optimizer_kwargs)
 
@@ -76,7 +78,7 @@ def zero_from_config(
     model: nn.Module, config: ZeroConfig, **optimizer_kwargs: Any
 ) -> tuple[nn.Module, ZeroOptimizer]:
     """`zero` with a ready-made `ZeroConfig`."""
-    world_size, rank, group = 1, 0, None
+    world_size, rank, group, gather_group = 1, 0, None, None
     if dist.is_initialized() and dist.get_world_size() > 1:
         world_size, rank = dist.get_world_size(), dist.get_rank()
         with torch.no_grad():  # start from rank 0's weights and buffers, as DDP does
@@ -84,8 +86,13 @@ def zero_from_config(
                 dist.broadcast(t, src=0)
         # The communication thread's own group: never interleaves with the caller's collectives.
         group = dist.new_group(backend=dist.get_backend())
-    engine_cls = Stage3Engine if config.stage == 3 else ZeroEngine
-    engine = engine_cls(model, config, optimizer_kwargs, group, world_size, rank)
+        if config.stage < 3 and config.compression == "onebit" and config.gather_lane:
+            gather_group = dist.new_group(backend=dist.get_backend())
+    engine: ZeroEngine
+    if config.stage == 3:
+        engine = Stage3Engine(model, config, optimizer_kwargs, group, world_size, rank)
+    else:
+        engine = ZeroEngine(model, config, optimizer_kwargs, group, world_size, rank, gather_group)
     model._cadence_zero_engine = engine  # type: ignore[assignment]  # lives as long as the model
     return model, ZeroOptimizer(engine)
 

@@ -42,7 +42,8 @@ ALL_JOBS = (
 def job_spec(name: str, base: JobSpec) -> JobSpec:
     """The job called `name` ("ddp", "fsdp2", "deepspeed-zero2", "zero<S>-<comp>[-options]";
     `backorder`: every gather in backward order, `ZeroConfig.forward_gather_share` = 0;
-    `fwdorder`: every gather after the backward in forward order, share 1)."""
+    `fwdorder`: every gather after the backward in forward order, share 1; `onelane`: gathers
+    on the same communication thread as the reductions, `ZeroConfig.gather_lane` off)."""
     if name in ("ddp", "fsdp2"):
         return replace(base, name=name, kind=name)
     if name == "deepspeed-zero2":
@@ -53,14 +54,14 @@ def job_spec(name: str, base: JobSpec) -> JobSpec:
         len(parts) >= 2
         and parts[0] in ("zero1", "zero2", "zero3")
         and parts[1] in ("none", "fp16", "onebit")
-        and options <= {"bf16", "overlap", "backorder", "fwdorder"}
+        and options <= {"bf16", "overlap", "backorder", "fwdorder", "onelane"}
         and not {"backorder", "fwdorder"} <= options
         and len(options) == len(parts) - 2
     )
     if not ok:
         raise UserError(
             f"unknown zero bench job '{name}': "
-            "zero<1|2|3>-<none|fp16|onebit>[-bf16][-overlap][-backorder|-fwdorder] "
+            "zero<1|2|3>-<none|fp16|onebit>[-bf16][-overlap][-backorder|-fwdorder][-onelane] "
             f"or one of {', '.join(ALL_JOBS[:3])}"
         )
     return replace(
@@ -76,6 +77,7 @@ def job_spec(name: str, base: JobSpec) -> JobSpec:
             else 1.0 if "fwdorder" in options
             else JobSpec.forward_gather_share
         ),  # fmt: skip
+        gather_lane="onelane" not in options,
     )
 
 

@@ -37,6 +37,8 @@ class JobSpec:
     """cadence.zero stages 1-2: parameter all-gathers overlap the next forward."""
     forward_gather_share: float = 1 / 3
     """cadence.zero: `ZeroConfig.forward_gather_share` (0: gathers in backward order)."""
+    gather_lane: bool = True
+    """cadence.zero: `ZeroConfig.gather_lane`."""
     model: str = "gpt_mini"
     """Model zoo name."""
     batch_size: int = 64
@@ -81,7 +83,7 @@ def _build_job(spec: JobSpec, model: Any, world_size: int) -> Any:
         return peers.wrap_deepspeed(model, spec.lr, spec.batch_size // world_size)
     return peers.wrap_zero(model, spec.lr, spec.stage, spec.compression, spec.freeze_steps,
                            spec.gather_dtype, spec.overlap_gather,
-                           spec.forward_gather_share)  # fmt: skip
+                           spec.forward_gather_share, spec.gather_lane)  # fmt: skip
 
 
 def run(spec: JobSpec, out_dir: Path) -> None:

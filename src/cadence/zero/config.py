@@ -40,6 +40,11 @@ class ZeroConfig:
     backward order, the front blocks came last, and the next forward waited for every gather
     (0: that order)."""
 
+    gather_lane: bool = True
+    """Stages 1-2 with onebit: parameter all-gathers run on a second communication thread and
+    process group, so a bucket's momentum exchange and update need not wait for the previous
+    bucket's gather to finish. False: one thread for everything."""
+
     def __post_init__(self) -> None:
         if self.stage not in STAGES:
             raise UserError(f"ZeRO stage must be 1, 2 or 3 (got {self.stage})")

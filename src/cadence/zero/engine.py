@@ -1,10 +1,13 @@
 """The ZeRO runtime: flat buffers per bucket, gradient reduction, parameter gathers, the step.
 
-Every collective runs on one communication thread with a process group of its own, in the
+Every collective runs on a communication thread with a process group of its own, in the
 order the main thread submits them (forward/backward order, then bucket order at the step),
-which is the same on every rank. Stages 2 and 3 reduce a bucket from a post-accumulate-grad
-hook as soon as all of its gradients exist, so reduction overlaps the rest of the backward
-pass; stage 3's gather/release hooks live in `params3.py`.
+which is the same on every rank. Under 1-bit Adam (stages 1-2) the parameter all-gathers get
+a second thread and group (`ZeroConfig.gather_lane`): a bucket's momentum exchange and update
+then run while the previous bucket's gather is on the wire instead of after it. Stages 2 and 3
+reduce a bucket from a post-accumulate-grad hook as soon as all of its gradients exist, so
+reduction overlaps the rest of the backward pass; stage 3's gather/release hooks live in
+`params3.py`.
 """
 
 from __future__ import annotations
@@ -80,8 +83,10 @@ class ZeroEngine:
         group: dist.ProcessGroup | None,
         world_size: int,
         rank: int,
+        gather_group: dist.ProcessGroup | None = None,
     ) -> None:
         self.config, self.group, self.p, self.rank = config, group, world_size, rank
+        self.gather_group = gather_group if gather_group is not None else group
         entries = [e for e in bucket_params(model) if e[2]]
         self.layout: ZeroLayout = build_layout(
             [(name, [(n, tuple(p.shape)) for n, p in params]) for name, _, params in entries],
@@ -103,6 +108,11 @@ class ZeroEngine:
         self.bytes_sent_last_step = {"gradients": 0, "parameters": 0, "total": 0}
         self.peak = {"parameters": 0, "gradients": 0, "optimizer_state": 0, "total": 0}
         self._pool = ThreadPoolExecutor(1, "cadence-zero") if world_size > 1 else None
+        self._gather_pool = (
+            ThreadPoolExecutor(1, "cadence-zero-gather")
+            if gather_group is not None and world_size > 1
+            else None
+        )
         # 1-bit Adam after warm-up (stages 1-2): a bucket's update needs only its own
         # reduced momentum and the frozen variance, so it and the bucket's parameter
         # all-gather are queued right behind its reduction, during the backward, and the
@@ -151,8 +161,9 @@ class ZeroEngine:
         return BucketState(spec, block, params, flat, shard)
 
     # ----------------------------------------------------------------- communication thread
-    def submit(self, fn: Callable[[], None], kind: str) -> Future[None]:
-        """Run `fn` on the communication thread, counting the bytes it sends under `kind`."""
+    def submit(self, fn: Callable[[], None], kind: str, gather_lane: bool = False) -> Future[None]:
+        """Run `fn` on the communication thread (`gather_lane`: the gathers' thread, where there
+        is one), counting the bytes it sends under `kind`."""
 
         def task() -> None:
             with collectives.count_bytes() as counter:
@@ -160,17 +171,30 @@ class ZeroEngine:
             with self._lock:
                 self._bytes[kind] += counter.bytes_sent
 
-        if self._pool is None:
+        pool = self._gather_pool if gather_lane and self._gather_pool is not None else self._pool
+        if pool is None:
             done: Future[None] = Future()
             task()
             done.set_result(None)
             return done
-        return self._pool.submit(task)
+        return pool.submit(task)
+
+    def submit_gather(self, st: BucketState, after: Future[None] | None = None) -> Future[None]:
+        """All-gather the bucket's parameters (on the gather lane where there is one) once
+        `after`, its update on the other lane, is done."""
+
+        def gather() -> None:
+            if after is not None:
+                after.result()
+            self.gather_task(st)
+
+        return self.submit(gather, "parameters", gather_lane=True)
 
     def close(self) -> None:
         self.wait_gathers()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
+        for pool in (self._pool, self._gather_pool):
+            if pool is not None:
+                pool.shutdown(wait=True)
 
     @property
     def compressed_phase(self) -> bool:
@@ -218,14 +242,13 @@ class ZeroEngine:
             self._wait_gather(st)  # the last step's gather: its forward has waited for it
             args = FrozenAdamArgs.of(self.inner.param_groups[0], self.config.freeze_steps)
             st.updated = True
-            st.pending = self.submit(lambda: self._update_and_gather(st, args), "parameters")
-
-    def _update_and_gather(self, st: BucketState, args: FrozenAdamArgs) -> None:
-        """Communication thread, right after the bucket's momentum reduction (early update);
-        a front block's gather waits for `step()` (`gather_all`)."""
-        frozen_adam_update(st.shard, self.inner.state[st.shard], args)
-        if not st.forward_gather:
-            self.gather_task(st)
+            # Right behind the bucket's momentum reduction; a front block's gather waits for
+            # `step()` (`gather_all`).
+            update = self.submit(
+                lambda: frozen_adam_update(st.shard, self.inner.state[st.shard], args),
+                "parameters",
+            )
+            st.pending = update if st.forward_gather else self.submit_gather(st, update)
 
     def on_bucket_backward_done(self, st: BucketState) -> None:
         """Stage 3 overrides this to release the bucket's parameters."""
@@ -322,16 +345,18 @@ class ZeroEngine:
             st.flat.copy_(src.to(torch.bfloat16) if self.config.gather_dtype == "bf16" else src)
         elif self.config.gather_dtype == "bf16":
             out = torch.empty(st.spec.padded, dtype=torch.bfloat16)
-            collectives.all_gather_into_tensor(out, src.to(torch.bfloat16), group=self.group)
+            collectives.all_gather_into_tensor(
+                out, src.to(torch.bfloat16), group=self.gather_group
+            )
             st.flat.copy_(out)
         else:
-            collectives.all_gather_into_tensor(st.flat, src, group=self.group)
+            collectives.all_gather_into_tensor(st.flat, src, group=self.gather_group)
 
     def gather_all(self) -> None:
         """Start every bucket's parameter all-gather, except those the early update started."""
         for st in self.states:  # forward order: the first block's parameters arrive first
             if not st.updated or st.forward_gather:
-                st.pending = self.submit(self._gather_fn(st), "parameters")
+                st.pending = self.submit_gather(st, st.pending)  # after an early update
             st.updated = False
         if not (self.config.overlap_gather and self.p > 1):
             self.wait_gathers()
@@ -351,9 +376,6 @@ class ZeroEngine:
 
     def _wait_gather_hook(self, st: BucketState) -> Callable[[nn.Module, Any], None]:
         return lambda _module, _args: self._wait_gather(st)
-
-    def _gather_fn(self, st: BucketState) -> Callable[[], None]:
-        return lambda: self.gather_task(st)
 
     # ----------------------------------------------------------------- memory
     def sample_memory(self) -> None:

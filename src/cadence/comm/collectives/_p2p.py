@@ -6,6 +6,7 @@ wire; tests compare that count with `bytes_sent_per_rank`.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,18 +33,27 @@ class ByteCounter:
     messages: int = 0
 
 
-_counters: list[ByteCounter] = []
+# Per thread: two threads running collectives at once (ZeRO's two communication lanes) each
+# count only their own sends.
+_local = threading.local()
+
+
+def _active_counters() -> list[ByteCounter]:
+    if not hasattr(_local, "counters"):
+        _local.counters = []
+    counters: list[ByteCounter] = _local.counters
+    return counters
 
 
 @contextmanager
 def count_bytes() -> Iterator[ByteCounter]:
-    """Count the payload bytes every collective in this process sends inside the block."""
+    """Count the payload bytes every collective this thread runs sends inside the block."""
     counter = ByteCounter()
-    _counters.append(counter)
+    _active_counters().append(counter)
     try:
         yield counter
     finally:
-        _counters.remove(counter)
+        _active_counters().remove(counter)
 
 
 @dataclass(frozen=True)
@@ -66,7 +76,7 @@ class Comm:
 
     def isend(self, tensor: torch.Tensor, peer: int, tag: int) -> dist.Work:
         nbytes = tensor.numel() * tensor.element_size()
-        for counter in _counters:
+        for counter in _active_counters():
             counter.bytes_sent += nbytes
             counter.messages += 1
         work = dist.isend(tensor, self.global_rank(peer), group=self.group, tag=tag % _TAG_MOD)
