@@ -86,7 +86,7 @@ def zero_from_config(
                 dist.broadcast(t, src=0)
         # The communication thread's own group: never interleaves with the caller's collectives.
         group = dist.new_group(backend=dist.get_backend())
-        if config.stage < 3 and config.compression == "onebit" and config.gather_lane:
+        if config.updates_early and config.gather_lane:
             gather_group = dist.new_group(backend=dist.get_backend())
     engine: ZeroEngine
     if config.stage == 3:

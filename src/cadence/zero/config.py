@@ -45,6 +45,12 @@ class ZeroConfig:
     process group, so a bucket's momentum exchange and update need not wait for the previous
     bucket's gather to finish. False: one thread for everything."""
 
+    @property
+    def updates_early(self) -> bool:
+        """1-bit Adam at stages 1-2: once the variance is frozen, each bucket's update and
+        parameter gather can run as soon as its momentum is reduced (see `ZeroEngine`)."""
+        return self.stage < 3 and self.compression == "onebit"
+
     def __post_init__(self) -> None:
         if self.stage not in STAGES:
             raise UserError(f"ZeRO stage must be 1, 2 or 3 (got {self.stage})")

@@ -110,7 +110,7 @@ class ZeroEngine:
         self._pool = ThreadPoolExecutor(1, "cadence-zero") if world_size > 1 else None
         self._gather_pool = (
             ThreadPoolExecutor(1, "cadence-zero-gather")
-            if gather_group is not None and world_size > 1
+            if gather_group is not None  # made only for a world of 2 or more
             else None
         )
         # 1-bit Adam after warm-up (stages 1-2): a bucket's update needs only its own
@@ -120,7 +120,7 @@ class ZeroEngine:
         # with every parameter current (unless overlap_gather), but parameters change
         # during the backward; with several backwards per step the update uses the first
         # one's momentum.
-        self.early_update = config.stage < 3 and config.compression == "onebit" and world_size > 1
+        self.early_update = config.updates_early and world_size > 1
         # Stage 1 reduces early too once 1-bit Adam is compressing: its momentum all-reduce
         # needs only this backward's gradient, so it can overlap the rest of the backward.
         if config.stage >= 2 or config.compression == "onebit":
