@@ -50,6 +50,16 @@ def test_tree_rounds_use_ceil_log2(p, rounds):
     assert close(MODEL.time("allgather", "bruck", N, p), rounds * A + spread)
 
 
+@pytest.mark.parametrize(
+    "p, hops, copies", [(2, 1, 1), (3, 1, 2), (4, 2, 3), (8, 3, 6), (16, 4, 10)]
+)
+def test_eager_binomial_broadcast_shares_each_senders_uplink(p, hops, copies):
+    # gloo posts a rank's sends together: on 4 ranks the root's two copies share its uplink
+    # (both land at 2 n beta) and rank 1 then forwards to rank 3 (3 n beta in all). p = 2^d:
+    # d + (d - 1) + ... + 1 copies along the path 0 -> 1 -> 3 -> 7 ...
+    assert close(MODEL.time("broadcast", "binomial_eager", N, p), hops * A + copies * N * B)
+
+
 @pytest.mark.parametrize("p", [2, 5])
 def test_linear_step_collectives(p):
     spread = (p - 1) / p * N

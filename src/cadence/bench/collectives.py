@@ -45,7 +45,7 @@ _GLOO_MODEL: dict[str, tuple[str, str]] = {
     "all_reduce": ("allreduce", "ring"),
     "reduce_scatter": ("allreduce", "ring"),
     "all_gather": ("allgather", "ring"),
-    "broadcast": ("broadcast", "binomial"),
+    "broadcast": ("broadcast", "binomial_eager"),
     "all_to_all": ("all_to_all", "pairwise"),
 }
 # cadence (collective, algorithm) -> cost model (collective, algorithm) where the names differ.

@@ -12,10 +12,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-# collective -> accepted algorithms (the first is the default gloo/MPI choice on CPU).
+# collective -> accepted algorithms (the first is the default gloo/MPI choice on CPU, except
+# that gloo's own broadcast is "binomial_eager": see `_eager_binomial`).
 ALGORITHMS: dict[str, tuple[str, ...]] = {
     "p2p": ("direct",),
-    "broadcast": ("binomial", "chain"),
+    "broadcast": ("binomial", "chain", "binomial_eager"),
     "reduce": ("binomial",),
     "allreduce": ("ring", "halving_doubling", "tree"),
     "gather": ("binomial",),
@@ -56,6 +57,23 @@ def _check(collective: str, algorithm: str, nbytes: int, world_size: int) -> Non
         raise ValueError(f"unknown {collective} algorithm {algorithm!r}; accepted: {accepted}")
     if nbytes < 0 or world_size < 1:
         raise ValueError(f"need nbytes >= 0 and world_size >= 1, got {nbytes}, {world_size}")
+
+
+def _eager_binomial(p: int) -> tuple[int, int]:
+    """(hops, copies of n) along the slowest path of a binomial broadcast whose ranks post all
+    their sends at once, as gloo's does: a rank's k sends share its uplink and all land k*n*beta
+    after its own copy arrived (p = 4: 3 n beta, where sequential rounds take 2 n beta)."""
+    # Virtual rank v (root 0) receives from v - 2^h, h its highest set bit, and then sends to
+    # v + 2^i for every i above h (every i for the root) that is still a rank.
+    arrival = {0: (0, 0)}  # v -> (copies of n until it holds the data, hops)
+    for v in range(p):  # parents come before children: v + 2^i > v
+        copies, hops = arrival[v]
+        first = v.bit_length()  # bits above v's highest set bit
+        children = [v + (1 << i) for i in range(first, _log2_ceil(p)) if v + (1 << i) < p]
+        for child in children:
+            arrival[child] = (copies + len(children), hops + 1)
+    copies, hops = max(arrival.values())  # the slowest arrival (most hops among equals)
+    return hops, copies
 
 
 def _halving_doubling(n: float, p: int) -> Terms:
@@ -113,6 +131,9 @@ class AlphaBeta:
         if collective == "broadcast":
             if algorithm == "chain":
                 return self._chain(n, p)
+            if algorithm == "binomial_eager":
+                hops, copies = _eager_binomial(p)
+                return Terms(hops, copies * n, 0)
             return Terms(rounds, rounds * n, 0)
         if collective == "reduce":
             return Terms(rounds, rounds * n, rounds * n)
