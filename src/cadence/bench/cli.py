@@ -366,6 +366,37 @@ def _add_contention(bsub: Any) -> None:
     p.set_defaults(func=_cmd_contention)
 
 
+def _cmd_steadiness(args: argparse.Namespace) -> int:
+    from cadence.bench.steadiness import SteadinessConfig, run_steadiness
+
+    config = SteadinessConfig(
+        model=args.model,
+        batch_size=args.batch_size,
+        windows=args.windows,
+        window_s=args.window_s,
+        processes=args.processes,
+        out=args.out,
+    )
+    run_steadiness(config, _command_line())
+    return 0
+
+
+def _add_steadiness(bsub: Any) -> None:
+    p = bsub.add_parser(
+        "steadiness",
+        help="the same training step, window after window: how much this machine's own speed "
+        "drifts (the noise floor of every timing comparison)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--model", default="gpt_mini", help="zoo model whose step is the work")
+    p.add_argument("--batch-size", type=int, default=32, help="synthetic batch per step")
+    p.add_argument("--windows", type=int, default=8, help="consecutive timing windows")
+    p.add_argument("--window-s", type=float, default=5.0, help="seconds per window")
+    p.add_argument("--processes", type=int, default=1, help="copies running at once")
+    p.add_argument("--out", default="results/steadiness.json", help="JSON file; PNG next to it")
+    p.set_defaults(func=_cmd_steadiness)
+
+
 _BENCHES: tuple[Callable[[Any], None], ...] = (
     _add_collectives,
     _add_contention,
@@ -375,6 +406,7 @@ _BENCHES: tuple[Callable[[Any], None], ...] = (
     _add_dp_autotune,
     _add_zero,
     _add_ps,
+    _add_steadiness,
 )
 
 
