@@ -201,9 +201,11 @@ def bench_sim_command(args: Any) -> int:
             args.model, caps, strategies, args.steps, args.out_dir, args.workers, args.batch_size
         )
     bench_files = list(getattr(args, "from_bench_dp", []) or [])
-    if not runs and not bench_files:
+    timelines = list(getattr(args, "from_timeline", []) or [])
+    if not runs and not bench_files and not timelines:
         raise UserError(
-            "nothing to compare: give `cadence train --json` files, --from-bench-dp or --run"
+            "nothing to compare: give `cadence train --json` files, --from-bench-dp, "
+            "--from-timeline or --run"
         )
     profiles: dict[str, Profile] = {}
     for path in args.profile or []:
@@ -212,6 +214,11 @@ def bench_sim_command(args: Any) -> int:
     wanted = [_per_worker(_read_run(path)["config"]) for path in runs]
     for path in bench_files:
         wanted += _bench_dp_models(path)
+    for path in timelines:
+        from cadence.sim.bench_timeline import read_timeline
+
+        cfg = read_timeline(path)["config"]
+        wanted.append((str(cfg["model"]), int(cfg["batch_size"]) // int(cfg.get("workers", 2))))
     for model, per_worker in wanted:
         if model not in profiles:
             from cadence.profile import profile_command
@@ -238,6 +245,13 @@ def bench_sim_command(args: Any) -> int:
         more, skipped = predict_bench_dp(
             bench_files, profiles, args.payload_fraction, args.optimizer_step, options, co_run
         )
+        rows += more
+        for line in skipped:
+            print(f"skipped {line}")
+    if timelines:
+        from cadence.sim.bench_timeline import predict_timelines
+
+        more, skipped = predict_timelines(timelines, profiles, args.payload_fraction, options)
         rows += more
         for line in skipped:
             print(f"skipped {line}")

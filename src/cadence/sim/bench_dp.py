@@ -44,23 +44,27 @@ def read_bench_dp(path: str) -> dict[str, Any]:
     return data
 
 
-def scaled_profile(profile: Profile, factor: float) -> Profile:
-    """`profile` with every time multiplied by `factor` (sizes unchanged)."""
+def scaled_profile(
+    profile: Profile, factor: float, backward_factor: float | None = None
+) -> Profile:
+    """`profile` with every time multiplied by `factor` (sizes unchanged); with
+    `backward_factor`, the gradient times by that instead, and the whole iteration becomes
+    the sum of the scaled parts."""
+    g = factor if backward_factor is None else backward_factor
     blocks = tuple(
         dataclasses.replace(
             b,
             forward_s=b.forward_s * factor,
-            input_grad_s=b.input_grad_s * factor,
-            weight_grad_s=b.weight_grad_s * factor,
+            input_grad_s=b.input_grad_s * g,
+            weight_grad_s=b.weight_grad_s * g,
         )
         for b in profile.blocks
     )
-    return dataclasses.replace(
-        profile,
-        blocks=blocks,
-        iteration_s=profile.iteration_s * factor,
-        loss_s=profile.loss_s * factor,
-    )
+    loss_s = profile.loss_s * factor
+    iteration_s = profile.iteration_s * factor
+    if backward_factor is not None:
+        iteration_s = loss_s + sum(b.forward_s + b.input_grad_s + b.weight_grad_s for b in blocks)
+    return dataclasses.replace(profile, blocks=blocks, iteration_s=iteration_s, loss_s=loss_s)
 
 
 def predict_bench_dp(

@@ -171,6 +171,14 @@ def add_bench_sim(bsub: Any) -> None:
         help="also predict the DDP and cadence-dp rows of `cadence bench dp` result files",
     )
     p.add_argument(
+        "--from-timeline",
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="also replay `cadence bench dp-timeline` JSON files: predict each traced step "
+        "from the forward and backward time it really took",
+    )
+    p.add_argument(
         "--profile",
         action="append",
         metavar="FILE",
