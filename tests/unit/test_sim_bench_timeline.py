@@ -44,6 +44,19 @@ def test_compute_bound_step_is_its_compute_and_wire_bound_step_its_wire(tmp_path
         assert r["predicted_s"] >= r["wire_s"]
 
 
+def test_the_slowest_ranks_compute_sets_the_step(tmp_path: Path) -> None:
+    path = Path(_timeline(tmp_path, "10gbit", 0.3, 0.5, 1.0))
+    data = json.loads(path.read_text())
+    slow = {"forward_s": 0.4, "backward_s": 0.6, "updates_s": 0.0}
+    for run in data["runs"].values():
+        run["rank_breakdowns"] = [run["breakdown"], slow]
+    path.write_text(json.dumps(data))
+    rows, _ = predict_timelines([str(path)], {"cnn": zoo_profile("cnn")})
+    for r in rows:
+        assert r["compute_s"] == pytest.approx(1.0)
+        assert r["predicted_s"] == pytest.approx(1.0, rel=0.01)
+
+
 def test_uncapped_and_bad_files(tmp_path: Path) -> None:
     rows, skipped = predict_timelines(
         [_timeline(tmp_path, "none", 0.3, 0.5, 0.8)], {"cnn": zoo_profile("cnn")}

@@ -121,7 +121,13 @@ def _record(config: DPTimelineConfig, strategy: str, run_dir: Path) -> dict[str,
             EmulatedCluster(config.workers, parse_bandwidth(config.cap)) as c,
         ):
             run_workers(c, module, args, run_dir / strategy, config.threads, 900)
+    from cadence.bench.dp_timeline_worker import peer_events_path
+
     result: dict[str, Any] = json.loads(events.read_text())
+    peers = [json.loads(peer_events_path(events, r).read_text()) for r in range(1, config.workers)]
+    # Rank 0's events are pictured; every rank's breakdown is kept (the slowest rank's compute
+    # is what a synchronous step waits for).
+    result["rank_breakdowns"] = [breakdown(run) for run in (result, *peers)]
     return result
 
 

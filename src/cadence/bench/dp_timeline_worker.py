@@ -51,6 +51,11 @@ def _wrap(
     return model, scheduled
 
 
+def peer_events_path(events_path: Path, rank: int) -> Path:
+    """Where rank `rank` (> 0) writes the record that rank 0 writes to `events_path`."""
+    return events_path.with_name(f"{events_path.stem}-rank{rank}{events_path.suffix}")
+
+
 def run(config: DPTimelineConfig, strategy: str, events_path: Path) -> None:
     torch.set_num_threads(config.threads)
     ctx = init_from_env()
@@ -95,17 +100,18 @@ def run(config: DPTimelineConfig, strategy: str, events_path: Path) -> None:
             optimizer.flush()
         time.sleep(0.05)  # the last completion callbacks run on gloo's threads
         recorder.active = False
-        if ctx.rank == 0:
-            it = config.record_step + 1
-            origin = recorder.marks[f"start {it}"]
-            data_out = {
-                "strategy": strategy,
-                "iteration": it,
-                "iteration_s": recorder.marks[f"start {it + 1}"] - origin,
-                "step_times_s": step_times,
-                "events": recorder.to_json(origin),
-            }
-            events_path.write_text(json.dumps(data_out, indent=1) + "\n")
+        it = config.record_step + 1
+        origin = recorder.marks[f"start {it}"]
+        data_out = {
+            "strategy": strategy,
+            "iteration": it,
+            "iteration_s": recorder.marks[f"start {it + 1}"] - origin,
+            "step_times_s": step_times,
+            "events": recorder.to_json(origin),
+        }
+        # Every rank's record: a synchronous step waits for the slowest rank's compute.
+        path = events_path if ctx.rank == 0 else peer_events_path(events_path, ctx.rank)
+        path.write_text(json.dumps(data_out, indent=1) + "\n")
     finally:
         destroy()
 

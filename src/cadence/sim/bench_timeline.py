@@ -2,9 +2,10 @@
 the compute a traced step really took, against that step's measured time.
 
 `cadence bench dp-timeline` records one steady-state iteration of DDP and of cadence-dp with
-its forward, backward (waiting excluded) and optimizer-update seconds. Here the profile's
-per-block split is scaled so its forward and its backward equal that step's, the update cost
-is that step's, and the simulator predicts the iteration from there. Forward, backward and
+its forward, backward (waiting excluded) and optimizer-update seconds on every rank. Here the
+profile's per-block split is scaled so its forward and its backward equal that step's on the
+slowest rank (a synchronous step waits for it; files with rank 0 only use rank 0), the update
+cost is that step's, and the simulator predicts the iteration from there. Forward, backward and
 the measured iteration come from the same step, so the machine's speed drifting between runs
 (see `cadence bench steadiness`) cancels out; what is checked is the simulator's
 communication, overlap and scheduling, not its compute estimate.
@@ -81,7 +82,9 @@ def predict_timelines(
             run = data["runs"].get(run_name)
             if run is None:
                 continue
-            parts = run["breakdown"]
+            # Each rank's compute where recorded: the step waits for the slowest one's.
+            ranks = run.get("rank_breakdowns") or [run["breakdown"]]
+            parts = {k: max(b[k] for b in ranks) for k in ("forward_s", "backward_s", "updates_s")}
             setup = Setup(
                 profile=traced_profile(profiles[model], parts["forward_s"], parts["backward_s"]),
                 params=params,

@@ -1,0 +1,19 @@
+"""`cadence bench dp-timeline` end to end on the loopback: every rank's compute is recorded."""
+
+from cadence.bench.dp_timeline import DPTimelineConfig, run_dp_timeline
+
+
+def test_every_rank_records_its_breakdown(tmp_path):
+    config = DPTimelineConfig(
+        model="cnn", cap="none", batch_size=16, steps=5, record_step=2,
+        out=str(tmp_path / "tl.png"),
+    )  # fmt: skip
+    report = run_dp_timeline(config, "test", echo=lambda _line: None)
+    assert (tmp_path / "tl.png").stat().st_size > 0
+    for run in report["runs"].values():
+        ranks = run["rank_breakdowns"]
+        assert len(ranks) == 2
+        assert ranks[0] == run["breakdown"]  # rank 0's is the pictured one
+        for b in ranks:
+            assert b["forward_s"] > 0 and b["backward_s"] > 0
+            assert b["iteration_s"] >= b["forward_s"] + b["backward_s"] - 1e-9
