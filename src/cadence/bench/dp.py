@@ -107,8 +107,8 @@ def variants(config: DPBenchConfig) -> list[Variant]:
 def _train(
     model: str, cap: str, variant: Variant, workers: int, config: DPBenchConfig
 ) -> dict[str, Any]:
+    from cadence.bench._train import train_for_bench
     from cadence.config import TrainConfig
-    from cadence.train.run import train
 
     train_config = TrainConfig(
         model=model,
@@ -122,8 +122,7 @@ def _train(
         threads=1,
         **variant.settings,
     )
-    metrics, _ = train(train_config)
-    return metrics
+    return train_for_bench(train_config)
 
 
 def measure_compute(

@@ -127,10 +127,10 @@ def table_lines(tuned: dict[str, dict[str, Any]], summary: dict[str, Any]) -> li
 
 
 def _train(config: DPAutotuneBenchConfig, steps: int, **settings: Any) -> dict[str, Any]:
+    from cadence.bench._train import train_for_bench
     from cadence.config import TrainConfig
-    from cadence.train.run import train
 
-    metrics, _ = train(
+    metrics = train_for_bench(
         TrainConfig(
             model=config.model,
             workers=config.workers,

@@ -82,8 +82,8 @@ class PSBenchConfig:
 
 
 def _train(model: str, cap: str, config: PSBenchConfig, **settings: Any) -> dict[str, Any]:
+    from cadence.bench._train import train_for_bench
     from cadence.config import TrainConfig
-    from cadence.train.run import train
 
     fields: dict[str, Any] = {
         "strategy": "ps",
@@ -96,8 +96,7 @@ def _train(model: str, cap: str, config: PSBenchConfig, **settings: Any) -> dict
         model=model, steps=config.steps, out=config.run_root, eval_every_epoch=False, threads=1,
         **fields,
     )  # fmt: skip
-    metrics, _ = train(train_config)
-    return metrics
+    return train_for_bench(train_config)
 
 
 def _summary(metrics: dict[str, Any]) -> dict[str, Any]:
