@@ -187,6 +187,13 @@ def _bench_dp_models(path: str) -> list[tuple[str, int]]:
     return [(str(row["model"]), per_worker) for row in data["rows"]]
 
 
+def _timeline_model(path: str) -> tuple[str, int]:
+    from cadence.sim.bench_timeline import read_timeline
+
+    cfg = read_timeline(path)["config"]
+    return str(cfg["model"]), int(cfg.get("batch_size", 64)) // int(cfg.get("workers", 2))
+
+
 def bench_sim_command(args: Any) -> int:
     """`cadence bench sim`: optionally train in the emulated cluster, then compare."""
     runs = list(args.runs)
@@ -215,10 +222,7 @@ def bench_sim_command(args: Any) -> int:
     for path in bench_files:
         wanted += _bench_dp_models(path)
     for path in timelines:
-        from cadence.sim.bench_timeline import read_timeline
-
-        cfg = read_timeline(path)["config"]
-        wanted.append((str(cfg["model"]), int(cfg["batch_size"]) // int(cfg.get("workers", 2))))
+        wanted.append(_timeline_model(path))
     for model, per_worker in wanted:
         if model not in profiles:
             from cadence.profile import profile_command

@@ -106,7 +106,7 @@ def predict_bench_dp(
                 profile=scaled_profile(base, factor),
                 params=params,
                 world_size=workers,
-                link=AlphaBeta(alpha_s=0.0, beta_s_per_byte=8.0 / (bps * payload_fraction)),
+                link=AlphaBeta.from_bandwidth(bps * payload_fraction),
                 description=f"{model} {cap}",
                 update_s_per_byte=update,
             )

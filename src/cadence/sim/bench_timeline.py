@@ -89,7 +89,7 @@ def predict_timelines(
                 profile=traced_profile(profiles[model], parts["forward_s"], parts["backward_s"]),
                 params=params,
                 world_size=int(cfg.get("workers", 2)),
-                link=AlphaBeta(alpha_s=0.0, beta_s_per_byte=8.0 / (bps * payload_fraction)),
+                link=AlphaBeta.from_bandwidth(bps * payload_fraction),
                 description=f"{model} {cap}",
                 update_s_per_byte=parts["updates_s"] / param_bytes,
             )
