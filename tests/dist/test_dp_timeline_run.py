@@ -1,6 +1,7 @@
 """`cadence bench dp-timeline` end to end on the loopback: every rank's compute is recorded."""
 
 from cadence.bench.dp_timeline import DPTimelineConfig, run_dp_timeline
+from cadence.dp.plan import DPPlan
 
 
 def test_every_rank_records_its_breakdown(tmp_path):
@@ -17,3 +18,15 @@ def test_every_rank_records_its_breakdown(tmp_path):
         for b in ranks:
             assert b["forward_s"] > 0 and b["backward_s"] > 0
             assert b["iteration_s"] >= b["forward_s"] + b["backward_s"] - 1e-9
+        # Iterations 2-4 recorded whole (steps 1-4 traced; the last one's updates run past).
+        per_iteration = run["iteration_breakdowns"]
+        assert len(per_iteration) == 3 and all(len(ranks) == 2 for ranks in per_iteration)
+        assert per_iteration[1] == ranks  # the pictured iteration, on every rank
+        for ranks_of_one in per_iteration:
+            for b in ranks_of_one:
+                assert b["forward_s"] > 0 and b["backward_s"] > 0 and b["updates_s"] > 0
+                assert b["iteration_s"] >= b["forward_s"] + b["backward_s"] - 1e-9
+    # cadence-dp's plan, as its engine ran it, for the replay (DDP has none).
+    plan = DPPlan.from_json(report["runs"]["cadence"]["plan"])
+    assert plan.issue_order and sorted(plan.issue_order) == list(range(len(plan.chunks)))
+    assert "plan" not in report["runs"]["ddp"]

@@ -9,6 +9,7 @@ import pytest
 
 from cadence.errors import UserError
 from cadence.sim.bench_timeline import predict_timelines, read_timeline, traced_profile
+from cadence.sim.options import SimOptions
 from tests.unit.test_sim_cli import zoo_profile
 
 
@@ -68,3 +69,78 @@ def test_uncapped_and_bad_files(tmp_path: Path) -> None:
         read_timeline(str(bad))
     with pytest.raises(UserError, match="no profile"):
         predict_timelines([_timeline(tmp_path, "1gbit", 0.3, 0.5, 0.8)], {})
+
+
+def test_every_recorded_iteration_is_replayed_against_the_ranks_mean(tmp_path: Path) -> None:
+    path = Path(_timeline(tmp_path, "10gbit", 0.3, 0.5, 1.0))
+    data = json.loads(path.read_text())
+
+    def part(forward: float, backward: float, window: float) -> dict[str, float]:
+        return {"forward_s": forward, "backward_s": backward, "updates_s": 0.0,
+                "iteration_s": window}  # fmt: skip
+
+    # Two iterations; in the first, rank 1 computes longer and rank 0's window ends early
+    # (it started the next forward and waited there), as wait-free steps do.
+    iterations = [
+        [part(0.3, 0.5, 0.7), part(0.4, 0.6, 1.1)],
+        [part(0.3, 0.5, 0.9), part(0.3, 0.5, 0.9)],
+    ]
+    for run in data["runs"].values():
+        run["iteration_breakdowns"] = iterations
+    path.write_text(json.dumps(data))
+    rows, _ = predict_timelines([str(path)], {"cnn": zoo_profile("cnn")})
+    for r in rows:
+        assert r["iterations"] == 2
+        assert r["measured_s"] == pytest.approx((0.9 + 0.9) / 2)
+        # The slowest rank's compute per iteration (1.0 s, then 0.8 s); the wire is ~0.1 ms.
+        assert r["compute_s"] == pytest.approx(0.9)
+        assert r["predicted_s"] == pytest.approx(0.9, rel=0.01)
+
+
+def test_a_recorded_plan_is_replayed_as_run(tmp_path: Path) -> None:
+    from cadence.comm.cost import AlphaBeta
+    from cadence.dp.config import DPConfig
+    from cadence.dp.plan import DPPlan, build_plan
+    from cadence.sim.api import simulate_dp
+    from cadence.sim.command import model_params
+
+    params = model_params("cnn")
+    plan = build_plan(params, 20_000, DPConfig(threshold_bytes=20_000).credit)
+    assert DPPlan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
+    path = Path(_timeline(tmp_path, "100kbit", 0.3, 0.5, 10.0))
+    data = json.loads(path.read_text())
+    data["runs"]["cadence"]["plan"] = plan.to_json()
+    path.write_text(json.dumps(data))
+    rows, _ = predict_timelines([str(path)], {"cnn": zoo_profile("cnn")}, 1.0)
+    # The prediction is that plan's, simulated on the traced compute (the file's own
+    # threshold, 4 MB, would make a single chunk).
+    assert len(plan.chunks) > 1
+    direct = simulate_dp(
+        traced_profile(zoo_profile("cnn"), 0.3, 0.5), plan, 2, AlphaBeta.from_bandwidth(100e3),
+        3, SimOptions(ddp_first_bucket_bytes=None),
+    )  # fmt: skip
+    assert rows[1]["strategy"] == "cadence-dp"
+    assert rows[1]["predicted_s"] == pytest.approx(direct.iteration_s)
+    other = dict(data)
+    other["runs"]["cadence"]["plan"] = build_plan(params[:2], 20_000, 40_000).to_json()
+    path.write_text(json.dumps(other))
+    with pytest.raises(UserError, match="not of 'cnn'"):
+        predict_timelines([str(path)], {"cnn": zoo_profile("cnn")})
+
+
+def test_traced_updates_are_not_time_sliced_with_compute_again(tmp_path: Path) -> None:
+    # The traced seconds already hold the sharing of the cores; replaying the updates on the
+    # compute as well would count it twice.
+    path = Path(_timeline(tmp_path, "10gbit", 0.3, 0.5, 1.0))
+    data = json.loads(path.read_text())
+    data["runs"]["cadence"]["breakdown"]["updates_s"] = 0.2
+    path.write_text(json.dumps(data))
+    profile = {"cnn": zoo_profile("cnn")}
+    shared = SimOptions(ddp_first_bucket_bytes=None, updates_share_compute=True)
+    for options in (None, shared):
+        rows, _ = predict_timelines([str(path)], profile, options=options)
+        cadence = rows[1]
+        assert cadence["strategy"] == "cadence-dp" and cadence["optimizer_step_s"] == 0.2
+        # Back layers' updates run beside the backward of the front ones: less than serial.
+        assert 0.8 < cadence["predicted_s"] < 0.8 + 0.2 - 0.01
+    assert predict_timelines([str(path)], profile, options=shared)[0] == rows

@@ -128,6 +128,7 @@ def _record(config: DPTimelineConfig, strategy: str, run_dir: Path) -> dict[str,
     # Rank 0's events are pictured; every rank's breakdown is kept (the slowest rank's compute
     # is what a synchronous step waits for).
     result["rank_breakdowns"] = [breakdown(run) for run in (result, *peers)]
+    result["iteration_breakdowns"] = iteration_breakdowns([result, *peers])
     return result
 
 
@@ -147,17 +148,21 @@ def _union(spans: Sequence[tuple[float, float]]) -> float:
     return total
 
 
-def breakdown(run: dict[str, Any]) -> dict[str, float]:
-    """Seconds of the pictured iteration's work by kind (the main thread's compute, its
-    waiting, the time at least one all-reduce was in flight, the updates) and the iteration."""
-    own = [e for e in run["events"] if e["iteration"] == run["iteration"]]
+def breakdown(run: dict[str, Any], iteration: int | None = None) -> dict[str, float]:
+    """Seconds of one iteration's work by kind (the main thread's compute, its waiting, the
+    time at least one all-reduce was in flight, the updates) and the iteration: the pictured
+    one by default, else any recorded one (a run with `starts_s`)."""
+    it = run["iteration"] if iteration is None else iteration
+    if it == run["iteration"]:
+        begin, end = 0.0, run["iteration_s"]
+    else:
+        begin, end = run["starts_s"][str(it)], run["starts_s"][str(it + 1)]
+    own = [e for e in run["events"] if e["iteration"] == it]
 
     def total(kind: str) -> float:
         return sum(e["end"] - e["start"] for e in own if e["kind"] == kind)
 
-    waits = [
-        e for e in run["events"] if e["kind"] == "wait" and 0 <= e["start"] < run["iteration_s"]
-    ]
+    waits = [e for e in run["events"] if e["kind"] == "wait" and begin <= e["start"] < end]
     in_forward = sum(  # cadence's layers wait for their update inside the forward pass
         w["end"] - w["start"]
         for w in waits
@@ -165,7 +170,7 @@ def breakdown(run: dict[str, Any]) -> dict[str, float]:
         if f["kind"] == "forward-pass" and f["start"] <= w["start"] < f["end"]
     )
     return {
-        "iteration_s": run["iteration_s"],
+        "iteration_s": end - begin,
         "forward_s": total("forward-pass") - in_forward,
         "backward_s": total("backward"),
         "wait_s": sum(e["end"] - e["start"] for e in waits),
@@ -174,6 +179,14 @@ def breakdown(run: dict[str, Any]) -> dict[str, float]:
         ),
         "updates_s": total("update") + total("step"),
     }
+
+
+def iteration_breakdowns(ranks: Sequence[dict[str, Any]]) -> list[list[dict[str, float]]]:
+    """Every fully recorded iteration's breakdown on every rank ([iteration][rank]): the
+    iterations whose compute and updates all fall inside the recording (not the last one,
+    whose communication and updates run past it)."""
+    iterations = sorted(int(i) for i in ranks[0].get("starts_s", {}))[:-2]
+    return [[breakdown(run, i) for run in ranks] for i in iterations]
 
 
 def lanes(spans: Sequence[tuple[float, float]]) -> list[int]:

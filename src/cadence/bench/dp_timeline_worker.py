@@ -102,13 +102,20 @@ def run(config: DPTimelineConfig, strategy: str, events_path: Path) -> None:
         recorder.active = False
         it = config.record_step + 1
         origin = recorder.marks[f"start {it}"]
+        # Where each recorded iteration (and the one after the last) began: the replay averages
+        # over all of them, since one iteration's boundaries shift between ranks.
+        recorded = range(config.record_step, config.record_step + 5)
         data_out = {
             "strategy": strategy,
             "iteration": it,
             "iteration_s": recorder.marks[f"start {it + 1}"] - origin,
+            "starts_s": {str(i): recorder.marks[f"start {i}"] - origin for i in recorded},
             "step_times_s": step_times,
             "events": recorder.to_json(origin),
         }
+        engine = getattr(model, "_cadence_dp_engine", None)
+        if engine is not None:  # the plan it ran (rebuilt after warm-up), for the replay
+            data_out["plan"] = engine.plan.to_json()
         # Every rank's record: a synchronous step waits for the slowest rank's compute.
         path = events_path if ctx.rank == 0 else peer_events_path(events_path, ctx.rank)
         path.write_text(json.dumps(data_out, indent=1) + "\n")

@@ -15,7 +15,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,31 @@ class DPPlan:
     reorder_k: int | None = None
     """Backward reordering point K the executor runs with (None: autograd's ordinary order);
     Linear/Conv weight gradients then run in the order K..1, L..K+1 (1-based layers)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON form; `from_json` reads it back (a recorded run's plan, replayed)."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DPPlan:
+        chunks = tuple(
+            Chunk(
+                id=int(c["id"]),
+                priority=int(c["priority"]),
+                segments=tuple(Segment(**s) for s in c["segments"]),
+                nbytes=int(c["nbytes"]),
+            )
+            for c in data["chunks"]
+        )
+        return cls(
+            threshold_bytes=int(data["threshold_bytes"]),
+            credit_bytes=int(data["credit_bytes"]),
+            params=tuple(ParamInfo(**p) for p in data["params"]),
+            chunks=chunks,
+            issue_order=tuple(int(c) for c in data["issue_order"]),
+            layer_chunks=tuple(tuple(int(c) for c in cs) for cs in data["layer_chunks"]),
+            reorder_k=data.get("reorder_k"),
+        )
 
     def describe(self) -> str:
         """Compact golden-string form, e.g. `c0[p3:0+100]@2 c1[...]@0 | order 1 0`."""

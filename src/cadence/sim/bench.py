@@ -82,7 +82,7 @@ def predict_runs(
             profile=scaled_profile(profile, co_run_slowdown),
             params=model_params(model),
             world_size=workers,
-            link=AlphaBeta(alpha_s=0.0, beta_s_per_byte=8.0 / (bps * payload_fraction)),
+            link=AlphaBeta.from_bandwidth(bps * payload_fraction),
             description=f"{model} {cfg['emulate_bandwidth']}",
             update_s_per_byte=steps[key],
         )

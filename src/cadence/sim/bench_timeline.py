@@ -1,25 +1,30 @@
 """Replay traced iterations (`cadence bench sim --from-timeline FILE...`): the simulator given
-the compute a traced step really took, against that step's measured time.
+the compute traced steps really took, against those steps' measured time.
 
-`cadence bench dp-timeline` records one steady-state iteration of DDP and of cadence-dp with
-its forward, backward (waiting excluded) and optimizer-update seconds on every rank. Here the
-profile's per-block split is scaled so its forward and its backward equal that step's on the
-slowest rank (a synchronous step waits for it; files with rank 0 only use rank 0), the update
-cost is that step's, and the simulator predicts the iteration from there. Forward, backward and
-the measured iteration come from the same step, so the machine's speed drifting between runs
+`cadence bench dp-timeline` records a few steady-state iterations of DDP and of cadence-dp,
+with each one's forward, backward (waiting excluded) and optimizer-update seconds on every
+rank. For each iteration the profile's per-block split is scaled so its forward and its
+backward equal that iteration's on the slowest rank (a synchronous step waits for it), the
+update cost is that iteration's, and the simulator predicts it; the row compares the mean
+prediction with the mean measured iteration (over iterations and ranks: one iteration's
+boundaries shift between ranks, as a fast rank starts its next forward and waits there).
+Compute and measurement come from the same steps, so the machine's speed drifting between runs
 (see `cadence bench steadiness`) cancels out; what is checked is the simulator's
-communication, overlap and scheduling, not its compute estimate.
+communication, overlap and scheduling, not its compute estimate. Files from before the
+per-iteration record replay the pictured iteration against rank 0's time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from cadence.comm.cost import AlphaBeta
 from cadence.dp.config import DPConfig
+from cadence.dp.plan import DPPlan
 from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.bench_dp import scaled_profile
@@ -53,6 +58,29 @@ def traced_profile(profile: Profile, forward_s: float, backward_s: float) -> Pro
     return scaled_profile(profile, forward_s / max(fwd, 1e-12), backward_s / max(bwd, 1e-12))
 
 
+_COMPUTE = ("forward_s", "backward_s", "updates_s")
+# The traced seconds are wall-clock seconds with the processor sharing already in them (the
+# main thread's compute beside the communication thread's updates on shared cores), so the
+# replay gives the updates a processor of their own rather than time-slicing them with compute
+# a second time.
+REPLAY_OPTIONS = SimOptions(ddp_first_bucket_bytes=None, updates_share_compute=False)
+
+
+def _mean(values: Iterable[float]) -> float:
+    items = list(values)
+    return sum(items) / len(items)
+
+
+def _iterations(run: dict[str, Any]) -> list[list[dict[str, Any]]]:
+    """The traced iterations to replay, each as its ranks' breakdowns: every fully recorded
+    iteration where the file has them, else the pictured one (rank 0's alone in older files)."""
+    if run.get("iteration_breakdowns"):
+        return list(run["iteration_breakdowns"])
+    ranks = run.get("rank_breakdowns") or [run["breakdown"]]
+    # Older files: the pictured iteration measured on rank 0.
+    return [[{**b, "iteration_s": run["iteration_s"]} for b in ranks]]
+
+
 def predict_timelines(
     paths: Sequence[str],
     profiles: dict[str, Profile],
@@ -64,6 +92,7 @@ def predict_timelines(
 
     rows: list[dict[str, Any]] = []
     skipped: list[str] = []
+    replay_options = dataclasses.replace(options or REPLAY_OPTIONS, updates_share_compute=False)
     for path in paths:
         data = read_timeline(path)
         cfg = data["config"]
@@ -82,40 +111,57 @@ def predict_timelines(
             run = data["runs"].get(run_name)
             if run is None:
                 continue
-            # Each rank's compute where recorded: the step waits for the slowest one's.
-            ranks = run.get("rank_breakdowns") or [run["breakdown"]]
-            parts = {k: max(b[k] for b in ranks) for k in ("forward_s", "backward_s", "updates_s")}
-            setup = Setup(
-                profile=traced_profile(profiles[model], parts["forward_s"], parts["backward_s"]),
-                params=params,
-                world_size=int(cfg.get("workers", 2)),
-                link=AlphaBeta.from_bandwidth(bps * payload_fraction),
-                description=f"{model} {cap}",
-                update_s_per_byte=parts["updates_s"] / param_bytes,
-            )
-            result, _ = run_strategy(
-                setup,
-                strategy,
-                threshold,
-                DPConfig(threshold_bytes=threshold).credit,
-                bucket,
-                options or SimOptions(ddp_first_bucket_bytes=None),
-                reorder_k=cfg.get("reorder_k"),
-            )
-            measured = float(run["iteration_s"])
+            # The plan the run's cadence-dp engine ran (files from before it was recorded: the
+            # simulator plans as the runtime would).
+            plan = DPPlan.from_json(run["plan"]) if "plan" in run else None
+            if plan is not None and len(plan.params) != len(params):
+                raise UserError(f"{path}: its plan is not of {model!r}'s parameters")
+            predicted, measured, parts, wire_s = [], [], [], 0.0
+            for ranks in _iterations(run):
+                # Each rank's compute where recorded: the step waits for the slowest one's.
+                slowest = {k: max(b[k] for b in ranks) for k in _COMPUTE}
+                setup = Setup(
+                    profile=traced_profile(
+                        profiles[model], slowest["forward_s"], slowest["backward_s"]
+                    ),
+                    params=params,
+                    world_size=int(cfg.get("workers", 2)),
+                    link=AlphaBeta.from_bandwidth(bps * payload_fraction),
+                    description=f"{model} {cap}",
+                    update_s_per_byte=slowest["updates_s"] / param_bytes,
+                )
+                result, _ = run_strategy(
+                    setup,
+                    strategy,
+                    threshold,
+                    DPConfig(threshold_bytes=threshold).credit,
+                    bucket,
+                    replay_options,
+                    reorder_k=cfg.get("reorder_k"),
+                    dp_plan=plan,
+                )
+                predicted.append(result.iteration_s)
+                # A rank's iteration boundaries shift against another's (a fast rank starts
+                # its next forward and waits there): the ranks' mean is the step.
+                measured.append(sum(float(b["iteration_s"]) for b in ranks) / len(ranks))
+                parts.append(slowest)
+                wire_s = result.wire_s
+            mean_measured = sum(measured) / len(measured)
+            mean_predicted = sum(predicted) / len(predicted)
             rows.append(
                 {
                     "run": f"{Path(path).name}:{model}",
                     "model": model,
                     "strategy": strategy,
                     "bandwidth": cap,
-                    "workers": setup.world_size,
-                    "measured_s": measured,
-                    "predicted_s": result.iteration_s,
-                    "error": (result.iteration_s - measured) / measured,
-                    "optimizer_step_s": parts["updates_s"],
-                    "compute_s": parts["forward_s"] + parts["backward_s"],
-                    "wire_s": result.wire_s,
+                    "workers": int(cfg.get("workers", 2)),
+                    "iterations": len(measured),
+                    "measured_s": mean_measured,
+                    "predicted_s": mean_predicted,
+                    "error": (mean_predicted - mean_measured) / mean_measured,
+                    "optimizer_step_s": _mean(p["updates_s"] for p in parts),
+                    "compute_s": _mean(p["forward_s"] + p["backward_s"] for p in parts),
+                    "wire_s": wire_s,
                 }
             )
     return rows, skipped

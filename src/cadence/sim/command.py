@@ -23,6 +23,8 @@ from cadence.sizes import parse_size
 
 STRATEGIES = ("cadence-dp", "ddp", "zero")
 PLAN_THRESHOLDS = ("256kib", "1mib", "4mib", "16mib")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Setup:
     """A model, its profile and parameters, and the cluster to predict for."""
@@ -86,7 +88,7 @@ def make_setup(
         link = Calibration.load(calibration).model
         net = f"calibrated link ({calibration})"
     else:
-        link = AlphaBeta(alpha_s=latency_s, beta_s_per_byte=8.0 / (bps * payload_fraction))
+        link = AlphaBeta.from_bandwidth(bps * payload_fraction, alpha_s=latency_s)
         net = f"{format_bandwidth(bps)} links" + (
             f", {latency_s * 1e6:g} us latency" * (latency_s > 0)
         )
@@ -137,9 +139,11 @@ def run_strategy(
     iterations: int = 3,
     reorder_k: int | None = None,
     zero: ZeroSimPlan | None = None,
+    dp_plan: DPPlan | None = None,
 ) -> tuple[SimResult, DPPlan | None]:
-    """Simulate one strategy; cadence-dp is planned the way the runtime replans after warm-up;
-    zero runs `zero` (default: stage 2, no compression)."""
+    """Simulate one strategy; cadence-dp runs `dp_plan` (a plan a run recorded) or else is
+    planned the way the runtime replans after warm-up; zero runs `zero` (default: stage 2, no
+    compression)."""
     options = dataclasses.replace(options, update_s_per_byte=setup.update_s_per_byte)
     if strategy == "zero":
         zero_result = simulate_zero(
@@ -164,6 +168,11 @@ def run_strategy(
         return result, None
     if strategy != "cadence-dp":
         raise UserError(f"unknown strategy {strategy!r}; accepted: {', '.join(STRATEGIES)}")
+    if dp_plan is not None:
+        result = simulate_dp(
+            setup.profile, dp_plan, setup.world_size, setup.link, iterations, options
+        )
+        return result, dp_plan
     credit = credit_bytes if credit_bytes is not None else 2 * threshold_bytes
     plan = plan_dp(
         setup.profile,

@@ -78,9 +78,7 @@ def plan_map_command(args: Any) -> int:
     print(f"{args.model}: best strategy per cell (x ddp = its time / ddp's)")
     for n in workers:
         for text, rate in zip(bandwidths, bps, strict=True):
-            link = AlphaBeta(
-                alpha_s=args.latency, beta_s_per_byte=8.0 / (rate * args.payload_fraction)
-            )
+            link = AlphaBeta.from_bandwidth(rate * args.payload_fraction, alpha_s=args.latency)
             setup = dataclasses.replace(base, world_size=n, link=link)
             rows = rank_strategies(setup, args.model, SimOptions(), limit)
             best = best_fitting(rows, limit)
