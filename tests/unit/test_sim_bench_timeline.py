@@ -144,3 +144,25 @@ def test_traced_updates_are_not_time_sliced_with_compute_again(tmp_path: Path) -
         # Back layers' updates run beside the backward of the front ones: less than serial.
         assert 0.8 < cadence["predicted_s"] < 0.8 + 0.2 - 0.01
     assert predict_timelines([str(path)], profile, options=shared)[0] == rows
+
+
+def test_the_recorded_matrix_replays_within_the_target(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The 22 traced runs of results/timelines-7 (11 models x caps, DDP and cadence-dp) through
+    the command line: a regression check of the simulator against real steps."""
+    from cadence.cli import main
+
+    root = Path(__file__).resolve().parents[2]
+    files = sorted(str(p) for p in (root / "results" / "timelines-7").glob("*.json"))
+    profiles = [
+        arg
+        for model in ("vgg16", "gpt_mini", "resnet32", "cnn_lstm")
+        for arg in ("--profile", str(root / "results" / f"{model}-profile-b32.json"))
+    ]
+    out = tmp_path / "replay.json"
+    assert main(["bench", "sim", "--from-timeline", *files, *profiles, "--json", str(out)]) == 0
+    assert "over 22 runs" in capsys.readouterr().out
+    report = json.loads(out.read_text())
+    assert len(report["rows"]) == 22 and all(r["iterations"] == 3 for r in report["rows"])
+    assert report["mean_abs_error"] <= 0.05 and report["worst_abs_error"] <= 0.10
