@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from cadence.errors import UserError
-from cadence.sim.bench_timeline import predict_timelines, read_timeline, traced_profile
+from cadence.sim.bench_timeline import (
+    REPLAY_OPTIONS,
+    predict_timelines,
+    read_timeline,
+    traced_profile,
+)
 from cadence.sim.options import SimOptions
 from tests.unit.test_sim_cli import zoo_profile
 
@@ -117,7 +122,7 @@ def test_a_recorded_plan_is_replayed_as_run(tmp_path: Path) -> None:
     assert len(plan.chunks) > 1
     direct = simulate_dp(
         traced_profile(zoo_profile("cnn"), 0.3, 0.5), plan, 2, AlphaBeta.from_bandwidth(100e3),
-        3, SimOptions(ddp_first_bucket_bytes=None),
+        3, REPLAY_OPTIONS,
     )  # fmt: skip
     assert rows[1]["strategy"] == "cadence-dp"
     assert rows[1]["predicted_s"] == pytest.approx(direct.iteration_s)

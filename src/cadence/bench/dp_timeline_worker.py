@@ -74,11 +74,12 @@ def run(config: DPTimelineConfig, strategy: str, events_path: Path) -> None:
         batches = epoch_batches(
             len(data.train_x), config.batch_size, ctx.rank, ctx.world_size, 0, 1
         )
+        # Steps traced: the one before the pictured one (its communication and updates run on
+        # into the pictured forward) to two after it (whole iterations to average over).
+        first_traced, last_traced = config.record_step - 1, config.record_step + 2
         step_times = []
         for step, idx in zip(range(config.steps), batches, strict=False):
-            # Record the iteration before the pictured one too: its communication and updates
-            # run on into the pictured iteration's forward pass.
-            recorder.active = config.record_step - 1 <= step <= config.record_step + 2
+            recorder.active = first_traced <= step <= last_traced
             recorder.iteration = step + 1
             x, y = data.train_x[idx], data.train_y[idx]
             recorder.mark(f"start {step + 1}")
@@ -102,9 +103,9 @@ def run(config: DPTimelineConfig, strategy: str, events_path: Path) -> None:
         recorder.active = False
         it = config.record_step + 1
         origin = recorder.marks[f"start {it}"]
-        # Where each recorded iteration (and the one after the last) began: the replay averages
-        # over all of them, since one iteration's boundaries shift between ranks.
-        recorded = range(config.record_step, config.record_step + 5)
+        # Where each traced iteration (step + 1) and the one after the last began: the replay
+        # averages over them, since one iteration's boundaries shift between ranks.
+        recorded = range(first_traced + 1, last_traced + 3)
         data_out = {
             "strategy": strategy,
             "iteration": it,

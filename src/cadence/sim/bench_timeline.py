@@ -116,6 +116,7 @@ def predict_timelines(
             plan = DPPlan.from_json(run["plan"]) if "plan" in run else None
             if plan is not None and len(plan.params) != len(params):
                 raise UserError(f"{path}: its plan is not of {model!r}'s parameters")
+            link = AlphaBeta.from_bandwidth(bps * payload_fraction)
             predicted, measured, parts, wire_s = [], [], [], 0.0
             for ranks in _iterations(run):
                 # Each rank's compute where recorded: the step waits for the slowest one's.
@@ -126,7 +127,7 @@ def predict_timelines(
                     ),
                     params=params,
                     world_size=int(cfg.get("workers", 2)),
-                    link=AlphaBeta.from_bandwidth(bps * payload_fraction),
+                    link=link,
                     description=f"{model} {cap}",
                     update_s_per_byte=slowest["updates_s"] / param_bytes,
                 )
@@ -143,11 +144,10 @@ def predict_timelines(
                 predicted.append(result.iteration_s)
                 # A rank's iteration boundaries shift against another's (a fast rank starts
                 # its next forward and waits there): the ranks' mean is the step.
-                measured.append(sum(float(b["iteration_s"]) for b in ranks) / len(ranks))
+                measured.append(_mean(float(b["iteration_s"]) for b in ranks))
                 parts.append(slowest)
                 wire_s = result.wire_s
-            mean_measured = sum(measured) / len(measured)
-            mean_predicted = sum(predicted) / len(predicted)
+            mean_measured, mean_predicted = _mean(measured), _mean(predicted)
             rows.append(
                 {
                     "run": f"{Path(path).name}:{model}",
