@@ -80,6 +80,12 @@ class SyncEngine:
         self._last_ready_s = [0.0] * num_params  # snapshot of the last complete backward
         self._applied = [0] * num_params  # backward passes whose update is applied
         self._error: BaseException | None = None
+        # The chunk the communication thread waits for: a gradient hook wakes it only when it
+        # completes that chunk, not once per parameter (each wake-up costs a context switch
+        # on the cores the backward pass computes on).
+        self._awaited: frozenset[int] | None = None
+        self._awaited_iter = 0
+        self._awaited_missing = 0
         self._hooks = [
             p.register_post_accumulate_grad_hook(self._grad_hook(i))
             for i, p in enumerate(layout.params)
@@ -136,11 +142,21 @@ class SyncEngine:
 
     def _mark_ready(self, index: int) -> None:
         with self._cv:
-            if not self._in_backward:
-                self._start_backward()
+            started = not self._in_backward
+            if started:
+                self._start_backward()  # the communication thread waits for this
+            fresh = self._ready_iter[index] != self._backward_count
             self._ready_iter[index] = self._backward_count
             self._ready_s[index] = time.perf_counter() - self._backward_start
-            self._cv.notify_all()
+            if started or self._completes_awaited(index, fresh):
+                self._cv.notify_all()
+
+    def _completes_awaited(self, index: int, fresh: bool) -> bool:
+        if self._awaited is None:  # not waiting for a chunk: waking it costs nothing
+            return True
+        if fresh and self._awaited_iter == self._backward_count and index in self._awaited:
+            self._awaited_missing -= 1
+        return self._awaited_missing <= 0
 
     def _notice_backward(self) -> None:
         with self._cv:
@@ -268,7 +284,7 @@ class SyncEngine:
 
         for chunk_id in plan.issue_order:
             chunk = plan.chunks[chunk_id]
-            self._wait(self._chunk_ready(chunk, iteration))
+            self._wait_for_chunk(chunk, iteration)
             while in_flight and in_flight_bytes + chunk.nbytes > plan.credit_bytes:
                 complete_oldest()
             buffer = self._pack(chunk)
@@ -299,9 +315,20 @@ class SyncEngine:
         else:
             work.get_future().then(done)
 
-    def _chunk_ready(self, chunk: Chunk, iteration: int) -> Callable[[], bool]:
-        needed = {seg.param for seg in chunk.segments}
-        return lambda: all(self._ready_iter[i] == iteration for i in needed)
+    def _wait_for_chunk(self, chunk: Chunk, iteration: int) -> None:
+        """Block until every gradient `chunk` holds is ready in backward pass `iteration`."""
+        needed = frozenset(seg.param for seg in chunk.segments)
+        with self._cv:
+            missing = sum(self._ready_iter[i] != iteration for i in needed)
+            if missing == 0:
+                return
+            self._awaited, self._awaited_iter, self._awaited_missing = needed, iteration, missing
+            try:
+                # The count is a hint for whom to wake; readiness itself is read afresh.
+                while not all(self._ready_iter[i] == iteration for i in needed):
+                    self._cv.wait(WAIT_POLL_S)
+            finally:
+                self._awaited = None
 
     def _grad_or_zeros(self, index: int) -> torch.Tensor:
         param = self.layout.params[index]
