@@ -24,13 +24,15 @@ def test_job_names_map_to_specs():
     assert z.forward_gather_share == 1 / 3  # the default: front blocks gathered in forward order
     assert job_spec("zero1-onebit-overlap-backorder", BASE).forward_gather_share == 0.0
     assert job_spec("zero2-onebit-overlap-fwdorder", BASE).forward_gather_share == 1.0
+    assert job_spec("zero2-onebit-overlap-front55", BASE).forward_gather_share == 0.55
     assert z.gather_lane and not job_spec("zero1-onebit-onelane", BASE).gather_lane
     assert all(job_spec(name, BASE).name == name for name in ALL_JOBS)
 
 
 @pytest.mark.parametrize(
     "bad",
-    ["zero4-none", "zero1-gzip", "zero1-none-bf16-bf16", "ddp2", "zero1-onebit-backorder-fwdorder"],
+    ["zero4-none", "zero1-gzip", "zero1-none-bf16-bf16", "ddp2", "zero1-onebit-backorder-fwdorder",
+     "zero2-onebit-front55-fwdorder", "zero2-onebit-front101", "zero2-onebit-front"],
 )
 def test_unknown_job_is_a_user_error(bad):
     with pytest.raises(UserError, match="unknown zero bench job"):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import shutil
 import statistics
 import tempfile
@@ -42,26 +43,33 @@ ALL_JOBS = (
 def job_spec(name: str, base: JobSpec) -> JobSpec:
     """The job called `name` ("ddp", "fsdp2", "deepspeed-zero2", "zero<S>-<comp>[-options]";
     `backorder`: every gather in backward order, `ZeroConfig.forward_gather_share` = 0;
-    `fwdorder`: every gather after the backward in forward order, share 1; `onelane`: gathers
-    on the same communication thread as the reductions, `ZeroConfig.gather_lane` off)."""
+    `fwdorder`: every gather after the backward in forward order, share 1; `front<N>`: share
+    N percent; `onelane`: gathers on the same communication thread as the reductions,
+    `ZeroConfig.gather_lane` off)."""
     if name in ("ddp", "fsdp2"):
         return replace(base, name=name, kind=name)
     if name == "deepspeed-zero2":
         return replace(base, name=name, kind="deepspeed", stage=2)
     parts = name.split("-")
     options = set(parts[2:])
+    shares = {
+        o: int(o[5:]) / 100 for o in options if re.fullmatch(r"front(100|[1-9]?[0-9])", o)
+    }
+    shares.update({"backorder": 0.0, "fwdorder": 1.0})
+    orders = options & shares.keys()
     ok = (
         len(parts) >= 2
         and parts[0] in ("zero1", "zero2", "zero3")
         and parts[1] in ("none", "fp16", "onebit")
-        and options <= {"bf16", "overlap", "backorder", "fwdorder", "onelane"}
-        and not {"backorder", "fwdorder"} <= options
+        and options - orders <= {"bf16", "overlap", "onelane"}
+        and len(orders) <= 1
         and len(options) == len(parts) - 2
     )
     if not ok:
         raise UserError(
             f"unknown zero bench job '{name}': "
-            "zero<1|2|3>-<none|fp16|onebit>[-bf16][-overlap][-backorder|-fwdorder][-onelane] "
+            "zero<1|2|3>-<none|fp16|onebit>[-bf16][-overlap][-backorder|-fwdorder|-front<N>]"
+            "[-onelane] "
             f"or one of {', '.join(ALL_JOBS[:3])}"
         )
     return replace(
@@ -72,11 +80,7 @@ def job_spec(name: str, base: JobSpec) -> JobSpec:
         compression=parts[1],
         gather_dtype="bf16" if "bf16" in options else "fp32",
         overlap_gather="overlap" in options,
-        forward_gather_share=(
-            0.0 if "backorder" in options
-            else 1.0 if "fwdorder" in options
-            else JobSpec.forward_gather_share
-        ),  # fmt: skip
+        forward_gather_share=shares[orders.pop()] if orders else JobSpec.forward_gather_share,
         gather_lane="onelane" not in options,
     )
 
