@@ -216,8 +216,9 @@ def _add_train(sub: Any) -> None:
     p.add_argument(
         "--threshold-mb",
         type=float,
-        default=4.0,
-        help="cadence-dp: split/fuse threshold in MB (where autotuning starts)",
+        default=None,
+        help="cadence-dp: split/fuse threshold in MB, where autotuning starts (default: a "
+        "quarter of the model's gradients, within 1-4 MB)",
     )
     p.add_argument(
         "--reorder-k",

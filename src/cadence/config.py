@@ -56,8 +56,9 @@ class TrainConfig:
     # --- data parallel (--strategy ddp / cadence-dp) ---
     ddp_bucket_mb: float = 25.0
     """DDP's gradient bucket size in MB (torch's default is 25)."""
-    dp_threshold_mb: float = 4.0
-    """cadence-dp split/fuse threshold in MB (the starting point when autotuning)."""
+    dp_threshold_mb: float | None = None
+    """cadence-dp split/fuse threshold in MB (the starting point when autotuning); None: a
+    quarter of the model's gradient bytes, within 1-4 MiB."""
     reorder_k: int | None = None
     """cadence-dp backward reordering point K (1-based layer); None keeps autograd's order."""
     autotune: str = "off"
@@ -165,7 +166,7 @@ class TrainConfig:
     def _check_dp(self) -> None:
         if not self.ddp_bucket_mb > 0:
             raise UserError(f"--bucket-mb must be positive (got {self.ddp_bucket_mb})")
-        if not self.dp_threshold_mb > 0:
+        if self.dp_threshold_mb is not None and not self.dp_threshold_mb > 0:
             raise UserError(f"--threshold-mb must be positive (got {self.dp_threshold_mb})")
         if self.reorder_k is not None and self.reorder_k < 1:
             raise UserError(f"--reorder-k must be at least 1 (got {self.reorder_k})")

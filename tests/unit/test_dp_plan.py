@@ -2,7 +2,15 @@
 
 import pytest
 
-from cadence.dp.plan import ParamInfo, backward_order, build_plan, make_chunks, priority_order
+from cadence.dp.config import DPConfig, mb_to_bytes
+from cadence.dp.plan import (
+    ParamInfo,
+    backward_order,
+    build_plan,
+    default_threshold,
+    make_chunks,
+    priority_order,
+)
 
 
 def _params(*specs):
@@ -64,3 +72,39 @@ def test_every_element_is_covered_exactly_once():
 def test_bad_threshold():
     with pytest.raises(ValueError, match="threshold"):
         make_chunks(_params((1, 0)), 0)
+
+
+def test_default_threshold_is_a_quarter_of_the_gradients_within_1_to_4_mib():
+    mib = 2**20
+    assert default_threshold(int(1.86 * mib)) == mib  # resnet32: at least 1 MiB
+    assert default_threshold(8 * mib) == 2 * mib  # a quarter
+    assert default_threshold(61 * mib) == 4 * mib  # vgg16: at most 4 MiB
+    assert default_threshold(0) == mib
+
+
+def test_config_threshold_given_or_default():
+    mib = 2**20
+    assert DPConfig().threshold_for(8 * mib) == 2 * mib
+    assert DPConfig().credit_for(8 * mib) == 4 * mib
+    assert DPConfig(threshold_bytes=100).threshold_for(8 * mib) == 100
+    assert DPConfig(threshold_bytes=100, credit_bytes=7).credit_for(8 * mib) == 7
+    assert mb_to_bytes(None) is None and mb_to_bytes(0.5) == mib // 2
+
+
+def test_engine_runs_the_default_threshold_for_its_model():
+    import torch
+    from torch import nn
+
+    import cadence
+
+    model = nn.Sequential(nn.Linear(512, 512), nn.Linear(512, 512), nn.Linear(512, 512))
+    grad_bytes = sum(p.numel() * 4 for p in model.parameters())  # ~3 MiB: fits in 4 MiB
+    model, optimizer = cadence.data_parallel(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    engine = model._cadence_dp_engine
+    assert engine.threshold_bytes == default_threshold(grad_bytes) == 2**20
+    model(torch.randn(4, 512)).sum().backward()
+    optimizer.step()
+    optimizer.flush()
+    # The three 1 MiB weights and their biases: no single chunk of the whole model.
+    assert len(engine.plan.chunks) == 3
+    assert engine.plan.threshold_bytes == 2**20

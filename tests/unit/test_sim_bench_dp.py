@@ -75,3 +75,11 @@ def test_charged_communication_and_co_running_workers_slow_the_prediction(tmp_pa
     for a, s in zip(alone, shared, strict=True):
         assert a["predicted_s"] == pytest.approx(0.2, rel=0.02)
         assert s["predicted_s"] == pytest.approx(0.3, rel=0.02)
+
+
+def test_recorded_threshold_reads_what_the_run_used():
+    from cadence.sim.bench_dp import recorded_threshold
+
+    assert recorded_threshold({"threshold_mb": 0.5}) == 2**19
+    assert recorded_threshold({"threshold_mb": None}) is None  # cadence-dp's own default
+    assert recorded_threshold({}) == 4 * 2**20  # files from when 4 MiB was the default

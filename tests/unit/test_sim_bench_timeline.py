@@ -110,7 +110,7 @@ def test_a_recorded_plan_is_replayed_as_run(tmp_path: Path) -> None:
     from cadence.sim.command import model_params
 
     params = model_params("cnn")
-    plan = build_plan(params, 20_000, DPConfig(threshold_bytes=20_000).credit)
+    plan = build_plan(params, 20_000, DPConfig(threshold_bytes=20_000).credit_for(0))
     assert DPPlan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
     path = Path(_timeline(tmp_path, "100kbit", 0.3, 0.5, 10.0))
     data = json.loads(path.read_text())

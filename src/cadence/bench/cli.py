@@ -118,7 +118,9 @@ def _add_dp(bsub: Any) -> None:
     p.add_argument("--steps", type=int, default=12, help="steps per run (first excluded)")
     p.add_argument("--repeats", type=int, default=2, help="runs per variant, alternating")
     p.add_argument("--ddp-buckets-mb", default="5,100", help="buckets tried for DDP tuned")
-    p.add_argument("--threshold-mb", type=float, default=4.0, help="cadence-dp threshold")
+    p.add_argument(
+        "--threshold-mb", type=float, default=None, help="cadence-dp threshold (default: its own)"
+    )
     p.add_argument("--reorder-k", type=int, default=None, help="cadence-dp reorder point")
     p.add_argument("--autotune", default="off", help="cadence-dp: off, exhaustive or guided")
     p.add_argument("--out", default="results/bench-dp.json", help="JSON; PNG next to it")
@@ -157,7 +159,9 @@ def _add_dp_timeline(bsub: Any) -> None:
     p.add_argument("--batch-size", type=int, default=64, help="global batch")
     p.add_argument("--steps", type=int, default=8, help="steps per run")
     p.add_argument("--record-step", type=int, default=5, help="0-based step pictured")
-    p.add_argument("--threshold-mb", type=float, default=4.0, help="cadence-dp threshold")
+    p.add_argument(
+        "--threshold-mb", type=float, default=None, help="cadence-dp threshold (default: its own)"
+    )
     p.add_argument("--reorder-k", type=int, default=None, help="cadence-dp reorder point")
     p.add_argument("--ddp-bucket-mb", type=float, default=25.0, help="DDP bucket size")
     p.add_argument("--out", default="results/dp-timeline.png", help="PNG; JSON events next to it")

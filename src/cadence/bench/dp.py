@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cadence.dp.config import DPConfig, mb_to_bytes
 from cadence.errors import UserError
 
 NO_CAP = "none"
@@ -44,8 +45,9 @@ class DPBenchConfig:
     """Runs per variant, in alternating order; the median over them is reported."""
     ddp_buckets_mb: tuple[float, ...] = (5.0, 100.0)
     """Bucket sizes tried for "DDP tuned" (its default 25 MB is always measured too)."""
-    threshold_mb: float = 4.0
-    """cadence-dp threshold (where autotuning starts)."""
+    threshold_mb: float | None = None
+    """cadence-dp threshold (where autotuning starts); None: cadence-dp's default (a quarter
+    of the model's gradient bytes, within 1-4 MiB)."""
     reorder_k: int | None = None
     """cadence-dp reorder point."""
     autotune: str = "off"
@@ -173,6 +175,10 @@ def measure_case(
         "model": model,
         "cap": cap,
         "gradient_bytes": grad_bytes,
+        # What cadence-dp's runs split and fused by (its default depends on the model).
+        "cadence_threshold_bytes": DPConfig(
+            threshold_bytes=mb_to_bytes(config.threshold_mb)
+        ).threshold_for(grad_bytes),
         "compute_s": compute_s,
         "wire_s": wire,
         "bound_s": bound,

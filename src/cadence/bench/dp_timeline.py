@@ -52,8 +52,8 @@ class DPTimelineConfig:
     """Steps per run."""
     record_step: int = 5
     """0-based step pictured (after warm-up; cadence re-plans after its first iteration)."""
-    threshold_mb: float = 4.0
-    """cadence-dp threshold."""
+    threshold_mb: float | None = None
+    """cadence-dp threshold; None: cadence-dp's default."""
     reorder_k: int | None = None
     """cadence-dp reorder point."""
     ddp_bucket_mb: float = 25.0
@@ -101,6 +101,14 @@ class _Loopback:
 
     def exec_prefix(self, index: int) -> list[str]:
         return []
+
+
+def _threshold_label(config: DPTimelineConfig, run: dict[str, Any]) -> str:
+    """The threshold the run used: as given, or the default the engine chose (from its plan)."""
+    if config.threshold_mb is not None:
+        return f"{config.threshold_mb:g} MB"
+    plan = run.get("plan")
+    return f"{plan['threshold_bytes'] / 2**20:.2f} MB default" if plan else "default"
 
 
 def _record(config: DPTimelineConfig, strategy: str, run_dir: Path) -> dict[str, Any]:
@@ -270,7 +278,7 @@ def run_dp_timeline(
     titles = {
         "ddp": f"DDP ({config.ddp_bucket_mb:g} MB buckets): iteration "
         f"{runs['ddp']['iteration_s']:.3f} s",
-        "cadence": f"cadence-dp (threshold {config.threshold_mb:g} MB, K "
+        "cadence": f"cadence-dp (threshold {_threshold_label(config, runs['cadence'])}, K "
         f"{config.reorder_k or 'off'}): iteration {runs['cadence']['iteration_s']:.3f} s",
     }
     for name in STRATEGIES:

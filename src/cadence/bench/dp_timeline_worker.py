@@ -22,6 +22,7 @@ from torch import nn
 from cadence.bench.dp_timeline import DPTimelineConfig
 from cadence.comm import destroy, init_from_env
 from cadence.config import TrainConfig
+from cadence.dp.config import mb_to_bytes
 from cadence.dp.layers import model_layout
 from cadence.dp.trace import Recorder, trace_ddp, trace_layers
 from cadence.launch.errors import worker_entry
@@ -43,7 +44,7 @@ def _wrap(
     from cadence.dp import DPConfig, data_parallel
 
     dp_config = DPConfig(
-        threshold_bytes=max(1, int(config.threshold_mb * 2**20)), reorder_k=config.reorder_k
+        threshold_bytes=mb_to_bytes(config.threshold_mb), reorder_k=config.reorder_k
     )
     model, scheduled = data_parallel(model, optimizer, dp_config)
     engine: Any = getattr(model, "_cadence_dp_engine")  # noqa: B009 - set by data_parallel

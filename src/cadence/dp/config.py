@@ -4,15 +4,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cadence.dp.plan import default_threshold
+
+
+def mb_to_bytes(mb: float | None) -> int | None:
+    """A `--threshold-mb` value as `DPConfig.threshold_bytes` (None stays None: the default)."""
+    return None if mb is None else max(1, int(mb * 2**20))
+
 
 @dataclass(frozen=True, kw_only=True)
 class DPConfig:
     """How cadence schedules gradient synchronisation."""
 
-    threshold_bytes: int = 4 * 1024 * 1024
-    """Split gradients larger than this; fuse smaller ones (in backward order) up to it."""
+    threshold_bytes: int | None = None
+    """Split gradients larger than this; fuse smaller ones (in backward order) up to it. None:
+    a quarter of the model's gradient bytes, within 1-4 MiB (`plan.default_threshold`)."""
     credit_bytes: int | None = None
-    """Bytes allowed in flight at once; None means two chunks' worth (`2 * threshold_bytes`)."""
+    """Bytes allowed in flight at once; None means two chunks' worth (2 x the threshold)."""
     warmup_iterations: int = 1
     """Iterations timed (in backward order) before the priority plan is built from them."""
     link_bytes_per_s: float | None = None
@@ -26,7 +34,7 @@ class DPConfig:
     by `autotune_growth` per trial for `autotune_trials` trials, then every K) or guided (the
     simulator ranks those candidates from a profile; only the best few run for real)."""
     autotune_trials: int = 100
-    """Exhaustive: number of thresholds tried, from `threshold_bytes` upwards."""
+    """Exhaustive: number of thresholds tried, from the threshold upwards."""
     autotune_growth: float = 1.1
     """Exhaustive: factor between consecutive thresholds."""
     autotune_iterations: int = 2
@@ -47,7 +55,7 @@ class DPConfig:
     and tuning is skipped."""
 
     def __post_init__(self) -> None:
-        if self.threshold_bytes < 1:
+        if self.threshold_bytes is not None and self.threshold_bytes < 1:
             raise ValueError(f"threshold_bytes must be at least 1, got {self.threshold_bytes}")
         if self.credit_bytes is not None and self.credit_bytes < 1:
             raise ValueError(f"credit_bytes must be at least 1, got {self.credit_bytes}")
@@ -69,6 +77,14 @@ class DPConfig:
         if self.reorder_k is not None and self.reorder_k < 1:
             raise ValueError(f"reorder_k must be at least 1, got {self.reorder_k}")
 
-    @property
-    def credit(self) -> int:
-        return self.credit_bytes if self.credit_bytes is not None else 2 * self.threshold_bytes
+    def threshold_for(self, gradient_bytes: int) -> int:
+        """The threshold for a model with this many bytes of gradients."""
+        if self.threshold_bytes is not None:
+            return self.threshold_bytes
+        return default_threshold(gradient_bytes)
+
+    def credit_for(self, gradient_bytes: int) -> int:
+        """The credit for a model with this many bytes of gradients."""
+        if self.credit_bytes is not None:
+            return self.credit_bytes
+        return 2 * self.threshold_for(gradient_bytes)

@@ -18,6 +18,22 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+DEFAULT_CHUNKS = 4
+"""The default threshold aims at this many chunks of a model's gradients (`default_threshold`)."""
+DEFAULT_THRESHOLD_MIN = 1 * 2**20
+"""The default threshold never goes below this: each chunk costs a hand-off and a collective."""
+DEFAULT_THRESHOLD_MAX = 4 * 2**20
+"""Nor above this, whatever the model's size."""
+
+
+def default_threshold(gradient_bytes: int) -> int:
+    """The threshold cadence-dp runs with unless told otherwise: a quarter of the model's
+    gradient bytes, within 1-4 MiB. A fixed 4 MiB made a model with a few MB of gradients one
+    chunk, sent only after the whole backward pass; smaller than 1 MiB, the chunks' own costs
+    showed where the link is fast (see the README's small-model results)."""
+    quarter = gradient_bytes // DEFAULT_CHUNKS
+    return min(DEFAULT_THRESHOLD_MAX, max(DEFAULT_THRESHOLD_MIN, quarter))
+
 
 @dataclass(frozen=True)
 class ParamInfo:

@@ -51,7 +51,7 @@ class SyncEngine:
         self.group = group
         self.world_size = world_size
         # Threshold and K change under autotuning; the rest of the config does not.
-        self._threshold = config.threshold_bytes
+        self._threshold = config.threshold_for(sum(info.nbytes for info in layout.infos))
         self._k = config.reorder_k
         self.plan: DPPlan = build_plan(
             layout.infos, self._threshold, self._credit(), reorder_k=self._k
@@ -183,6 +183,11 @@ class SyncEngine:
             self._snapshot_iter = self._backward_count
             self._in_backward = False
             self._cv.notify_all()
+
+    @property
+    def threshold_bytes(self) -> int:
+        """The threshold the plan is built with now (the config's, the default's or tuning's)."""
+        return self._threshold
 
     def _credit(self) -> int:
         return self.config.credit_bytes or 2 * self._threshold

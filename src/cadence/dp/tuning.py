@@ -56,12 +56,12 @@ def attach_tuner(
     if config.autotune == "off":
         return
     broadcast = world_size > 1
-    initial = Candidate(config.threshold_bytes, config.reorder_k)
+    initial = Candidate(engine.threshold_bytes, config.reorder_k)
     num_layers = len(engine.layout.layers)
     thresholds = [
         Candidate(t, config.reorder_k)
         for t in threshold_trials(
-            config.threshold_bytes, config.autotune_trials, config.autotune_growth
+            engine.threshold_bytes, config.autotune_trials, config.autotune_growth
         )
     ]
 

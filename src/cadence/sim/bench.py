@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from cadence.comm.cost import AlphaBeta
-from cadence.dp.config import DPConfig
 from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.api import DDP_BUCKET_BYTES
@@ -86,14 +85,14 @@ def predict_runs(
             description=f"{model} {cfg['emulate_bandwidth']}",
             update_s_per_byte=steps[key],
         )
-        dp = DPConfig()  # the settings `cadence train --strategy cadence-dp` runs with
         zero = None
         if strategy == "zero":
             zero = ZeroSimPlan(
                 stage=int(cfg.get("zero_stage", 2)), compression=cfg.get("compression", "none")
             )
         result, _ = run_strategy(
-            setup, strategy, dp.threshold_bytes, dp.credit, DDP_BUCKET_BYTES, options, zero=zero
+            # cadence-dp at its defaults, as `cadence train --strategy cadence-dp` runs it
+            setup, strategy, None, None, DDP_BUCKET_BYTES, options, zero=zero
         )
         measured = float(data["median_iteration_s"])
         rows.append(

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from cadence.comm.cost import AlphaBeta
-from cadence.dp.config import DPConfig
 from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.api import DDP_BUCKET_BYTES
@@ -30,6 +29,16 @@ from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION
 # bench-dp variant -> simulated strategy
 _VARIANTS = {"ddp": "ddp", "cadence": "cadence-dp"}
 
+
+
+def recorded_threshold(cfg: dict[str, Any]) -> int | None:
+    """The cadence-dp threshold a benchmark file's config ran with: its `threshold_mb`, None
+    where it ran cadence-dp's default (`run_strategy` then applies the same), 4 MiB for files
+    from before the default depended on the model (they do not record it)."""
+    if "threshold_mb" not in cfg:
+        return 4 * 2**20
+    mb = cfg["threshold_mb"]
+    return None if mb is None else max(1, int(float(mb) * 2**20))
 
 def read_bench_dp(path: str) -> dict[str, Any]:
     """A `cadence bench dp --out` file, or a one-line UserError."""
@@ -85,7 +94,7 @@ def predict_bench_dp(
         data = read_bench_dp(path)
         cfg = data.get("config", {})
         workers = int(cfg.get("workers", 2))
-        threshold = int(float(cfg.get("threshold_mb", 4.0)) * 2**20)
+        threshold = recorded_threshold(cfg)
         for row in data["rows"]:
             model, cap = row["model"], row["cap"]
             try:
@@ -118,7 +127,7 @@ def predict_bench_dp(
                     setup,
                     strategy,
                     threshold,
-                    DPConfig(threshold_bytes=threshold).credit,  # what the runtime runs with
+                    None,  # 2 x the threshold, what the runtime runs with
                     DDP_BUCKET_BYTES,
                     options or SimOptions(),
                     reorder_k=cfg.get("reorder_k"),

@@ -23,11 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from cadence.comm.cost import AlphaBeta
-from cadence.dp.config import DPConfig
 from cadence.dp.plan import DPPlan
 from cadence.errors import UserError
 from cadence.profile import Profile
-from cadence.sim.bench_dp import scaled_profile
+from cadence.sim.bench_dp import recorded_threshold, scaled_profile
 from cadence.sim.command import Setup, model_params, run_strategy
 from cadence.sim.options import SimOptions
 from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION
@@ -105,7 +104,7 @@ def predict_timelines(
         bps = parse_bandwidth(cap)
         params = model_params(model)
         param_bytes = sum(p.nbytes for p in params)
-        threshold = int(float(cfg.get("threshold_mb", 4.0)) * 2**20)
+        threshold = recorded_threshold(cfg)
         bucket = int(float(cfg.get("ddp_bucket_mb", 25.0)) * 2**20)
         for run_name, strategy in _RUNS.items():
             run = data["runs"].get(run_name)
@@ -135,7 +134,7 @@ def predict_timelines(
                     setup,
                     strategy,
                     threshold,
-                    DPConfig(threshold_bytes=threshold).credit,
+                    None,
                     bucket,
                     replay_options,
                     reorder_k=cfg.get("reorder_k"),

@@ -81,7 +81,12 @@ def add_simulate(sub: Any) -> None:
     p.add_argument(
         "--compression", default="none", help="zero: none, fp16 or onebit (after its warm-up)"
     )
-    p.add_argument("--threshold", default="4mib", help="cadence-dp split/fuse threshold")
+    p.add_argument(
+        "--threshold",
+        default=None,
+        help="cadence-dp split/fuse threshold (default: cadence-dp's, a quarter of the "
+        "gradients within 1-4 MiB)",
+    )
     p.add_argument("--credit", default=None, help="cadence-dp bytes in flight (2 x threshold)")
     p.add_argument("--iterations", type=int, default=3, help="measured iterations")
     p.add_argument(

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cadence.comm.cost import AlphaBeta
-from cadence.dp.plan import DPPlan, ParamInfo
+from cadence.dp.plan import DPPlan, ParamInfo, default_threshold
 from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.api import DDP_BUCKET_BYTES, plan_dp, simulate_ddp, simulate_dp
@@ -132,7 +132,7 @@ def step_cost(
 def run_strategy(
     setup: Setup,
     strategy: str,
-    threshold_bytes: int,
+    threshold_bytes: int | None,
     credit_bytes: int | None,
     bucket_bytes: int,
     options: SimOptions,
@@ -142,8 +142,8 @@ def run_strategy(
     dp_plan: DPPlan | None = None,
 ) -> tuple[SimResult, DPPlan | None]:
     """Simulate one strategy; cadence-dp runs `dp_plan` (a plan a run recorded) or else is
-    planned the way the runtime replans after warm-up; zero runs `zero` (default: stage 2, no
-    compression)."""
+    planned the way the runtime replans after warm-up, at `threshold_bytes` (None: the
+    runtime's default for the model); zero runs `zero` (default: stage 2, no compression)."""
     options = dataclasses.replace(options, update_s_per_byte=setup.update_s_per_byte)
     if strategy == "zero":
         zero_result = simulate_zero(
@@ -173,6 +173,8 @@ def run_strategy(
             setup.profile, dp_plan, setup.world_size, setup.link, iterations, options
         )
         return result, dp_plan
+    if threshold_bytes is None:
+        threshold_bytes = default_threshold(sum(p.nbytes for p in setup.params))
     credit = credit_bytes if credit_bytes is not None else 2 * threshold_bytes
     plan = plan_dp(
         setup.profile,
@@ -309,7 +311,7 @@ def simulate_command(args: Any) -> int:
     """`cadence simulate`: predict one strategy, print it, write the requested files."""
     if args.strategy not in STRATEGIES:
         raise UserError(f"unknown strategy {args.strategy!r}; accepted: {', '.join(STRATEGIES)}")
-    threshold = parse_size(args.threshold, "--threshold")
+    threshold = parse_size(args.threshold, "--threshold") if args.threshold else None
     credit = parse_size(args.credit, "--credit") if args.credit else None
     bucket = parse_size(args.bucket, "--bucket")
     options = _options(args)

@@ -104,9 +104,10 @@ def _cadence_dp_for(config: TrainConfig) -> Wrap:
         model: nn.Module, optimizer: Optimizer, ctx: DistContext
     ) -> tuple[nn.Module, Optimizer]:
         from cadence.dp import DPConfig, data_parallel
+        from cadence.dp.config import mb_to_bytes
 
         dp_config = DPConfig(
-            threshold_bytes=max(1, int(config.dp_threshold_mb * 2**20)),
+            threshold_bytes=mb_to_bytes(config.dp_threshold_mb),
             reorder_k=config.reorder_k,
             autotune=config.autotune,
             autotune_file=config.autotune_file,
