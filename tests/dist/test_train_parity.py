@@ -1,6 +1,7 @@
 """The training loop under DDP and cadence-dp at world sizes 2 and 4 equals single-process
 training: same seed and data, global batch split across ranks, compared parameter by parameter."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -8,6 +9,7 @@ import torch
 
 from cadence.comm import DistContext, init_from_env
 from cadence.config import TrainConfig
+from cadence.dp.plan import default_threshold
 from cadence.models import get_model_spec
 from cadence.testing import run_ranks
 from cadence.train.loop import run_training
@@ -68,3 +70,7 @@ def test_distributed_training_equals_single_process(tmp_path, strategy, world_si
     initial = get_model_spec("cnn").build().state_dict()
     moved = [n for n in expected if not torch.allclose(expected[n], initial[n])]
     assert len(moved) >= len(expected) // 2
+    if strategy == "cadence-dp":  # the run records the threshold it split and fused by
+        recorded = json.loads((dist_dir / "metrics.json").read_text())["dp_threshold_bytes"]
+        grad_bytes = sum(t.numel() * 4 for t in initial.values() if t.is_floating_point())
+        assert recorded == default_threshold(grad_bytes)

@@ -196,7 +196,10 @@ def run_training(
                     run_dir, metrics, plain, optimizer, epoch, step, time.perf_counter() - t_start
                 )
     bar.close()
-    tuned = getattr(getattr(plain, "_cadence_dp_engine", None), "tune_result", None)
+    engine = getattr(plain, "_cadence_dp_engine", None)
+    if engine is not None:  # the threshold cadence-dp ended with (given, default or tuned)
+        metrics["dp_threshold_bytes"] = engine.threshold_bytes
+    tuned = getattr(engine, "tune_result", None)
     if tuned is not None:  # what cadence-dp's autotuning chose, for the record
         metrics["dp_autotune"] = tuned.to_json()
     chosen = getattr(owner, "plan_record", None)
