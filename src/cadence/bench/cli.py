@@ -116,7 +116,9 @@ def _add_dp(bsub: Any) -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=64, help="global batch")
     p.add_argument("--steps", type=int, default=12, help="steps per run (first excluded)")
-    p.add_argument("--repeats", type=int, default=2, help="runs per variant, alternating")
+    p.add_argument(
+        "--repeats", type=int, default=3, help="runs per variant, alternating (odd: a median)"
+    )
     p.add_argument("--ddp-buckets-mb", default="5,100", help="buckets tried for DDP tuned")
     p.add_argument(
         "--threshold-mb", type=float, default=None, help="cadence-dp threshold (default: its own)"
