@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cadence.comm.cost import AlphaBeta
+from cadence.dp.config import mb_to_bytes
 from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.api import DDP_BUCKET_BYTES
@@ -30,7 +31,6 @@ from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION
 _VARIANTS = {"ddp": "ddp", "cadence": "cadence-dp"}
 
 
-
 def recorded_threshold(cfg: dict[str, Any]) -> int | None:
     """The cadence-dp threshold a benchmark file's config ran with: its `threshold_mb`, None
     where it ran cadence-dp's default (`run_strategy` then applies the same), 4 MiB for files
@@ -38,7 +38,8 @@ def recorded_threshold(cfg: dict[str, Any]) -> int | None:
     if "threshold_mb" not in cfg:
         return 4 * 2**20
     mb = cfg["threshold_mb"]
-    return None if mb is None else max(1, int(float(mb) * 2**20))
+    return mb_to_bytes(None if mb is None else float(mb))
+
 
 def read_bench_dp(path: str) -> dict[str, Any]:
     """A `cadence bench dp --out` file, or a one-line UserError."""
