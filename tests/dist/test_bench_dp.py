@@ -19,7 +19,10 @@ def test_bench_dp_measures_every_variant_and_writes_json_png_and_table(tmp_path)
     assert row["model"] == "mlp" and row["cap"] == "none"
     assert set(row["iteration_s"]) == {"ddp", "ddp-1mb", "cadence"}
     assert all(0 < t < 5 for t in row["iteration_s"].values())
+    # No cap: the loopback is no link to measure, so the bound is compute alone.
     assert row["wire_s"] == 0.0 and row["bound_s"] == row["compute_s"] > 0
+    assert row["wire_runs_s"] == [] and row["line_wire_s"] == 0.0
+    assert row["line_bound_s"] == row["bound_s"]
     assert row["ddp_tuned_s"] == min(row["iteration_s"]["ddp"], row["iteration_s"]["ddp-1mb"])
     assert row["cadence_over_ddp"] == pytest.approx(
         row["iteration_s"]["cadence"] / row["iteration_s"]["ddp"]

@@ -1,10 +1,12 @@
 """`cadence bench dp`: cadence-dp against torch DDP, side by side in one run.
 
 For every model and link cap: the compute-only iteration (one worker, no communication), the
-wire time of one ring all-reduce of all gradients at the cap (alpha-beta model), DDP with its
-default 25 MB buckets, DDP with the best of a few bucket sizes, and cadence-dp. Variants are
-run in alternating order `repeats` times; each run's median iteration (first step excluded)
-is taken and the median over repeats reported. The physical bound is max(compute, wire).
+wire time of one all-reduce of all gradients at the cap (measured: one gloo all-reduce of them
+as a single message, `dp_wire`), DDP with its default 25 MB buckets, DDP with the best of a few
+bucket sizes, and cadence-dp. Variants are run in alternating order `repeats` times; each
+run's median iteration (first step excluded) is taken and the median over repeats reported.
+The bound is max(compute, wire); the stricter line-rate bound (payload bytes at the cap, no
+TCP/IP framing, alpha-beta bandwidth term) is reported beside it.
 """
 
 from __future__ import annotations
@@ -151,26 +153,39 @@ def balanced_cap(compute_s: float, gradient_bytes: int, workers: int) -> str:
 
 
 def measure_case(
-    model: str, cap: str, compute_s: float, config: DPBenchConfig, echo: Callable[[str], None]
+    model: str,
+    cap: str,
+    compute_s: float,
+    grad_bytes: int,
+    config: DPBenchConfig,
+    echo: Callable[[str], None],
 ) -> dict[str, Any]:
-    """All variants of one (model, cap), alternating; returns the row."""
+    """All variants of one (model, cap), alternating, and the wire time measured once per
+    round (capped links only); returns the row."""
+    from cadence.bench.dp_wire import measure_wire
     from cadence.comm.cost import ring_allreduce_wire_s
     from cadence.netem import parse_bandwidth
 
     runs: dict[str, list[float]] = {}
+    wire_runs: list[float] = []
     order = variants(config)
     for repeat in range(config.repeats):
+        if cap != NO_CAP:
+            echo(f"  {model} @ {cap}: one all-reduce of all gradients (run {repeat + 1})")
+            wire_runs.append(measure_wire(grad_bytes, config.workers, cap))
         sequence = order if repeat % 2 == 0 else list(reversed(order))
         for variant in sequence:
             echo(f"  {model} @ {cap}: {variant.name} (run {repeat + 1}/{config.repeats})")
             metrics = _train(model, cap, variant, config.workers, config)
             runs.setdefault(variant.name, []).append(metrics["median_iteration_s"])
-            grad_bytes = metrics["gradient_bytes"]
-    wire = 0.0
+    # Without a cap the link is the loopback, limited by the processors: no wire time.
+    wire = statistics.median(wire_runs) if wire_runs else 0.0
+    line_wire = 0.0
     if cap != NO_CAP:
-        wire = ring_allreduce_wire_s(grad_bytes, config.workers, parse_bandwidth(cap))
+        line_wire = ring_allreduce_wire_s(grad_bytes, config.workers, parse_bandwidth(cap))
     medians = {name: statistics.median(times) for name, times in runs.items()}
     bound = max(compute_s, wire)
+    line_bound = max(compute_s, line_wire)
     ddp_tuned = min(v for k, v in medians.items() if k.startswith("ddp"))
     cadence = medians["cadence"]
     return {
@@ -183,7 +198,10 @@ def measure_case(
         ).threshold_for(grad_bytes),
         "compute_s": compute_s,
         "wire_s": wire,
+        "wire_runs_s": wire_runs,
         "bound_s": bound,
+        "line_wire_s": line_wire,
+        "line_bound_s": line_bound,
         "iteration_s": medians,
         "runs_s": runs,
         "ddp_tuned_s": ddp_tuned,
@@ -191,22 +209,25 @@ def measure_case(
         "cadence_over_ddp_tuned": cadence / ddp_tuned,
         "cadence_over_bound": cadence / bound,
         "ddp_over_bound": medians["ddp"] / bound,
+        "cadence_over_line_bound": cadence / line_bound,
     }
 
 
 def table_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
     lines = [
-        "| model | cap | compute | wire | DDP | DDP tuned | cadence | cadence/DDP "
-        "| cadence/DDP tuned | cadence/bound | DDP/bound |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| model | cap | compute | wire | line wire | DDP | DDP tuned | cadence | cadence/DDP "
+        "| cadence/DDP tuned | cadence/bound | DDP/bound | cadence/line bound |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         it = r["iteration_s"]
         lines.append(
             f"| {r['model']} | {r['cap']} | {r['compute_s']:.3f} s | {r['wire_s']:.3f} s "
+            f"| {r['line_wire_s']:.3f} s "
             f"| {it['ddp']:.3f} s | {r['ddp_tuned_s']:.3f} s | {it['cadence']:.3f} s "
             f"| {r['cadence_over_ddp']:.2f} | {r['cadence_over_ddp_tuned']:.2f} "
-            f"| {r['cadence_over_bound']:.2f} | {r['ddp_over_bound']:.2f} |"
+            f"| {r['cadence_over_bound']:.2f} | {r['ddp_over_bound']:.2f} "
+            f"| {r['cadence_over_line_bound']:.2f} |"
         )
     return lines
 
@@ -220,6 +241,7 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(rows)), 4.0))
     labels = [f"{r['model']}\n{r['cap']}" for r in rows]
     series = [
+        ("line-rate bound", [r.get("line_bound_s", r["bound_s"]) for r in rows]),
         ("bound max(compute, wire)", [r["bound_s"] for r in rows]),
         ("DDP (25 MB)", [r["iteration_s"]["ddp"] for r in rows]),
         ("DDP tuned bucket", [r["ddp_tuned_s"] for r in rows]),
@@ -273,7 +295,8 @@ def run_dp_bench(
             if rule == BALANCED:
                 cap = balanced_cap(compute_s, grad_bytes, config.workers)
             echo(f"{model} @ {cap}" + (" (balanced: wire = compute)" if rule == BALANCED else ""))
-            rows.append({**measure_case(model, cap, compute_s, config, echo), "cap_rule": rule})
+            row = measure_case(model, cap, compute_s, grad_bytes, config, echo)
+            rows.append({**row, "cap_rule": rule})
             report["seconds"] = time.time() - started
             # Written after every case: an interrupted benchmark keeps what it measured.
             tmp = out.with_suffix(".tmp")
