@@ -93,7 +93,7 @@ def summary_lines(metrics: dict[str, Any], run_dir: Path | None) -> list[str]:
         lines.append(
             f"wire bound: ring all-reduce of {metrics['gradient_bytes'] / 1e6:.1f} MB of gradients "
             f"at {format_bandwidth(metrics['bandwidth_bps'])} takes "
-            f"{metrics['wire_bound_s'] * 1000:.0f} ms; median iteration is "
+            f"{metrics['wire_bound_s'] * 1000:.0f} ms (payload at line rate); median iteration is "
             f"{metrics['iteration_over_wire_bound']:.2f}x that"
         )
     if run_dir is not None:
