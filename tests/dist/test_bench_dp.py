@@ -23,6 +23,8 @@ def test_bench_dp_measures_every_variant_and_writes_json_png_and_table(tmp_path)
     assert row["wire_s"] == 0.0 and row["bound_s"] == row["compute_s"] > 0
     assert row["wire_runs_s"] == [] and row["line_wire_s"] == 0.0
     assert row["line_bound_s"] == row["bound_s"]
+    # Compute alone is measured beside the variants, once per round.
+    assert row["compute_runs_s"] == [row["compute_s"]] and row["model_compute_s"] > 0
     assert row["ddp_tuned_s"] == min(row["iteration_s"]["ddp"], row["iteration_s"]["ddp-1mb"])
     assert row["cadence_over_ddp"] == pytest.approx(
         row["iteration_s"]["cadence"] / row["iteration_s"]["ddp"]

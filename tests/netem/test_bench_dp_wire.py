@@ -36,6 +36,7 @@ def test_capped_row_has_measured_and_line_rate_bounds(tmp_path: Path) -> None:
         ring_allreduce_wire_s(row["gradient_bytes"], 2, 100e6)
     )
     assert row["wire_s"] > row["line_wire_s"] > 0
+    assert row["compute_runs_s"] == [row["compute_s"]]
     assert row["bound_s"] == max(row["compute_s"], row["wire_s"])
     assert row["line_bound_s"] == max(row["compute_s"], row["line_wire_s"])
     cadence = row["iteration_s"]["cadence"]

@@ -1,6 +1,7 @@
 """`cadence bench dp`: cadence-dp against torch DDP, side by side in one run.
 
-For every model and link cap: the compute-only iteration (one worker, no communication), the
+For every model and link cap: the compute-only iteration (one worker, no communication; once
+per round, beside the variants, as the machine's speed drifts), the
 wire time of one all-reduce of all gradients at the cap (measured: one gloo all-reduce of them
 as a single message, `dp_wire`), DDP with its default 25 MB buckets, DDP with the best of a few
 bucket sizes, and cadence-dp. Variants are run in alternating order `repeats` times; each
@@ -160,16 +161,23 @@ def measure_case(
     config: DPBenchConfig,
     echo: Callable[[str], None],
 ) -> dict[str, Any]:
-    """All variants of one (model, cap), alternating, and the wire time measured once per
-    round (capped links only); returns the row."""
+    """All variants of one (model, cap), alternating, with compute alone and the wire time
+    (capped links only) measured once per round; returns the row. `compute_s` is the model's
+    compute measured before its first case (kept as `model_compute_s`)."""
     from cadence.bench.dp_wire import measure_wire
     from cadence.comm.cost import ring_allreduce_wire_s
     from cadence.netem import parse_bandwidth
 
     runs: dict[str, list[float]] = {}
     wire_runs: list[float] = []
+    compute_runs: list[float] = []
     order = variants(config)
     for repeat in range(config.repeats):
+        # Compute alone once per round too: this machine's speed drifts over minutes, so the
+        # bound (and a simulator's replay of the row) takes compute from beside the variants.
+        echo(f"  {model} @ {cap}: compute only (run {repeat + 1})")
+        compute = _train(model, NO_CAP, Variant("compute", "ddp"), 1, config)
+        compute_runs.append(compute["median_iteration_s"])
         if cap != NO_CAP:
             echo(f"  {model} @ {cap}: one all-reduce of all gradients (run {repeat + 1})")
             wire_runs.append(measure_wire(grad_bytes, config.workers, cap))
@@ -184,6 +192,7 @@ def measure_case(
     if cap != NO_CAP:
         line_wire = ring_allreduce_wire_s(grad_bytes, config.workers, parse_bandwidth(cap))
     medians = {name: statistics.median(times) for name, times in runs.items()}
+    first_compute_s, compute_s = compute_s, statistics.median(compute_runs)
     bound = max(compute_s, wire)
     line_bound = max(compute_s, line_wire)
     ddp_tuned = min(v for k, v in medians.items() if k.startswith("ddp"))
@@ -197,6 +206,8 @@ def measure_case(
             threshold_bytes=mb_to_bytes(config.threshold_mb)
         ).threshold_for(grad_bytes),
         "compute_s": compute_s,
+        "compute_runs_s": compute_runs,
+        "model_compute_s": first_compute_s,
         "wire_s": wire,
         "wire_runs_s": wire_runs,
         "bound_s": bound,
