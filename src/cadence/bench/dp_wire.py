@@ -1,7 +1,7 @@
 """The wire time of `cadence bench dp`, measured: one gloo all-reduce of all of a model's
 gradients as a single message, on the same emulated cluster (hosts, cap) the training runs use.
 
-This is what the issue's bound max(compute, wire) is made of: the fastest any data-parallel
+This is the wire term of the benchmark's bound max(compute, wire): the fastest any data-parallel
 schedule on this stack could synchronise one step's gradients, with TCP/IP framing and gloo's
 own ring protocol included. The line-rate figure (payload bytes at the cap, no framing) is
 kept beside it as a stricter reference.
