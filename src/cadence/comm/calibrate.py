@@ -149,6 +149,12 @@ def _op(collective: str, buf: torch.Tensor, world_size: int):  # noqa: ANN202 - 
     raise ValueError(f"unknown collective {collective!r}; accepted: {', '.join(MODEL_OF)}")
 
 
+def calls_per_round(nbytes: int) -> int:
+    """Calls of one size `measure_s` times back to back in each round: enough to fill
+    `_BYTES_PER_ROUND` (small messages are too short for the clock alone), 3 to 64."""
+    return max(3, min(64, _BYTES_PER_ROUND // nbytes))
+
+
 def measure_s(
     collective: str, sizes: Sequence[int], repeats: int = 7, warmup: int = 2
 ) -> list[float]:
@@ -157,7 +163,7 @@ def measure_s(
     # Sizes are interleaved round by round, so load from elsewhere on the machine lands on
     # every size alike instead of bending one part of the curve.
     runs = [_op(collective, torch.zeros(max(world_size, n // 4)), world_size) for n in sizes]
-    bursts = [max(3, min(64, _BYTES_PER_ROUND // n)) for n in sizes]
+    bursts = [calls_per_round(n) for n in sizes]
     samples: list[list[float]] = [[] for _ in sizes]
     for i in range(warmup + repeats):
         for run, burst, out in zip(runs, bursts, samples, strict=True):
