@@ -156,14 +156,14 @@ def balanced_cap(compute_s: float, gradient_bytes: int, workers: int) -> str:
 def measure_case(
     model: str,
     cap: str,
-    compute_s: float,
+    model_compute_s: float,
     grad_bytes: int,
     config: DPBenchConfig,
     echo: Callable[[str], None],
 ) -> dict[str, Any]:
     """All variants of one (model, cap), alternating, with compute alone and the wire time
-    (capped links only) measured once per round; returns the row. `compute_s` is the model's
-    compute measured before its first case (kept as `model_compute_s`)."""
+    (capped links only) measured once per round; returns the row. `model_compute_s` is the
+    model's compute measured before its first case, kept in the row beside this case's."""
     from cadence.bench.dp_wire import measure_wire
     from cadence.comm.cost import ring_allreduce_wire_s
     from cadence.netem import parse_bandwidth
@@ -192,7 +192,7 @@ def measure_case(
     if cap != NO_CAP:
         line_wire = ring_allreduce_wire_s(grad_bytes, config.workers, parse_bandwidth(cap))
     medians = {name: statistics.median(times) for name, times in runs.items()}
-    first_compute_s, compute_s = compute_s, statistics.median(compute_runs)
+    compute_s = statistics.median(compute_runs)
     bound = max(compute_s, wire)
     line_bound = max(compute_s, line_wire)
     ddp_tuned = min(v for k, v in medians.items() if k.startswith("ddp"))
@@ -207,7 +207,7 @@ def measure_case(
         ).threshold_for(grad_bytes),
         "compute_s": compute_s,
         "compute_runs_s": compute_runs,
-        "model_compute_s": first_compute_s,
+        "model_compute_s": model_compute_s,
         "wire_s": wire,
         "wire_runs_s": wire_runs,
         "bound_s": bound,
@@ -252,7 +252,7 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(rows)), 4.0))
     labels = [f"{r['model']}\n{r['cap']}" for r in rows]
     series = [
-        ("line-rate bound", [r.get("line_bound_s", r["bound_s"]) for r in rows]),
+        ("line-rate bound", [r["line_bound_s"] for r in rows]),
         ("bound max(compute, wire)", [r["bound_s"] for r in rows]),
         ("DDP (25 MB)", [r["iteration_s"]["ddp"] for r in rows]),
         ("DDP tuned bucket", [r["ddp_tuned_s"] for r in rows]),

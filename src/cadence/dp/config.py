@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cadence.dp.plan import default_threshold
+from cadence.dp.plan import default_credit, default_threshold
 
 
 def mb_to_bytes(mb: float | None) -> int | None:
@@ -87,4 +87,4 @@ class DPConfig:
         """The credit for a model with this many bytes of gradients."""
         if self.credit_bytes is not None:
             return self.credit_bytes
-        return 2 * self.threshold_for(gradient_bytes)
+        return default_credit(self.threshold_for(gradient_bytes))

@@ -35,6 +35,12 @@ def default_threshold(gradient_bytes: int) -> int:
     return min(DEFAULT_THRESHOLD_MAX, max(DEFAULT_THRESHOLD_MIN, quarter))
 
 
+def default_credit(threshold_bytes: int) -> int:
+    """The byte credit unless one is given: two chunks' worth, so the next chunk is issued
+    while one is on the wire."""
+    return 2 * threshold_bytes
+
+
 @dataclass(frozen=True)
 class ParamInfo:
     """One parameter (shared parameters appear once)."""

@@ -26,7 +26,7 @@ from cadence.dp.autotune import Autotuner, TuneResult
 from cadence.dp.config import DPConfig
 from cadence.dp.layers import ModelLayout
 from cadence.dp.optimizer import LayerwiseUpdater
-from cadence.dp.plan import Chunk, DPPlan, build_plan
+from cadence.dp.plan import Chunk, DPPlan, build_plan, default_credit
 from cadence.dp.reorder import BackwardReorder, deferrable
 from cadence.dp.trace import Recorder
 
@@ -190,7 +190,7 @@ class SyncEngine:
         return self._threshold
 
     def _credit(self) -> int:
-        return self.config.credit_bytes or 2 * self._threshold
+        return self.config.credit_bytes or default_credit(self._threshold)
 
     def before_model_forward(self, model: nn.Module) -> None:
         """Pre-hook of the whole model: an iteration boundary for the autotuner. It must run

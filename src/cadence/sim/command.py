@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cadence.comm.cost import AlphaBeta
-from cadence.dp.plan import DPPlan, ParamInfo, default_threshold
+from cadence.dp.plan import DPPlan, ParamInfo, default_credit, default_threshold
 from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.api import DDP_BUCKET_BYTES, plan_dp, simulate_ddp, simulate_dp
@@ -175,7 +175,7 @@ def run_strategy(
         return result, dp_plan
     if threshold_bytes is None:
         threshold_bytes = default_threshold(sum(p.nbytes for p in setup.params))
-    credit = credit_bytes if credit_bytes is not None else 2 * threshold_bytes
+    credit = credit_bytes if credit_bytes is not None else default_credit(threshold_bytes)
     plan = plan_dp(
         setup.profile,
         setup.params,
