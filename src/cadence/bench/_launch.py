@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import cadence
@@ -23,7 +24,31 @@ _MASTER_PORT = 29500  # every port is free inside a fresh namespace
 _POLL_S = 0.2
 
 
-def _env(cluster: EmulatedCluster, rank: int, logs: Path, threads: int) -> dict[str, str]:
+@dataclass(frozen=True)
+class _Host:
+    ip: str
+    iface: str
+
+
+@dataclass(frozen=True)
+class Loopback:
+    """The launcher's view of a cluster for runs on this machine's loopback (no cap): every
+    rank on 127.0.0.1, nothing to prefix the command with."""
+
+    hosts: tuple[_Host, ...]
+    bandwidth_bps: float = float("inf")
+
+    @classmethod
+    def of(cls, workers: int) -> Loopback:
+        return cls(tuple(_Host("127.0.0.1", "lo") for _ in range(workers)))
+
+    def exec_prefix(self, index: int) -> list[str]:
+        return []
+
+
+def _env(
+    cluster: EmulatedCluster | Loopback, rank: int, logs: Path, threads: int
+) -> dict[str, str]:
     env = dict(os.environ)
     src = str(Path(cadence.__file__).resolve().parents[1])  # workers import this very copy
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
@@ -45,7 +70,7 @@ def _env(cluster: EmulatedCluster, rank: int, logs: Path, threads: int) -> dict[
 
 
 def run_workers(
-    cluster: EmulatedCluster, module: str, args: list[str], run_dir: Path, threads: int,
+    cluster: EmulatedCluster | Loopback, module: str, args: list[str], run_dir: Path, threads: int,
     timeout_s: float,
 ) -> None:  # fmt: skip
     """`python -m module *args` on every host; returns when all exit 0, else raises."""

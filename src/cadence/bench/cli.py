@@ -129,6 +129,54 @@ def _add_dp(bsub: Any) -> None:
     p.set_defaults(func=_cmd_dp)
 
 
+def _cmd_dp_paired(args: argparse.Namespace) -> int:
+    from cadence.bench.dp_paired import PairedDPConfig, run_paired_bench
+    from cadence.errors import UserError
+
+    try:
+        buckets = tuple(float(mb) for mb in _names(args.ddp_buckets_mb))
+    except ValueError:
+        raise UserError(f"--ddp-buckets-mb must be numbers, got '{args.ddp_buckets_mb}'") from None
+    config = PairedDPConfig(
+        models=_names(args.models),
+        caps=_names(args.caps),
+        workers=args.workers,
+        batch_size=args.batch_size,
+        block_steps=args.block_steps,
+        rounds=args.rounds,
+        ddp_buckets_mb=buckets,
+        threshold_mb=args.threshold_mb,
+        reorder_k=args.reorder_k,
+        out=args.out,
+    )
+    run_paired_bench(config, _command_line())
+    return 0
+
+
+def _add_dp_paired(bsub: Any) -> None:
+    p = bsub.add_parser(
+        "dp-paired",
+        help="cadence-dp vs DDP in one pair of processes, taking turns in blocks of steps: "
+        "ratios within each round, robust to the machine's drift",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--models", default="vgg16")
+    p.add_argument("--caps", default="400mbit", help="link caps; none = loopback")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=64, help="global batch")
+    p.add_argument(
+        "--block-steps", type=int, default=8, help="steps per turn (first and last not timed)"
+    )
+    p.add_argument("--rounds", type=int, default=3, help="timed rounds after a warm-up round")
+    p.add_argument("--ddp-buckets-mb", default="5", help="DDP buckets besides 25 MB")
+    p.add_argument(
+        "--threshold-mb", type=float, default=None, help="cadence-dp threshold (default: its own)"
+    )
+    p.add_argument("--reorder-k", type=int, default=None, help="cadence-dp reorder point")
+    p.add_argument("--out", default="results/bench-dp-paired.json", help="JSON; PNG next to it")
+    p.set_defaults(func=_cmd_dp_paired)
+
+
 def _cmd_dp_timeline(args: argparse.Namespace) -> int:
     from cadence.bench.dp_timeline import DPTimelineConfig, run_dp_timeline
 
@@ -407,6 +455,7 @@ _BENCHES: tuple[Callable[[Any], None], ...] = (
     _add_collectives,
     _add_contention,
     _add_dp,
+    _add_dp_paired,
     _add_dp_timeline,
     _add_pipeline,
     _add_dp_autotune,

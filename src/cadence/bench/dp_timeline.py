@@ -86,23 +86,6 @@ class DPTimelineConfig:
         return cls(**data)
 
 
-@dataclass(frozen=True)
-class _Host:
-    ip: str
-    iface: str
-
-
-@dataclass(frozen=True)
-class _Loopback:
-    """The launcher's view of a cluster, for runs on this machine's loopback."""
-
-    hosts: tuple[_Host, ...]
-    bandwidth_bps: float = float("inf")
-
-    def exec_prefix(self, index: int) -> list[str]:
-        return []
-
-
 def _threshold_label(config: DPTimelineConfig, run: dict[str, Any]) -> str:
     """The threshold the run used: as given, or the default the engine chose (from its plan)."""
     if config.threshold_mb is not None:
@@ -112,15 +95,16 @@ def _threshold_label(config: DPTimelineConfig, run: dict[str, Any]) -> str:
 
 
 def _record(config: DPTimelineConfig, strategy: str, run_dir: Path) -> dict[str, Any]:
-    from cadence.bench._launch import run_workers
+    from cadence.bench._launch import Loopback, run_workers
 
     (run_dir / "config.json").write_text(json.dumps(asdict(config)))
     events = run_dir / f"events-{strategy}.json"
     args = [str(run_dir / "config.json"), str(events), strategy]
     module = "cadence.bench.dp_timeline_worker"
     if config.cap == NO_CAP:
-        loopback = _Loopback(tuple(_Host("127.0.0.1", "lo") for _ in range(config.workers)))
-        run_workers(loopback, module, args, run_dir / strategy, config.threads, 900)  # type: ignore[arg-type]
+        run_workers(
+            Loopback.of(config.workers), module, args, run_dir / strategy, config.threads, 900
+        )
     else:
         from cadence.netem import EmulatedCluster, cleanup_on_signals, parse_bandwidth
 

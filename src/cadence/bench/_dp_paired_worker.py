@@ -1,0 +1,147 @@
+"""One rank of `cadence bench dp-paired`: `python -m cadence.bench._dp_paired_worker
+CONFIG.json RESULT.json`, started with torchrun-style environment variables.
+
+Every variant lives in this one process, each on its own copy of the model (same initial
+weights): compute alone (no synchronisation), DDP with each bucket size, and cadence-dp. They
+take turns in blocks of steps, round after round, so a variant and its peer are timed seconds
+apart instead of minutes: this machine's speed drifts by 15-35% over minutes, and a drift that
+lands on one whole run of a variant moves its median more than the scheduling does.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from cadence.bench.dp_paired import COMPUTE, PairedCase, variant_names
+from cadence.comm import destroy, init_from_env
+from cadence.comm.calibrate import measure_s
+from cadence.config import TrainConfig
+from cadence.launch.errors import worker_entry
+from cadence.models import get_model_spec, load_dataset, loss_fn
+from cadence.train.optim import build_optimizer
+from cadence.train.sharding import epoch_batches
+
+
+@dataclass
+class _Variant:
+    name: str
+    model: nn.Module
+    optimizer: Any
+    flush: Callable[[], None]
+
+
+def _build(name: str, base: nn.Module, config: PairedCase) -> _Variant:
+    model = copy.deepcopy(base)
+    optimizer = build_optimizer(model.parameters(), TrainConfig(model=config.model))
+    if name == COMPUTE:  # each rank trains alone: the compute every schedule has to do
+        return _Variant(name, model, optimizer, lambda: None)
+    if name.startswith("ddp"):
+        bucket_mb = 25.0 if name == "ddp" else float(name[len("ddp-") : -len("mb")])
+        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_mb)
+        return _Variant(name, ddp, optimizer, lambda: None)
+    from cadence.dp import DPConfig, data_parallel
+    from cadence.dp.config import mb_to_bytes
+
+    dp_config = DPConfig(
+        threshold_bytes=mb_to_bytes(config.threshold_mb), reorder_k=config.reorder_k
+    )
+    hooked, scheduled = data_parallel(model, optimizer, dp_config)
+    return _Variant(name, hooked, scheduled, scheduled.flush)
+
+
+def _batches(n: int, config: PairedCase, rank: int, world: int) -> Iterator[Any]:
+    epoch = 1
+    while True:  # every variant reads the same stream of this rank's batch shares
+        yield from epoch_batches(n, config.batch_size, rank, world, 0, epoch)
+        epoch += 1
+
+
+def _block(variant: _Variant, steps: int, next_batch: Callable[[], tuple[Any, Any]]) -> float:
+    """Seconds per iteration over one block, in steady state: from the start of the block's
+    second step to the start of its last, so neither the first step (nothing of the previous
+    iteration to overlap with) nor the final flush is counted."""
+    dist.barrier()  # every rank starts the block together
+    starts = []
+    for _ in range(steps):
+        starts.append(time.perf_counter())
+        x, y = next_batch()
+        variant.optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(variant.model(x), y)
+        loss.backward()
+        variant.optimizer.step()
+    variant.flush()
+    return (starts[-1] - starts[1]) / (steps - 2)
+
+
+def _slowest(seconds: float) -> float:
+    agreed = torch.tensor([seconds], dtype=torch.float64)
+    dist.all_reduce(agreed, op=dist.ReduceOp.MAX)  # a synchronous step waits for the slowest
+    return float(agreed.item())
+
+
+def run(config: PairedCase, result: Path) -> None:
+    torch.set_num_threads(config.threads)
+    ctx = init_from_env()
+    try:
+        torch.manual_seed(0)
+        spec = get_model_spec(config.model)
+        data = load_dataset("synthetic", spec, seed=0)
+        base = spec.build()
+        gradient_bytes = sum(p.numel() * p.element_size() for p in base.parameters())
+        names = variant_names(config)
+        variants = {name: _build(name, base, config) for name in names}
+        for variant in variants.values():
+            variant.model.train()
+        stream = _batches(len(data.train_x), config, ctx.rank, ctx.world_size)
+
+        def next_batch() -> tuple[Any, Any]:
+            idx = next(stream)
+            return data.train_x[idx], data.train_y[idx]
+
+        rounds: dict[str, list[float]] = {name: [] for name in names}
+        wire: list[float] = []
+        # Round 0 warms every variant up (cadence-dp builds its plan from its first iteration)
+        # and is not kept.
+        for round_index in range(config.rounds + 1):
+            order = names if round_index % 2 == 0 else list(reversed(names))
+            if config.measure_wire:  # one all-reduce of all gradients as a single message
+                (seconds,) = measure_s("all_reduce", [gradient_bytes], repeats=1, warmup=0)
+                if round_index > 0:
+                    wire.append(seconds)
+            for name in order:
+                seconds = _slowest(_block(variants[name], config.block_steps, next_batch))
+                if round_index > 0:
+                    rounds[name].append(seconds)
+            if ctx.rank == 0:
+                print(f"round {round_index}/{config.rounds} done", flush=True)
+        if ctx.rank == 0:
+            out = {"gradient_bytes": gradient_bytes, "rounds_s": rounds, "wire_runs_s": wire}
+            result.write_text(json.dumps(out, indent=1) + "\n")
+    finally:
+        destroy()
+
+
+def main(argv: list[str]) -> int:
+    def body() -> None:
+        config = PairedCase.from_json(json.loads(Path(argv[0]).read_text()))
+        if config.master_port is not None:  # loopback runs: a free port instead of 29500
+            os.environ["MASTER_PORT"] = str(config.master_port)
+        run(config, Path(argv[1]))
+
+    return worker_entry(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,275 @@
+"""`cadence bench dp-paired`: cadence-dp against torch DDP, timed in turns inside one run.
+
+`cadence bench dp` starts a fresh training run per variant and repeat, so two variants it
+compares are timed minutes apart; this machine's speed drifts by 15-35% over minutes, which
+moves a ratio of medians by more than the targets' margins. Here one pair of worker processes
+holds every variant at once, each on its own copy of the model with the same initial weights:
+compute alone (each rank trains without synchronising, both at once, as they share the
+machine), DDP with its default 25 MB buckets and with other bucket sizes, and cadence-dp. They
+take turns in blocks of steps, in alternating order, round after round, and each round also
+times one all-reduce of all gradients (the wire time; capped links only). Every ratio is taken
+within a round, so drift between rounds cancels, and the median over rounds is reported.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from cadence.errors import UserError
+
+NO_CAP = "none"
+COMPUTE = "compute"
+CADENCE = "cadence"
+
+
+@dataclass(frozen=True)
+class PairedDPConfig:
+    """What `cadence bench dp-paired` measures."""
+
+    models: tuple[str, ...] = ("vgg16",)
+    """Model zoo names."""
+    caps: tuple[str, ...] = ("400mbit",)
+    """Link caps; `none` runs on the loopback without an emulated cluster."""
+    workers: int = 2
+    """Ranks (emulated hosts)."""
+    batch_size: int = 64
+    """Global batch per step."""
+    block_steps: int = 8
+    """Steps per turn of a variant; all but the first and last are timed (steady state)."""
+    rounds: int = 3
+    """Timed rounds (every variant takes one turn per round), after one untimed warm-up round."""
+    ddp_buckets_mb: tuple[float, ...] = (5.0,)
+    """Bucket sizes tried for "DDP tuned" besides DDP's default 25 MB."""
+    threshold_mb: float | None = None
+    """cadence-dp threshold; None: cadence-dp's default."""
+    reorder_k: int | None = None
+    """cadence-dp reorder point."""
+    threads: int = 1
+    """Intra-op threads per worker."""
+    out: str = "results/bench-dp-paired.json"
+    """JSON output; the PNG goes next to it."""
+
+    def __post_init__(self) -> None:
+        from cadence.models import model_names
+        from cadence.netem import parse_bandwidth
+
+        for model in self.models:
+            if model not in model_names():
+                raise UserError(f"unknown model '{model}': choose from {', '.join(model_names())}")
+        for cap in self.caps:
+            if cap != NO_CAP:
+                parse_bandwidth(cap)
+        if self.block_steps < 3:
+            raise UserError(f"--block-steps must be at least 3, got {self.block_steps}")
+        if self.rounds < 1:
+            raise UserError(f"--rounds must be at least 1, got {self.rounds}")
+        if self.workers < 2:
+            raise UserError(f"--workers must be at least 2, got {self.workers}")
+        if self.batch_size < self.workers:
+            raise UserError(f"--batch-size must be at least --workers ({self.workers})")
+        if any(mb <= 0 for mb in self.ddp_buckets_mb):
+            raise UserError("--ddp-buckets-mb must be positive numbers")
+
+    def case(self, model: str, cap: str, master_port: int | None) -> PairedCase:
+        """What the workers of one (model, cap) run."""
+        return PairedCase(
+            model=model,
+            batch_size=self.batch_size,
+            block_steps=self.block_steps,
+            rounds=self.rounds,
+            ddp_buckets_mb=self.ddp_buckets_mb,
+            threshold_mb=self.threshold_mb,
+            reorder_k=self.reorder_k,
+            threads=self.threads,
+            measure_wire=cap != NO_CAP,
+            master_port=master_port,
+        )
+
+
+@dataclass(frozen=True)
+class PairedCase:
+    """One (model, cap) of the benchmark, as its workers read it."""
+
+    model: str
+    """Model zoo name."""
+    batch_size: int
+    """Global batch per step."""
+    block_steps: int
+    """Steps per turn of a variant."""
+    rounds: int
+    """Timed rounds after the warm-up round."""
+    ddp_buckets_mb: tuple[float, ...]
+    """DDP bucket sizes besides the default 25 MB."""
+    threshold_mb: float | None
+    """cadence-dp threshold; None: its default."""
+    reorder_k: int | None
+    """cadence-dp reorder point."""
+    threads: int
+    """Intra-op threads per worker."""
+    measure_wire: bool
+    """Time one all-reduce of all gradients per round (capped links)."""
+    master_port: int | None
+    """Rendezvous port for loopback runs."""
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PairedCase:
+        return cls(**{**data, "ddp_buckets_mb": tuple(data["ddp_buckets_mb"])})
+
+
+def variant_names(case: PairedCase) -> list[str]:
+    """Turn order within a round (reversed every other round)."""
+    extra = [f"ddp-{mb:g}mb" for mb in case.ddp_buckets_mb if mb != 25.0]
+    return [COMPUTE, "ddp", *extra, CADENCE]
+
+
+def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
+    """The row of one (model, cap): medians per variant and the ratios, each taken within a
+    round and then the median over rounds (`*_paired`), beside the ratio of the medians."""
+    rounds: dict[str, list[float]] = measured["rounds_s"]
+    wire: list[float] = measured["wire_runs_s"]
+    n = len(rounds[CADENCE])
+    ddps = [name for name in rounds if name.startswith("ddp")]
+    # The tuned bucket is the one fastest over all rounds, then compared round by round.
+    tuned = min(ddps, key=lambda name: statistics.median(rounds[name]))
+    bound = [max(rounds[COMPUTE][i], wire[i] if wire else 0.0) for i in range(n)]
+
+    def per_round(num: list[float], den: list[float]) -> list[float]:
+        return [a / b for a, b in zip(num, den, strict=True)]
+
+    ratios = {
+        "cadence_over_ddp": per_round(rounds[CADENCE], rounds["ddp"]),
+        "cadence_over_ddp_tuned": per_round(rounds[CADENCE], rounds[tuned]),
+        "cadence_over_bound": per_round(rounds[CADENCE], bound),
+        "ddp_over_bound": per_round(rounds["ddp"], bound),
+    }
+    medians = {name: statistics.median(times) for name, times in rounds.items()}
+    compute = medians[COMPUTE]
+    wire_s = statistics.median(wire) if wire else 0.0
+    return {
+        "model": model,
+        "cap": cap,
+        "gradient_bytes": measured["gradient_bytes"],
+        "compute_s": compute,
+        "wire_s": wire_s,
+        "bound_s": max(compute, wire_s),
+        "iteration_s": medians,
+        "rounds_s": rounds,
+        "wire_runs_s": wire,
+        "ddp_tuned": tuned,
+        "bound_rounds_s": bound,
+        "ratio_rounds": ratios,
+        **{f"{key}_paired": statistics.median(values) for key, values in ratios.items()},
+        "cadence_over_ddp": medians[CADENCE] / medians["ddp"],
+        "cadence_over_bound": medians[CADENCE] / max(compute, wire_s),
+    }
+
+
+def _run_case(config: PairedDPConfig, model: str, cap: str, run_dir: Path) -> dict[str, Any]:
+    from cadence.bench._launch import Loopback, run_workers
+
+    module = "cadence.bench._dp_paired_worker"
+    case_dir = run_dir / f"{model}-{cap}"
+    case_dir.mkdir(parents=True)
+    result = case_dir / "result.json"
+    timeout_s = 3600.0  # only a hung run reaches it; vgg16 at 400mbit takes ~5 minutes
+    if cap == NO_CAP:
+        from cadence.launch.local import free_port
+
+        case = config.case(model, cap, free_port())
+        (case_dir / "case.json").write_text(json.dumps(asdict(case)))
+        args = [str(case_dir / "case.json"), str(result)]
+        run_workers(Loopback.of(config.workers), module, args, case_dir, config.threads, timeout_s)
+    else:
+        from cadence.netem import EmulatedCluster, cleanup_on_signals, parse_bandwidth
+
+        case = config.case(model, cap, None)
+        (case_dir / "case.json").write_text(json.dumps(asdict(case)))
+        args = [str(case_dir / "case.json"), str(result)]
+        with cleanup_on_signals(), EmulatedCluster(config.workers, parse_bandwidth(cap)) as c:
+            run_workers(c, module, args, case_dir, config.threads, timeout_s)
+    return summarise(model, cap, json.loads(result.read_text()))
+
+
+def table_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| model | cap | compute | wire | DDP | DDP tuned | cadence | cadence/DDP (per round) "
+        "| cadence/DDP tuned | cadence/bound (per round) | DDP/bound |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        it = r["iteration_s"]
+        per_round = " / ".join(f"{x:.2f}" for x in r["ratio_rounds"]["cadence_over_ddp"])
+        bound_rounds = " / ".join(f"{x:.2f}" for x in r["ratio_rounds"]["cadence_over_bound"])
+        lines.append(
+            f"| {r['model']} | {r['cap']} | {r['compute_s']:.3f} s | {r['wire_s']:.3f} s "
+            f"| {it['ddp']:.3f} s | {it[r['ddp_tuned']]:.3f} s ({r['ddp_tuned']}) "
+            f"| {it[CADENCE]:.3f} s | {r['cadence_over_ddp_paired']:.2f} ({per_round}) "
+            f"| {r['cadence_over_ddp_tuned_paired']:.2f} "
+            f"| {r['cadence_over_bound_paired']:.2f} ({bound_rounds}) "
+            f"| {r['ddp_over_bound_paired']:.2f} |"
+        )
+    return lines
+
+
+def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
+    """cadence/DDP and cadence/bound of every round, one group per (model, cap)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.8 * len(rows)), 4.0))
+    for i, row in enumerate(rows):
+        for offset, (key, colour) in enumerate(
+            (("cadence_over_ddp", "#3182bd"), ("cadence_over_bound", "#e6550d"))
+        ):
+            values = row["ratio_rounds"][key]
+            xs = [i + (offset - 0.5) * 0.3] * len(values)
+            label = key.replace("_over_", "/") if i == 0 else None
+            ax.scatter(xs, values, color=colour, label=label, s=18)
+            ax.hlines(statistics.median(values), xs[0] - 0.1, xs[0] + 0.1, color=colour)
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xticks(range(len(rows)), [f"{r['model']}\n{r['cap']}" for r in rows])
+    ax.set_ylabel("ratio within a round (dots), median (bar)")
+    ax.set_title("cadence bench dp-paired: lower is better")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run_paired_bench(
+    config: PairedDPConfig, command: str, echo: Callable[[str], None] = print
+) -> dict[str, Any]:
+    from cadence.bench.dp import prepare_out
+
+    out = prepare_out(config.out, any(cap != NO_CAP for cap in config.caps))
+    started = time.time()
+    rows: list[dict[str, Any]] = []
+    report: dict[str, Any] = {
+        "command": command,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
+        "config": asdict(config),
+        "rows": rows,
+    }
+    run_dir = Path(tempfile.mkdtemp(prefix="cadence-bench-dp-paired-"))  # kept on failure: logs
+    cases = [(model, cap) for model in config.models for cap in config.caps]
+    for number, (model, cap) in enumerate(cases, 1):
+        echo(f"[{number}/{len(cases)}] {model} @ {cap}: {config.rounds} rounds + warm-up")
+        rows.append(_run_case(config, model, cap, run_dir))
+        report["seconds"] = time.time() - started
+        out.write_text(json.dumps(report, indent=2) + "\n")  # kept if a later case fails
+    shutil.rmtree(run_dir, ignore_errors=True)
+    plot(rows, out.with_suffix(".png"))
+    for line in table_lines(rows):
+        echo(line)
+    echo(f"wrote {out} and {out.with_suffix('.png')} ({report['seconds']:.0f} s)")
+    return report

@@ -1,0 +1,71 @@
+"""`cadence bench dp-paired` end to end on the loopback (no cap, so no root needed), bad input,
+and how a row's ratios are formed from the rounds."""
+
+import json
+
+import pytest
+
+from cadence.bench.dp_paired import summarise
+from tests.cli_helpers import assert_one_line_error, run_cadence
+
+
+def test_dp_paired_times_every_variant_in_turns_and_writes_json_png_and_table(tmp_path):
+    proc = run_cadence(
+        "bench", "dp-paired", "--models", "mlp", "--caps", "none", "--block-steps", "4",
+        "--rounds", "2", "--ddp-buckets-mb", "1", "--out", "out/paired.json",
+        cwd=tmp_path, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "out" / "paired.json").read_text())
+    assert report["command"].startswith("cadence bench dp-paired")
+    (row,) = report["rows"]
+    assert (row["model"], row["cap"]) == ("mlp", "none")
+    assert set(row["rounds_s"]) == {"compute", "ddp", "ddp-1mb", "cadence"}
+    assert all(len(times) == 2 for times in row["rounds_s"].values())
+    assert all(0 < t < 5 for times in row["rounds_s"].values() for t in times)
+    # No cap: no wire to measure, so every round's bound is its compute time.
+    assert row["wire_runs_s"] == [] and row["bound_rounds_s"] == row["rounds_s"]["compute"]
+    assert row["gradient_bytes"] > 0
+    assert (tmp_path / "out" / "paired.png").stat().st_size > 5_000
+    assert "| mlp | none |" in proc.stdout
+
+
+def test_ratios_are_taken_within_each_round_then_the_median():
+    measured = {
+        "gradient_bytes": 4_000,
+        # The machine is twice as slow in round 2: paired ratios do not move, medians do.
+        "rounds_s": {
+            "compute": [1.0, 2.0, 1.0],
+            "ddp": [2.0, 4.0, 2.2],
+            "ddp-5mb": [1.8, 3.6, 2.0],
+            "cadence": [1.6, 3.2, 1.6],
+        },
+        "wire_runs_s": [1.5, 1.5, 1.5],
+    }
+    row = summarise("m", "400mbit", measured)
+    assert row["ddp_tuned"] == "ddp-5mb"
+    assert row["ratio_rounds"]["cadence_over_ddp"] == pytest.approx([0.8, 0.8, 1.6 / 2.2])
+    assert row["cadence_over_ddp_paired"] == pytest.approx(0.8)
+    assert row["cadence_over_ddp_tuned_paired"] == pytest.approx(1.6 / 1.8)
+    # The bound of a round is the larger of its compute and its wire time.
+    assert row["bound_rounds_s"] == [1.5, 2.0, 1.5]
+    assert row["ratio_rounds"]["cadence_over_bound"] == pytest.approx([1.6 / 1.5, 1.6, 1.6 / 1.5])
+    assert row["cadence_over_bound_paired"] == pytest.approx(1.6 / 1.5)
+    assert row["ddp_over_bound_paired"] == pytest.approx(2.2 / 1.5)
+    # Beside them, the ratio of the medians (as `cadence bench dp` reports).
+    assert row["cadence_over_ddp"] == pytest.approx(1.6 / 2.2)
+    assert (row["compute_s"], row["wire_s"], row["bound_s"]) == (1.0, 1.5, 1.5)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--models", "alexnet"], "unknown model 'alexnet'"),
+        (["--caps", "fast"], "fast"),
+        (["--block-steps", "2"], "--block-steps must be at least 3"),
+        (["--rounds", "0"], "--rounds must be at least 1"),
+        (["--ddp-buckets-mb", "big"], "--ddp-buckets-mb must be numbers"),
+    ],
+)
+def test_dp_paired_bad_input_is_one_line(tmp_path, args, needle):
+    assert_one_line_error(run_cadence("bench", "dp-paired", *args, cwd=tmp_path), needle)
