@@ -12,8 +12,8 @@ from tests.cli_helpers import assert_one_line_error, run_cadence
 def test_dp_paired_times_every_variant_in_turns_and_writes_json_png_and_table(tmp_path):
     proc = run_cadence(
         "bench", "dp-paired", "--models", "mlp", "--caps", "none", "--block-steps", "4",
-        "--rounds", "2", "--ddp-buckets-mb", "1", "--out", "out/paired.json",
-        cwd=tmp_path, timeout=300,
+        "--block-seconds", "0.5", "--rounds", "2", "--ddp-buckets-mb", "1", "--out",
+        "out/paired.json", cwd=tmp_path, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "out" / "paired.json").read_text())
@@ -26,6 +26,10 @@ def test_dp_paired_times_every_variant_in_turns_and_writes_json_png_and_table(tm
     # No cap: no wire to measure, so every round's bound is its compute time.
     assert row["wire_runs_s"] == [] and row["bound_rounds_s"] == row["rounds_s"]["compute"]
     assert row["gradient_bytes"] > 0
+    # mlp's steps take milliseconds: turns are lengthened to at least 0.5 s of timed steps.
+    timed = row["block_steps"] - 2
+    assert row["block_steps"] > 4
+    assert all(timed * t >= 0.5 * 0.5 for t in row["rounds_s"]["compute"])
     assert (tmp_path / "out" / "paired.png").stat().st_size > 5_000
     assert "| mlp | none |" in proc.stdout
 
@@ -33,6 +37,7 @@ def test_dp_paired_times_every_variant_in_turns_and_writes_json_png_and_table(tm
 def test_ratios_are_taken_within_each_round_then_the_median():
     measured = {
         "gradient_bytes": 4_000,
+        "block_steps": 8,
         # The machine is twice as slow in round 2: paired ratios do not move, medians do.
         "rounds_s": {
             "compute": [1.0, 2.0, 1.0],
@@ -64,6 +69,7 @@ def test_ratios_are_taken_within_each_round_then_the_median():
         (["--caps", "fast"], "fast"),
         (["--block-steps", "2"], "--block-steps must be at least 3"),
         (["--rounds", "0"], "--rounds must be at least 1"),
+        (["--block-seconds", "-1"], "--block-seconds must be >= 0"),
         (["--ddp-buckets-mb", "big"], "--ddp-buckets-mb must be numbers"),
     ],
 )

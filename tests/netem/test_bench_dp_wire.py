@@ -49,15 +49,16 @@ def test_capped_row_has_measured_and_line_rate_bounds(tmp_path: Path) -> None:
 def test_paired_capped_row_measures_the_wire_every_round(tmp_path: Path) -> None:
     proc = run_cadence(
         "bench", "dp-paired", "--models", "mlp", "--caps", "100mbit", "--block-steps", "3",
-        "--rounds", "2", "--ddp-buckets-mb", "", "--out", "out/paired.json", cwd=tmp_path,
-        timeout=400,
+        "--block-seconds", "0", "--rounds", "2", "--ddp-buckets-mb", "", "--out",
+        "out/paired.json", cwd=tmp_path, timeout=400,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     (row,) = json.loads((tmp_path / "out" / "paired.json").read_text())["rows"]
     assert set(row["rounds_s"]) == {"compute", "ddp", "cadence"}
     line = ring_allreduce_wire_s(row["gradient_bytes"], 2, 100e6)
     assert len(row["wire_runs_s"]) == 2
-    assert all(line < w < 1.6 * line for w in row["wire_runs_s"])
+    # No faster than the line rate; mlp's 0.3 MB is short enough for latency to show on top.
+    assert all(line < w < 3 * line for w in row["wire_runs_s"])
     assert row["bound_rounds_s"] == [
         max(c, w) for c, w in zip(row["rounds_s"]["compute"], row["wire_runs_s"], strict=True)
     ]

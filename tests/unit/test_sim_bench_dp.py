@@ -83,3 +83,27 @@ def test_recorded_threshold_reads_what_the_run_used():
     assert recorded_threshold({"threshold_mb": 0.5}) == 2**19
     assert recorded_threshold({"threshold_mb": None}) is None  # cadence-dp's own default
     assert recorded_threshold({}) == 4 * 2**20  # files from when 4 MiB was the default
+
+
+def test_paired_rows_are_predicted_round_by_round_from_that_rounds_compute(tmp_path: Path) -> None:
+    profile = zoo_profile("cnn")
+    rounds = {
+        "compute": [0.2, 0.4],  # the machine ran twice as slow in the second round
+        "ddp": [0.3, 0.6],
+        "cadence": [0.25, 0.5],
+    }
+    row = {"model": "cnn", "cap": "100gbit", "compute_s": 0.3, "rounds_s": rounds,
+           "iteration_s": {"ddp": 0.45, "cadence": 0.375}}  # fmt: skip
+    path = tmp_path / "paired.json"
+    path.write_text(json.dumps({"config": {"workers": 2, "threshold_mb": None}, "rows": [row]}))
+    # A co-run factor is not applied to paired rows: their compute already ran beside the other.
+    rows, _ = predict_bench_dp(
+        [str(path)], {"cnn": profile}, 1.0, optimizer_step_s=0.0, co_run_slowdown=3.0
+    )
+    assert [r["strategy"] for r in rows] == ["ddp", "cadence-dp"]
+    for r, name in zip(rows, ("ddp", "cadence"), strict=True):
+        # On a 100 Gbit link compute decides: each round predicts about its own compute.
+        expected = [(c - m) / m for c, m in zip(rounds["compute"], rounds[name], strict=True)]
+        assert r["round_errors"] == pytest.approx(expected, rel=0.05)
+        assert r["error"] == pytest.approx(sum(expected) / 2, rel=0.05)  # median of two
+        assert r["measured_s"] == pytest.approx(sum(rounds[name]) / 2)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import sys
 import time
@@ -113,7 +114,8 @@ def run(config: PairedCase, result: Path) -> None:
         rounds: dict[str, list[float]] = {name: [] for name in names}
         wire: list[float] = []
         # Round 0 warms every variant up (cadence-dp builds its plan from its first iteration)
-        # and is not kept.
+        # and is not kept; its times set the timed blocks' length.
+        steps = config.block_steps
         for round_index in range(config.rounds + 1):
             order = names if round_index % 2 == 0 else list(reversed(names))
             if config.measure_wire:  # one all-reduce of all gradients as a single message
@@ -121,13 +123,21 @@ def run(config: PairedCase, result: Path) -> None:
                 if round_index > 0:
                     wire.append(seconds)
             for name in order:
-                seconds = _slowest(_block(variants[name], config.block_steps, next_batch))
-                if round_index > 0:
-                    rounds[name].append(seconds)
+                seconds = _slowest(_block(variants[name], steps, next_batch))
+                rounds[name].append(seconds)
+            if round_index == 0:
+                fastest = min(times.pop() for times in rounds.values())
+                # Agreed on every rank: the times are the slowest rank's.
+                steps = max(config.block_steps, 2 + math.ceil(config.block_seconds / fastest))
             if ctx.rank == 0:
                 print(f"round {round_index}/{config.rounds} done", flush=True)
         if ctx.rank == 0:
-            out = {"gradient_bytes": gradient_bytes, "rounds_s": rounds, "wire_runs_s": wire}
+            out = {
+                "gradient_bytes": gradient_bytes,
+                "block_steps": steps,
+                "rounds_s": rounds,
+                "wire_runs_s": wire,
+            }
             result.write_text(json.dumps(out, indent=1) + "\n")
     finally:
         destroy()

@@ -143,6 +143,7 @@ def _cmd_dp_paired(args: argparse.Namespace) -> int:
         workers=args.workers,
         batch_size=args.batch_size,
         block_steps=args.block_steps,
+        block_seconds=args.block_seconds,
         rounds=args.rounds,
         ddp_buckets_mb=buckets,
         threshold_mb=args.threshold_mb,
@@ -165,7 +166,16 @@ def _add_dp_paired(bsub: Any) -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=64, help="global batch")
     p.add_argument(
-        "--block-steps", type=int, default=8, help="steps per turn (first and last not timed)"
+        "--block-steps",
+        type=int,
+        default=8,
+        help="steps per turn, at least (first and last not timed)",
+    )
+    p.add_argument(
+        "--block-seconds",
+        type=float,
+        default=3.0,
+        help="timed seconds per turn, at least (more steps for fast models)",
     )
     p.add_argument("--rounds", type=int, default=3, help="timed rounds after a warm-up round")
     p.add_argument("--ddp-buckets-mb", default="5", help="DDP buckets besides 25 MB")

@@ -43,7 +43,11 @@ class PairedDPConfig:
     batch_size: int = 64
     """Global batch per step."""
     block_steps: int = 8
-    """Steps per turn of a variant; all but the first and last are timed (steady state)."""
+    """Steps per turn of a variant, at least; all but the first and last are timed (steady
+    state)."""
+    block_seconds: float = 3.0
+    """Timed seconds per turn, at least: blocks get longer for fast models (from the warm-up
+    round's fastest variant), since a turn of a few short steps is mostly noise."""
     rounds: int = 3
     """Timed rounds (every variant takes one turn per round), after one untimed warm-up round."""
     ddp_buckets_mb: tuple[float, ...] = (5.0,)
@@ -69,6 +73,8 @@ class PairedDPConfig:
                 parse_bandwidth(cap)
         if self.block_steps < 3:
             raise UserError(f"--block-steps must be at least 3, got {self.block_steps}")
+        if not self.block_seconds >= 0:
+            raise UserError(f"--block-seconds must be >= 0, got {self.block_seconds}")
         if self.rounds < 1:
             raise UserError(f"--rounds must be at least 1, got {self.rounds}")
         if self.workers < 2:
@@ -84,6 +90,7 @@ class PairedDPConfig:
             model=model,
             batch_size=self.batch_size,
             block_steps=self.block_steps,
+            block_seconds=self.block_seconds,
             rounds=self.rounds,
             ddp_buckets_mb=self.ddp_buckets_mb,
             threshold_mb=self.threshold_mb,
@@ -103,7 +110,9 @@ class PairedCase:
     batch_size: int
     """Global batch per step."""
     block_steps: int
-    """Steps per turn of a variant."""
+    """Steps per turn of a variant, at least."""
+    block_seconds: float
+    """Timed seconds per turn, at least."""
     rounds: int
     """Timed rounds after the warm-up round."""
     ddp_buckets_mb: tuple[float, ...]
@@ -157,6 +166,7 @@ def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
         "model": model,
         "cap": cap,
         "gradient_bytes": measured["gradient_bytes"],
+        "block_steps": measured["block_steps"],
         "compute_s": compute,
         "wire_s": wire_s,
         "bound_s": max(compute, wire_s),

@@ -8,12 +8,18 @@ scaled so that profile iteration + optimizer step equals that run's measured com
 iteration, i.e. the prediction is calibrated to the machine as it was during the run, and
 what remains to predict is communication, overlap and scheduling. Rows without a cap have no
 known link and are skipped (listed in the output).
+
+Rows of `cadence bench dp-paired` files are predicted round by round: each round's compute was
+timed with both workers computing at once, seconds from that round's DDP and cadence-dp, so
+each round is predicted from its own compute and compared with its own measurement, and the
+median error over rounds is reported.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -77,6 +83,47 @@ def scaled_profile(
     return dataclasses.replace(profile, blocks=blocks, iteration_s=iteration_s, loss_s=loss_s)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Case:
+    """One (model, cap) of a benchmark file, as the simulator runs it."""
+
+    profile: Profile
+    params: Any
+    workers: int
+    link: AlphaBeta
+    description: str
+    update_s_per_byte: float
+    step_s: float
+    threshold: int | None
+    reorder_k: int | None
+    options: SimOptions
+
+    def predict(self, compute_s: float, co_run: float) -> dict[str, Any]:
+        """Each variant's simulated result with the compute scaled so that profile iteration +
+        optimizer step equals `compute_s` (times `co_run`)."""
+        factor = co_run * max(compute_s - self.step_s, 1e-6) / self.profile.iteration_s
+        setup = Setup(
+            profile=scaled_profile(self.profile, factor),
+            params=self.params,
+            world_size=self.workers,
+            link=self.link,
+            description=self.description,
+            update_s_per_byte=self.update_s_per_byte,
+        )
+        out = {}
+        for variant, strategy in _VARIANTS.items():
+            out[variant], _ = run_strategy(
+                setup,
+                strategy,
+                self.threshold,
+                None,  # 2 x the threshold, what the runtime runs with
+                DDP_BUCKET_BYTES,
+                self.options,
+                reorder_k=self.reorder_k,
+            )
+        return out
+
+
 def predict_bench_dp(
     paths: Sequence[str],
     profiles: dict[str, Profile],
@@ -86,7 +133,8 @@ def predict_bench_dp(
     co_run_slowdown: float = 1.0,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """(rows of measured vs predicted, skipped rows as text). The measured compute-only
-    iteration ran one worker alone; `co_run_slowdown` scales it for workers sharing a host."""
+    iteration of `cadence bench dp` ran one worker alone; `co_run_slowdown` scales it for
+    workers sharing a host. Rows of `cadence bench dp-paired` are predicted round by round."""
     from cadence.netem import parse_bandwidth
 
     rows: list[dict[str, Any]] = []
@@ -95,7 +143,6 @@ def predict_bench_dp(
         data = read_bench_dp(path)
         cfg = data.get("config", {})
         workers = int(cfg.get("workers", 2))
-        threshold = recorded_threshold(cfg)
         for row in data["rows"]:
             model, cap = row["model"], row["cap"]
             try:
@@ -109,43 +156,69 @@ def predict_bench_dp(
                 raise UserError(f"{path}: no profile of {model!r} given")
             params = model_params(model)
             update = step_cost(model, "adam", optimizer_step_s, params)
-            step = update * sum(p.nbytes for p in params)
-            base = profiles[model]
-            factor = co_run_slowdown * max(row["compute_s"] - step, 1e-6) / base.iteration_s
-            setup = Setup(
-                profile=scaled_profile(base, factor),
+            case = _Case(
+                profile=profiles[model],
                 params=params,
-                world_size=workers,
+                workers=workers,
                 link=AlphaBeta.from_bandwidth(bps * payload_fraction),
                 description=f"{model} {cap}",
                 update_s_per_byte=update,
+                step_s=update * sum(p.nbytes for p in params),
+                threshold=recorded_threshold(cfg),
+                reorder_k=cfg.get("reorder_k"),
+                options=options or SimOptions(),
             )
+            common = {
+                "run": f"{Path(path).name}:{model}",
+                "model": model,
+                "bandwidth": cap,
+                "workers": workers,
+                "optimizer_step_s": case.step_s,
+                "compute_s": row["compute_s"],
+            }
+            if "rounds_s" in row:  # `cadence bench dp-paired`
+                rows += _paired_rows(row["rounds_s"], case, common)
+                continue
+            predicted = case.predict(row["compute_s"], co_run_slowdown)
             for variant, strategy in _VARIANTS.items():
                 measured = row["iteration_s"].get(variant)
                 if measured is None:
                     continue
-                result, _ = run_strategy(
-                    setup,
-                    strategy,
-                    threshold,
-                    None,  # 2 x the threshold, what the runtime runs with
-                    DDP_BUCKET_BYTES,
-                    options or SimOptions(),
-                    reorder_k=cfg.get("reorder_k"),
-                )
+                result = predicted[variant]
                 rows.append(
                     {
-                        "run": f"{Path(path).name}:{model}",
-                        "model": model,
+                        **common,
                         "strategy": strategy,
-                        "bandwidth": cap,
-                        "workers": workers,
                         "measured_s": float(measured),
                         "predicted_s": result.iteration_s,
                         "error": (result.iteration_s - measured) / measured,
-                        "optimizer_step_s": step,
-                        "compute_s": row["compute_s"],
                         "wire_s": result.wire_s,
                     }
                 )
     return rows, skipped
+
+
+def _paired_rows(
+    rounds: dict[str, list[float]], case: _Case, common: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """A `cadence bench dp-paired` row: each round predicted from that round's compute (both
+    workers computing at once, so no co-run factor on top) and compared with the same round's
+    measurement; the error reported is the median over rounds, as the benchmark's ratios."""
+    per_round = [case.predict(compute, 1.0) for compute in rounds["compute"]]
+    out = []
+    for variant, strategy in _VARIANTS.items():
+        measured = rounds[variant]
+        predicted = [p[variant].iteration_s for p in per_round]
+        errors = [(p - m) / m for p, m in zip(predicted, measured, strict=True)]
+        out.append(
+            {
+                **common,
+                "strategy": strategy,
+                "measured_s": statistics.median(measured),
+                "predicted_s": statistics.median(predicted),
+                "error": statistics.median(errors),
+                "round_errors": errors,
+                "wire_s": per_round[0][variant].wire_s,
+            }
+        )
+    return out

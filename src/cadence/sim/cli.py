@@ -173,7 +173,8 @@ def add_bench_sim(bsub: Any) -> None:
         nargs="+",
         default=[],
         metavar="FILE",
-        help="also predict the DDP and cadence-dp rows of `cadence bench dp` result files",
+        help="also predict the DDP and cadence-dp rows of `cadence bench dp` (or dp-paired: "
+        "round by round) result files",
     )
     p.add_argument(
         "--from-timeline",
