@@ -11,16 +11,33 @@ from tests.cli_helpers import assert_one_line_error, run_cadence
 
 def test_dp_paired_times_every_variant_in_turns_and_writes_json_png_and_table(tmp_path):
     proc = run_cadence(
-        "bench", "dp-paired", "--models", "mlp", "--caps", "none", "--block-steps", "4",
-        "--block-seconds", "0.5", "--rounds", "2", "--ddp-buckets-mb", "1", "--out",
-        "out/paired.json", cwd=tmp_path, timeout=300,
+        "bench",
+        "dp-paired",
+        "--models",
+        "mlp",
+        "--caps",
+        "none",
+        "--block-steps",
+        "4",
+        "--block-seconds",
+        "0.5",
+        "--rounds",
+        "2",
+        "--ddp-buckets-mb",
+        "1",
+        "--cadence-thresholds-mb",
+        "0.01",
+        "--out",
+        "out/paired.json",
+        cwd=tmp_path,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "out" / "paired.json").read_text())
     assert report["command"].startswith("cadence bench dp-paired")
     (row,) = report["rows"]
     assert (row["model"], row["cap"]) == ("mlp", "none")
-    assert set(row["rounds_s"]) == {"compute", "ddp", "ddp-1mb", "cadence"}
+    assert set(row["rounds_s"]) == {"compute", "ddp", "ddp-1mb", "cadence", "cadence-0.01mb"}
     assert all(len(times) == 2 for times in row["rounds_s"].values())
     assert all(0 < t < 5 for times in row["rounds_s"].values() for t in times)
     # No cap: no wire to measure, so every round's bound is its compute time.
@@ -32,6 +49,12 @@ def test_dp_paired_times_every_variant_in_turns_and_writes_json_png_and_table(tm
     assert all(timed * t >= 0.5 * 0.5 for t in row["rounds_s"]["compute"])
     assert (tmp_path / "out" / "paired.png").stat().st_size > 5_000
     assert "| mlp | none |" in proc.stdout
+    # The further cadence-dp variant (10 KB chunks) against the main one, round by round.
+    ratios = row["variant_over_cadence_rounds"]["cadence-0.01mb"]
+    assert ratios == pytest.approx(
+        [a / b for a, b in zip(row["rounds_s"]["cadence-0.01mb"], row["rounds_s"]["cadence"])]
+    )
+    assert "mlp @ none: cadence-0.01mb" in proc.stdout
 
 
 def test_ratios_are_taken_within_each_round_then_the_median():
@@ -71,6 +94,7 @@ def test_ratios_are_taken_within_each_round_then_the_median():
         (["--rounds", "0"], "--rounds must be at least 1"),
         (["--block-seconds", "-1"], "--block-seconds must be >= 0"),
         (["--ddp-buckets-mb", "big"], "--ddp-buckets-mb must be numbers"),
+        (["--cadence-thresholds-mb", "0"], "--cadence-thresholds-mb must be positive"),
     ],
 )
 def test_dp_paired_bad_input_is_one_line(tmp_path, args, needle):

@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from cadence.bench.dp_paired import COMPUTE, PairedCase, variant_names
+from cadence.bench.dp_paired import CADENCE, COMPUTE, PairedCase, variant_names
 from cadence.comm import destroy, init_from_env
 from cadence.comm.calibrate import measure_s
 from cadence.config import TrainConfig
@@ -55,9 +55,10 @@ def _build(name: str, base: nn.Module, config: PairedCase) -> _Variant:
     from cadence.dp import DPConfig, data_parallel
     from cadence.dp.config import mb_to_bytes
 
-    dp_config = DPConfig(
-        threshold_bytes=mb_to_bytes(config.threshold_mb), reorder_k=config.reorder_k
-    )
+    threshold_mb = config.threshold_mb  # the main cadence-dp variant, or cadence-<mb>mb
+    if name != CADENCE:
+        threshold_mb = float(name[len(CADENCE) + 1 : -len("mb")])
+    dp_config = DPConfig(threshold_bytes=mb_to_bytes(threshold_mb), reorder_k=config.reorder_k)
     hooked, scheduled = data_parallel(model, optimizer, dp_config)
     return _Variant(name, hooked, scheduled, scheduled.flush)
 

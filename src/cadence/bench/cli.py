@@ -137,6 +137,12 @@ def _cmd_dp_paired(args: argparse.Namespace) -> int:
         buckets = tuple(float(mb) for mb in _names(args.ddp_buckets_mb))
     except ValueError:
         raise UserError(f"--ddp-buckets-mb must be numbers, got '{args.ddp_buckets_mb}'") from None
+    try:
+        thresholds = tuple(float(mb) for mb in _names(args.cadence_thresholds_mb))
+    except ValueError:
+        raise UserError(
+            f"--cadence-thresholds-mb must be numbers, got '{args.cadence_thresholds_mb}'"
+        ) from None
     config = PairedDPConfig(
         models=_names(args.models),
         caps=_names(args.caps),
@@ -147,6 +153,7 @@ def _cmd_dp_paired(args: argparse.Namespace) -> int:
         rounds=args.rounds,
         ddp_buckets_mb=buckets,
         threshold_mb=args.threshold_mb,
+        cadence_thresholds_mb=thresholds,
         reorder_k=args.reorder_k,
         out=args.out,
     )
@@ -181,6 +188,11 @@ def _add_dp_paired(bsub: Any) -> None:
     p.add_argument("--ddp-buckets-mb", default="5", help="DDP buckets besides 25 MB")
     p.add_argument(
         "--threshold-mb", type=float, default=None, help="cadence-dp threshold (default: its own)"
+    )
+    p.add_argument(
+        "--cadence-thresholds-mb",
+        default="",
+        help="further cadence-dp variants, one per threshold, compared with the main one",
     )
     p.add_argument("--reorder-k", type=int, default=None, help="cadence-dp reorder point")
     p.add_argument("--out", default="results/bench-dp-paired.json", help="JSON; PNG next to it")

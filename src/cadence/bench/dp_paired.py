@@ -54,6 +54,9 @@ class PairedDPConfig:
     """Bucket sizes tried for "DDP tuned" besides DDP's default 25 MB."""
     threshold_mb: float | None = None
     """cadence-dp threshold; None: cadence-dp's default."""
+    cadence_thresholds_mb: tuple[float, ...] = ()
+    """Further cadence-dp variants, one per threshold (`cadence-<mb>mb`), each timed in the
+    same rounds and compared with the main cadence-dp variant round by round."""
     reorder_k: int | None = None
     """cadence-dp reorder point."""
     threads: int = 1
@@ -83,6 +86,8 @@ class PairedDPConfig:
             raise UserError(f"--batch-size must be at least --workers ({self.workers})")
         if any(mb <= 0 for mb in self.ddp_buckets_mb):
             raise UserError("--ddp-buckets-mb must be positive numbers")
+        if any(mb <= 0 for mb in self.cadence_thresholds_mb):
+            raise UserError("--cadence-thresholds-mb must be positive numbers")
 
     def case(self, model: str, cap: str, master_port: int | None) -> PairedCase:
         """What the workers of one (model, cap) run."""
@@ -94,6 +99,7 @@ class PairedDPConfig:
             rounds=self.rounds,
             ddp_buckets_mb=self.ddp_buckets_mb,
             threshold_mb=self.threshold_mb,
+            cadence_thresholds_mb=self.cadence_thresholds_mb,
             reorder_k=self.reorder_k,
             threads=self.threads,
             measure_wire=cap != NO_CAP,
@@ -119,6 +125,8 @@ class PairedCase:
     """DDP bucket sizes besides the default 25 MB."""
     threshold_mb: float | None
     """cadence-dp threshold; None: its default."""
+    cadence_thresholds_mb: tuple[float, ...]
+    """Thresholds of further cadence-dp variants."""
     reorder_k: int | None
     """cadence-dp reorder point."""
     threads: int
@@ -130,13 +138,15 @@ class PairedCase:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PairedCase:
-        return cls(**{**data, "ddp_buckets_mb": tuple(data["ddp_buckets_mb"])})
+        tuples = {k: tuple(data[k]) for k in ("ddp_buckets_mb", "cadence_thresholds_mb")}
+        return cls(**{**data, **tuples})
 
 
 def variant_names(case: PairedCase) -> list[str]:
     """Turn order within a round (reversed every other round)."""
     extra = [f"ddp-{mb:g}mb" for mb in case.ddp_buckets_mb if mb != 25.0]
-    return [COMPUTE, "ddp", *extra, CADENCE]
+    more = [f"{CADENCE}-{mb:g}mb" for mb in case.cadence_thresholds_mb]
+    return [COMPUTE, "ddp", *extra, CADENCE, *more]
 
 
 def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
@@ -146,6 +156,7 @@ def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
     wire: list[float] = measured["wire_runs_s"]
     n = len(rounds[CADENCE])
     ddps = [name for name in rounds if name.startswith("ddp")]
+    others = [name for name in rounds if name.startswith(f"{CADENCE}-")]
     # The tuned bucket is the one fastest over all rounds, then compared round by round.
     tuned = min(ddps, key=lambda name: statistics.median(rounds[name]))
     bound = [max(rounds[COMPUTE][i], wire[i] if wire else 0.0) for i in range(n)]
@@ -179,6 +190,13 @@ def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
         **{f"{key}_paired": statistics.median(values) for key, values in ratios.items()},
         "cadence_over_ddp": medians[CADENCE] / medians["ddp"],
         "cadence_over_bound": medians[CADENCE] / max(compute, wire_s),
+        # Each further cadence-dp variant against the main one, round by round.
+        "variant_over_cadence_rounds": {
+            name: per_round(rounds[name], rounds[CADENCE]) for name in others
+        },
+        "variant_over_cadence_paired": {
+            name: statistics.median(per_round(rounds[name], rounds[CADENCE])) for name in others
+        },
     }
 
 
@@ -226,6 +244,13 @@ def table_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
             f"| {r['cadence_over_bound_paired']:.2f} ({bound_rounds}) "
             f"| {r['ddp_over_bound_paired']:.2f} |"
         )
+    for r in rows:
+        for name, ratios in r["variant_over_cadence_rounds"].items():
+            each = " / ".join(f"{x:.2f}" for x in ratios)
+            lines.append(
+                f"{r['model']} @ {r['cap']}: {name} {r['iteration_s'][name]:.3f} s, "
+                f"{r['variant_over_cadence_paired'][name]:.2f}x cadence ({each})"
+            )
     return lines
 
 
