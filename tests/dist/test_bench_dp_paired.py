@@ -99,3 +99,18 @@ def test_ratios_are_taken_within_each_round_then_the_median():
 )
 def test_dp_paired_bad_input_is_one_line(tmp_path, args, needle):
     assert_one_line_error(run_cadence("bench", "dp-paired", *args, cwd=tmp_path), needle)
+
+
+def test_dp_paired_autotunes_in_the_warm_up_round_only(tmp_path):
+    proc = run_cadence(
+        "bench", "dp-paired", "--models", "mlp", "--caps", "none", "--block-steps", "3",
+        "--block-seconds", "0", "--rounds", "1", "--ddp-buckets-mb", "", "--autotune",
+        "guided", "--out", "out/tuned.json", cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads((tmp_path / "out" / "tuned.json").read_text())["rows"]
+    # What tuning chose is recorded; on the loopback communication is cheap, so it times the
+    # running plan against one all-reduce (or skips) rather than trying every threshold.
+    assert row["tuned"]["cadence"]["method"] in ("hidden", "skipped", "guided")
+    assert row["tuned"]["cadence"]["threshold_bytes"] > 0
+    assert len(row["rounds_s"]["cadence"]) == 1

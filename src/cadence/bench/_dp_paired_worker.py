@@ -11,6 +11,7 @@ lands on one whole run of a variant moves its median more than the scheduling do
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -41,9 +42,18 @@ class _Variant:
     model: nn.Module
     optimizer: Any
     flush: Callable[[], None]
+    engine: Any = None
+    """cadence-dp's engine (None for the other variants)."""
+
+    def tuning(self) -> bool:
+        """Whether cadence-dp's warm-up autotuning is still trying settings, on any rank."""
+        busy = self.engine is not None and self.engine.tuner is not None
+        flag = torch.tensor([1.0 if busy and not self.engine.tuner.done else 0.0])
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
 
 
-def _build(name: str, base: nn.Module, config: PairedCase) -> _Variant:
+def _build(name: str, base: nn.Module, config: PairedCase, world: int) -> _Variant:
     model = copy.deepcopy(base)
     optimizer = build_optimizer(model.parameters(), TrainConfig(model=config.model))
     if name == COMPUTE:  # each rank trains alone: the compute every schedule has to do
@@ -58,9 +68,19 @@ def _build(name: str, base: nn.Module, config: PairedCase) -> _Variant:
     threshold_mb = config.threshold_mb  # the main cadence-dp variant, or cadence-<mb>mb
     if name != CADENCE:
         threshold_mb = float(name[len(CADENCE) + 1 : -len("mb")])
-    dp_config = DPConfig(threshold_bytes=mb_to_bytes(threshold_mb), reorder_k=config.reorder_k)
-    hooked, scheduled = data_parallel(model, optimizer, dp_config)
-    return _Variant(name, hooked, scheduled, scheduled.flush)
+    dp_config = DPConfig(
+        threshold_bytes=mb_to_bytes(threshold_mb),
+        reorder_k=config.reorder_k,
+        autotune=config.autotune,
+    )
+    profile = None
+    if config.autotune == "guided":  # as `cadence train` does: this rank's batch share
+        from cadence.profile import profile_zoo_model
+
+        profile = profile_zoo_model(config.model, batch_size=max(1, config.batch_size // world))
+    hooked, scheduled = data_parallel(model, optimizer, dp_config, profile)
+    engine = getattr(hooked, "_cadence_dp_engine")  # noqa: B009 - set by data_parallel
+    return _Variant(name, hooked, scheduled, scheduled.flush, engine)
 
 
 def _batches(n: int, config: PairedCase, rank: int, world: int) -> Iterator[Any]:
@@ -103,7 +123,7 @@ def run(config: PairedCase, result: Path) -> None:
         base = spec.build()
         gradient_bytes = sum(p.numel() * p.element_size() for p in base.parameters())
         names = variant_names(config)
-        variants = {name: _build(name, base, config) for name in names}
+        variants = {name: _build(name, base, config, ctx.world_size) for name in names}
         for variant in variants.values():
             variant.model.train()
         stream = _batches(len(data.train_x), config, ctx.rank, ctx.world_size)
@@ -125,6 +145,9 @@ def run(config: PairedCase, result: Path) -> None:
                     wire.append(seconds)
             for name in order:
                 seconds = _slowest(_block(variants[name], steps, next_batch))
+                # Autotuning finishes in the warm-up round: its trials are never timed.
+                while round_index == 0 and variants[name].tuning():
+                    seconds = _slowest(_block(variants[name], steps, next_batch))
                 rounds[name].append(seconds)
             if round_index == 0:
                 fastest = min(times.pop() for times in rounds.values())
@@ -133,8 +156,14 @@ def run(config: PairedCase, result: Path) -> None:
             if ctx.rank == 0:
                 print(f"round {round_index}/{config.rounds} done", flush=True)
         if ctx.rank == 0:
+            tuned = {
+                name: dataclasses.asdict(v.engine.tune_result)
+                for name, v in variants.items()
+                if v.engine is not None and v.engine.tune_result is not None
+            }
             out = {
                 "gradient_bytes": gradient_bytes,
+                "tuned": tuned,
                 "block_steps": steps,
                 "rounds_s": rounds,
                 "wire_runs_s": wire,

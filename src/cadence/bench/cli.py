@@ -155,6 +155,7 @@ def _cmd_dp_paired(args: argparse.Namespace) -> int:
         threshold_mb=args.threshold_mb,
         cadence_thresholds_mb=thresholds,
         reorder_k=args.reorder_k,
+        autotune=args.autotune,
         out=args.out,
     )
     run_paired_bench(config, _command_line())
@@ -195,6 +196,9 @@ def _add_dp_paired(bsub: Any) -> None:
         help="further cadence-dp variants, one per threshold, compared with the main one",
     )
     p.add_argument("--reorder-k", type=int, default=None, help="cadence-dp reorder point")
+    p.add_argument(
+        "--autotune", default="off", help="cadence-dp: off, exhaustive or guided (warm-up round)"
+    )
     p.add_argument("--out", default="results/bench-dp-paired.json", help="JSON; PNG next to it")
     p.set_defaults(func=_cmd_dp_paired)
 

@@ -59,6 +59,9 @@ class PairedDPConfig:
     same rounds and compared with the main cadence-dp variant round by round."""
     reorder_k: int | None = None
     """cadence-dp reorder point."""
+    autotune: str = "off"
+    """cadence-dp warm-up autotuning (off, exhaustive, guided); its trials run in the
+    warm-up round, which is extended until they end, so no timed round includes them."""
     threads: int = 1
     """Intra-op threads per worker."""
     out: str = "results/bench-dp-paired.json"
@@ -86,6 +89,8 @@ class PairedDPConfig:
             raise UserError(f"--batch-size must be at least --workers ({self.workers})")
         if any(mb <= 0 for mb in self.ddp_buckets_mb):
             raise UserError("--ddp-buckets-mb must be positive numbers")
+        if self.autotune not in ("off", "exhaustive", "guided"):
+            raise UserError(f"--autotune must be off, exhaustive or guided, got '{self.autotune}'")
         if any(mb <= 0 for mb in self.cadence_thresholds_mb):
             raise UserError("--cadence-thresholds-mb must be positive numbers")
 
@@ -101,6 +106,7 @@ class PairedDPConfig:
             threshold_mb=self.threshold_mb,
             cadence_thresholds_mb=self.cadence_thresholds_mb,
             reorder_k=self.reorder_k,
+            autotune=self.autotune,
             threads=self.threads,
             measure_wire=cap != NO_CAP,
             master_port=master_port,
@@ -129,6 +135,8 @@ class PairedCase:
     """Thresholds of further cadence-dp variants."""
     reorder_k: int | None
     """cadence-dp reorder point."""
+    autotune: str
+    """cadence-dp warm-up autotuning."""
     threads: int
     """Intra-op threads per worker."""
     measure_wire: bool
@@ -178,6 +186,7 @@ def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
         "cap": cap,
         "gradient_bytes": measured["gradient_bytes"],
         "block_steps": measured["block_steps"],
+        "tuned": measured.get("tuned", {}),
         "compute_s": compute,
         "wire_s": wire_s,
         "bound_s": max(compute, wire_s),
