@@ -53,7 +53,7 @@ class _Variant:
         return bool(flag.item())
 
 
-def _build(name: str, base: nn.Module, config: PairedCase, world: int) -> _Variant:
+def _build(name: str, base: nn.Module, config: PairedCase, profile: Any) -> _Variant:
     model = copy.deepcopy(base)
     optimizer = build_optimizer(model.parameters(), TrainConfig(model=config.model))
     if name == COMPUTE:  # each rank trains alone: the compute every schedule has to do
@@ -73,11 +73,6 @@ def _build(name: str, base: nn.Module, config: PairedCase, world: int) -> _Varia
         reorder_k=config.reorder_k,
         autotune=config.autotune,
     )
-    profile = None
-    if config.autotune == "guided":  # as `cadence train` does: this rank's batch share
-        from cadence.profile import profile_zoo_model
-
-        profile = profile_zoo_model(config.model, batch_size=max(1, config.batch_size // world))
     hooked, scheduled = data_parallel(model, optimizer, dp_config, profile)
     engine = getattr(hooked, "_cadence_dp_engine")  # noqa: B009 - set by data_parallel
     return _Variant(name, hooked, scheduled, scheduled.flush, engine)
@@ -123,7 +118,13 @@ def run(config: PairedCase, result: Path) -> None:
         base = spec.build()
         gradient_bytes = sum(p.numel() * p.element_size() for p in base.parameters())
         names = variant_names(config)
-        variants = {name: _build(name, base, config, ctx.world_size) for name in names}
+        profile = None
+        if config.autotune == "guided":  # as `cadence train` does: this rank's batch share
+            from cadence.profile import profile_zoo_model
+
+            share = max(1, config.batch_size // ctx.world_size)
+            profile = profile_zoo_model(config.model, batch_size=share)
+        variants = {name: _build(name, base, config, profile) for name in names}
         for variant in variants.values():
             variant.model.train()
         stream = _batches(len(data.train_x), config, ctx.rank, ctx.world_size)
