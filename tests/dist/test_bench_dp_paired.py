@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from cadence.bench.dp_paired import summarise
+from cadence.bench.dp_paired import PairedDPConfig, summarise, variant_names
 from tests.cli_helpers import assert_one_line_error, run_cadence
 
 
@@ -114,3 +114,10 @@ def test_dp_paired_autotunes_in_the_warm_up_round_only(tmp_path):
     assert row["tuned"]["cadence"]["method"] in ("hidden", "skipped", "guided")
     assert row["tuned"]["cadence"]["threshold_bytes"] > 0
     assert len(row["rounds_s"]["cadence"]) == 1
+
+
+def test_each_size_given_twice_is_one_variant():
+    config = PairedDPConfig(models=("mlp",), caps=("none",), ddp_buckets_mb=(5.0, 5.0, 25.0),
+                            cadence_thresholds_mb=(2.0, 2.0))  # fmt: skip
+    names = variant_names(config.case("mlp", "none", None))
+    assert names == ["compute", "ddp", "ddp-5mb", "cadence", "cadence-2mb"]

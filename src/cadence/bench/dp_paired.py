@@ -151,10 +151,11 @@ class PairedCase:
 
 
 def variant_names(case: PairedCase) -> list[str]:
-    """Turn order within a round (reversed every other round)."""
+    """Turn order within a round (reversed every other round); a size given twice is one
+    variant."""
     extra = [f"ddp-{mb:g}mb" for mb in case.ddp_buckets_mb if mb != 25.0]
     more = [f"{CADENCE}-{mb:g}mb" for mb in case.cadence_thresholds_mb]
-    return [COMPUTE, "ddp", *extra, CADENCE, *more]
+    return list(dict.fromkeys([COMPUTE, "ddp", *extra, CADENCE, *more]))
 
 
 def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
