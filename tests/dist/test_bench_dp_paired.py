@@ -5,7 +5,12 @@ import json
 
 import pytest
 
-from cadence.bench.dp_paired import PairedDPConfig, summarise, variant_names
+from cadence.bench.dp_paired import (
+    PairedDPConfig,
+    cadence_settings,
+    summarise,
+    variant_names,
+)
 from tests.cli_helpers import assert_one_line_error, run_cadence
 
 
@@ -27,6 +32,8 @@ def test_dp_paired_times_every_variant_in_turns_and_writes_json_png_and_table(tm
         "1",
         "--cadence-thresholds-mb",
         "0.01",
+        "--cadence-variants",
+        "reorder_k=1,credit_mb=0.05",
         "--out",
         "out/paired.json",
         cwd=tmp_path,
@@ -37,7 +44,13 @@ def test_dp_paired_times_every_variant_in_turns_and_writes_json_png_and_table(tm
     assert report["command"].startswith("cadence bench dp-paired")
     (row,) = report["rows"]
     assert (row["model"], row["cap"]) == ("mlp", "none")
-    assert set(row["rounds_s"]) == {"compute", "ddp", "ddp-1mb", "cadence", "cadence-0.01mb"}
+    assert set(row["rounds_s"]) == {
+        "compute", "ddp", "ddp-1mb", "cadence", "cadence-0.01mb",
+        "cadence[reorder_k=1,credit_mb=0.05]",
+    }  # fmt: skip
+    assert set(row["variant_over_cadence_paired"]) == {
+        "cadence-0.01mb", "cadence[reorder_k=1,credit_mb=0.05]"
+    }  # fmt: skip
     assert all(len(times) == 2 for times in row["rounds_s"].values())
     assert all(0 < t < 5 for times in row["rounds_s"].values() for t in times)
     # No cap: no wire to measure, so every round's bound is its compute time.
@@ -95,6 +108,9 @@ def test_ratios_are_taken_within_each_round_then_the_median():
         (["--block-seconds", "-1"], "--block-seconds must be >= 0"),
         (["--ddp-buckets-mb", "big"], "--ddp-buckets-mb must be numbers"),
         (["--cadence-thresholds-mb", "0"], "--cadence-thresholds-mb must be positive"),
+        (["--cadence-variants", "k=1"], "'k=1' is not KEY=VALUE with KEY one of"),
+        (["--cadence-variants", "reorder_k=first"], "reorder_k must be a number"),
+        (["--cadence-variants", "credit_mb=-2"], "credit_mb must be positive"),
     ],
 )
 def test_dp_paired_bad_input_is_one_line(tmp_path, args, needle):
@@ -121,3 +137,19 @@ def test_each_size_given_twice_is_one_variant():
                             cadence_thresholds_mb=(2.0, 2.0))  # fmt: skip
     names = variant_names(config.case("mlp", "none", None))
     assert names == ["compute", "ddp", "ddp-5mb", "cadence", "cadence-2mb"]
+
+
+def test_cadence_variants_name_what_they_set():
+    config = PairedDPConfig(
+        models=("mlp",),
+        caps=("none",),
+        cadence_thresholds_mb=(2.0,),
+        cadence_variants=("reorder_k=1,credit_mb=12", "warmup_iterations=3"),
+    )
+    settings = cadence_settings(config.case("mlp", "none", None))
+    assert settings == {
+        "cadence": {},
+        "cadence-2mb": {"threshold_mb": 2.0},
+        "cadence[reorder_k=1,credit_mb=12]": {"reorder_k": 1, "credit_mb": 12.0},
+        "cadence[warmup_iterations=3]": {"warmup_iterations": 3},
+    }

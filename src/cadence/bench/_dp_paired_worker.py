@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from cadence.bench.dp_paired import CADENCE, COMPUTE, PairedCase, variant_names
+from cadence.bench.dp_paired import COMPUTE, PairedCase, cadence_settings, variant_names
 from cadence.comm import destroy, init_from_env
 from cadence.comm.calibrate import measure_s
 from cadence.config import TrainConfig
@@ -65,12 +65,13 @@ def _build(name: str, base: nn.Module, config: PairedCase, profile: Any) -> _Var
     from cadence.dp import DPConfig, data_parallel
     from cadence.dp.config import mb_to_bytes
 
-    threshold_mb = config.threshold_mb  # the main cadence-dp variant, or cadence-<mb>mb
-    if name != CADENCE:
-        threshold_mb = float(name[len(CADENCE) + 1 : -len("mb")])
+    settings = cadence_settings(config)[name]  # beyond the case's own settings
+    credit_mb = settings.get("credit_mb")
     dp_config = DPConfig(
-        threshold_bytes=mb_to_bytes(threshold_mb),
-        reorder_k=config.reorder_k,
+        threshold_bytes=mb_to_bytes(settings.get("threshold_mb", config.threshold_mb)),
+        credit_bytes=mb_to_bytes(credit_mb),
+        reorder_k=int(settings.get("reorder_k", config.reorder_k or 0)) or None,
+        warmup_iterations=int(settings.get("warmup_iterations", 1)),
         autotune=config.autotune,
     )
     hooked, scheduled = data_parallel(model, optimizer, dp_config, profile)

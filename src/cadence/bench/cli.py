@@ -154,6 +154,7 @@ def _cmd_dp_paired(args: argparse.Namespace) -> int:
         ddp_buckets_mb=buckets,
         threshold_mb=args.threshold_mb,
         cadence_thresholds_mb=thresholds,
+        cadence_variants=tuple(v.strip() for v in args.cadence_variants.split(";") if v.strip()),
         reorder_k=args.reorder_k,
         autotune=args.autotune,
         out=args.out,
@@ -194,6 +195,12 @@ def _add_dp_paired(bsub: Any) -> None:
         "--cadence-thresholds-mb",
         default="",
         help="further cadence-dp variants, one per threshold, compared with the main one",
+    )
+    p.add_argument(
+        "--cadence-variants",
+        default="",
+        help="further cadence-dp variants separated by ';', each KEY=VALUE[,KEY=VALUE] over "
+        "threshold_mb, credit_mb, reorder_k, warmup_iterations (e.g. 'reorder_k=1;credit_mb=12')",
     )
     p.add_argument("--reorder-k", type=int, default=None, help="cadence-dp reorder point")
     p.add_argument(

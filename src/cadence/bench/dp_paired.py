@@ -57,6 +57,9 @@ class PairedDPConfig:
     cadence_thresholds_mb: tuple[float, ...] = ()
     """Further cadence-dp variants, one per threshold (`cadence-<mb>mb`), each timed in the
     same rounds and compared with the main cadence-dp variant round by round."""
+    cadence_variants: tuple[str, ...] = ()
+    """Further cadence-dp variants as `KEY=VALUE[,KEY=VALUE]` over `SETTINGS` (named
+    `cadence[<spec>]`), compared with the main one the same way."""
     reorder_k: int | None = None
     """cadence-dp reorder point."""
     autotune: str = "off"
@@ -93,6 +96,8 @@ class PairedDPConfig:
             raise UserError(f"--autotune must be off, exhaustive or guided, got '{self.autotune}'")
         if any(mb <= 0 for mb in self.cadence_thresholds_mb):
             raise UserError("--cadence-thresholds-mb must be positive numbers")
+        for spec in self.cadence_variants:
+            parse_settings(spec)
 
     def case(self, model: str, cap: str, master_port: int | None) -> PairedCase:
         """What the workers of one (model, cap) run."""
@@ -105,6 +110,7 @@ class PairedDPConfig:
             ddp_buckets_mb=self.ddp_buckets_mb,
             threshold_mb=self.threshold_mb,
             cadence_thresholds_mb=self.cadence_thresholds_mb,
+            cadence_variants=self.cadence_variants,
             reorder_k=self.reorder_k,
             autotune=self.autotune,
             threads=self.threads,
@@ -133,6 +139,8 @@ class PairedCase:
     """cadence-dp threshold; None: its default."""
     cadence_thresholds_mb: tuple[float, ...]
     """Thresholds of further cadence-dp variants."""
+    cadence_variants: tuple[str, ...]
+    """Settings of further cadence-dp variants."""
     reorder_k: int | None
     """cadence-dp reorder point."""
     autotune: str
@@ -146,16 +154,56 @@ class PairedCase:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PairedCase:
-        tuples = {k: tuple(data[k]) for k in ("ddp_buckets_mb", "cadence_thresholds_mb")}
+        keys = ("ddp_buckets_mb", "cadence_thresholds_mb", "cadence_variants")
+        tuples = {k: tuple(data[k]) for k in keys}
         return cls(**{**data, **tuples})
+
+
+SETTINGS: dict[str, type] = {
+    "threshold_mb": float,
+    "credit_mb": float,
+    "reorder_k": int,
+    "warmup_iterations": int,
+}
+"""What a `--cadence-variants` spec may set: `DPConfig`'s threshold and credit (MiB), reorder
+point K and warm-up iterations before the plan is rebuilt from timings."""
+
+
+def parse_settings(spec: str) -> dict[str, float]:
+    """`threshold_mb=2,reorder_k=1` as a dict, or a one-line UserError."""
+    settings: dict[str, float] = {}
+    for item in spec.split(","):
+        key, sep, value = (part.strip() for part in item.partition("="))
+        if not sep or key not in SETTINGS:
+            raise UserError(
+                f"--cadence-variants: '{item}' is not KEY=VALUE with KEY one of "
+                f"{', '.join(SETTINGS)}"
+            )
+        try:
+            number = SETTINGS[key](value)
+        except ValueError:
+            raise UserError(f"--cadence-variants: {key} must be a number, got '{value}'") from None
+        if number <= 0:
+            raise UserError(f"--cadence-variants: {key} must be positive, got {value}")
+        settings[key] = number
+    return settings
+
+
+def cadence_settings(case: PairedCase) -> dict[str, dict[str, float]]:
+    """Every cadence-dp variant by name, with what it sets beyond the case's own settings."""
+    variants: dict[str, dict[str, float]] = {CADENCE: {}}
+    for mb in case.cadence_thresholds_mb:
+        variants[f"{CADENCE}-{mb:g}mb"] = {"threshold_mb": mb}
+    for spec in case.cadence_variants:
+        variants[f"{CADENCE}[{spec}]"] = parse_settings(spec)
+    return variants
 
 
 def variant_names(case: PairedCase) -> list[str]:
     """Turn order within a round (reversed every other round); a size given twice is one
     variant."""
     extra = [f"ddp-{mb:g}mb" for mb in case.ddp_buckets_mb if mb != 25.0]
-    more = [f"{CADENCE}-{mb:g}mb" for mb in case.cadence_thresholds_mb]
-    return list(dict.fromkeys([COMPUTE, "ddp", *extra, CADENCE, *more]))
+    return list(dict.fromkeys([COMPUTE, "ddp", *extra, *cadence_settings(case)]))
 
 
 def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
@@ -165,7 +213,7 @@ def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
     wire: list[float] = measured["wire_runs_s"]
     n = len(rounds[CADENCE])
     ddps = [name for name in rounds if name.startswith("ddp")]
-    others = [name for name in rounds if name.startswith(f"{CADENCE}-")]
+    others = [name for name in rounds if name.startswith(CADENCE) and name != CADENCE]
     # The tuned bucket is the one fastest over all rounds, then compared round by round.
     tuned = min(ddps, key=lambda name: statistics.median(rounds[name]))
     bound = [max(rounds[COMPUTE][i], wire[i] if wire else 0.0) for i in range(n)]
