@@ -171,6 +171,9 @@ def run(config: PairedCase, result: Path) -> None:
                 "wire_runs_s": wire,
             }
             result.write_text(json.dumps(out, indent=1) + "\n")
+        # Leave together: a rank that tears down its process group while rank 0 still writes
+        # can abort inside gloo ("terminate called without an active exception"), seen once.
+        dist.barrier()
     finally:
         destroy()
 
