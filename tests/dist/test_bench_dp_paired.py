@@ -56,10 +56,10 @@ def test_dp_paired_times_every_variant_in_turns_and_writes_json_png_and_table(tm
     # No cap: no wire to measure, so every round's bound is its compute time.
     assert row["wire_runs_s"] == [] and row["bound_rounds_s"] == row["rounds_s"]["compute"]
     assert row["gradient_bytes"] > 0
-    # mlp's steps take milliseconds: turns are lengthened to at least 0.5 s of timed steps.
-    timed = row["block_steps"] - 2
-    assert row["block_steps"] > 4
-    assert all(timed * t >= 0.5 * 0.5 for t in row["rounds_s"]["compute"])
+    # mlp's steps take milliseconds: turns are lengthened past --block-steps, to 0.5 s of
+    # timed steps at the warm-up round's speed (not asserted in seconds: the first round of a
+    # fresh process runs slower than the later ones).
+    assert row["block_steps"] > 20
     assert (tmp_path / "out" / "paired.png").stat().st_size > 5_000
     assert "| mlp | none |" in proc.stdout
     # The further cadence-dp variant (10 KB chunks) against the main one, round by round.
