@@ -47,8 +47,10 @@ class _Variant:
 
     def tuning(self) -> bool:
         """Whether cadence-dp's warm-up autotuning is still trying settings, on any rank."""
-        busy = self.engine is not None and self.engine.tuner is not None
-        flag = torch.tensor([1.0 if busy and not self.engine.tuner.done else 0.0])
+        if self.engine is None:  # the same variants on every rank: no need to ask the others
+            return False
+        busy = self.engine.tuner is not None and not self.engine.tuner.done
+        flag = torch.tensor([1.0 if busy else 0.0])
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
 

@@ -227,6 +227,7 @@ def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
         "cadence_over_bound": per_round(rounds[CADENCE], bound),
         "ddp_over_bound": per_round(rounds["ddp"], bound),
     }
+    against_main = {name: per_round(rounds[name], rounds[CADENCE]) for name in others}
     medians = {name: statistics.median(times) for name, times in rounds.items()}
     compute = medians[COMPUTE]
     wire_s = statistics.median(wire) if wire else 0.0
@@ -249,38 +250,30 @@ def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
         "cadence_over_ddp": medians[CADENCE] / medians["ddp"],
         "cadence_over_bound": medians[CADENCE] / max(compute, wire_s),
         # Each further cadence-dp variant against the main one, round by round.
-        "variant_over_cadence_rounds": {
-            name: per_round(rounds[name], rounds[CADENCE]) for name in others
-        },
+        "variant_over_cadence_rounds": against_main,
         "variant_over_cadence_paired": {
-            name: statistics.median(per_round(rounds[name], rounds[CADENCE])) for name in others
+            name: statistics.median(values) for name, values in against_main.items()
         },
     }
 
 
 def _run_case(config: PairedDPConfig, model: str, cap: str, run_dir: Path) -> dict[str, Any]:
-    from cadence.bench._launch import Loopback, run_workers
+    from cadence.bench._launch import run_workers_on_link
+    from cadence.launch.local import free_port
+    from cadence.netem import parse_bandwidth
 
-    module = "cadence.bench._dp_paired_worker"
     case_dir = run_dir / f"{model}-{cap}"
     case_dir.mkdir(parents=True)
+    bps = None if cap == NO_CAP else parse_bandwidth(cap)
+    # Loopback runs share this machine's ports; in a fresh namespace 29500 is free.
+    case = config.case(model, cap, free_port() if bps is None else None)
+    (case_dir / "case.json").write_text(json.dumps(asdict(case)))
     result = case_dir / "result.json"
     timeout_s = 3600.0  # only a hung run reaches it; vgg16 at 400mbit takes ~5 minutes
-    if cap == NO_CAP:
-        from cadence.launch.local import free_port
-
-        case = config.case(model, cap, free_port())
-        (case_dir / "case.json").write_text(json.dumps(asdict(case)))
-        args = [str(case_dir / "case.json"), str(result)]
-        run_workers(Loopback.of(config.workers), module, args, case_dir, config.threads, timeout_s)
-    else:
-        from cadence.netem import EmulatedCluster, cleanup_on_signals, parse_bandwidth
-
-        case = config.case(model, cap, None)
-        (case_dir / "case.json").write_text(json.dumps(asdict(case)))
-        args = [str(case_dir / "case.json"), str(result)]
-        with cleanup_on_signals(), EmulatedCluster(config.workers, parse_bandwidth(cap)) as c:
-            run_workers(c, module, args, case_dir, config.threads, timeout_s)
+    run_workers_on_link(
+        bps, config.workers, "cadence.bench._dp_paired_worker",
+        [str(case_dir / "case.json"), str(result)], case_dir, config.threads, timeout_s,
+    )  # fmt: skip
     return summarise(model, cap, json.loads(result.read_text()))
 
 

@@ -95,24 +95,17 @@ def _threshold_label(config: DPTimelineConfig, run: dict[str, Any]) -> str:
 
 
 def _record(config: DPTimelineConfig, strategy: str, run_dir: Path) -> dict[str, Any]:
-    from cadence.bench._launch import Loopback, run_workers
+    from cadence.bench._launch import run_workers_on_link
+    from cadence.netem import parse_bandwidth
 
     (run_dir / "config.json").write_text(json.dumps(asdict(config)))
     events = run_dir / f"events-{strategy}.json"
     args = [str(run_dir / "config.json"), str(events), strategy]
-    module = "cadence.bench.dp_timeline_worker"
-    if config.cap == NO_CAP:
-        run_workers(
-            Loopback.of(config.workers), module, args, run_dir / strategy, config.threads, 900
-        )
-    else:
-        from cadence.netem import EmulatedCluster, cleanup_on_signals, parse_bandwidth
-
-        with (
-            cleanup_on_signals(),
-            EmulatedCluster(config.workers, parse_bandwidth(config.cap)) as c,
-        ):
-            run_workers(c, module, args, run_dir / strategy, config.threads, 900)
+    bps = None if config.cap == NO_CAP else parse_bandwidth(config.cap)
+    run_workers_on_link(
+        bps, config.workers, "cadence.bench.dp_timeline_worker", args, run_dir / strategy,
+        config.threads, 900,
+    )  # fmt: skip
     from cadence.bench.dp_timeline_worker import peer_events_path
 
     result: dict[str, Any] = json.loads(events.read_text())
