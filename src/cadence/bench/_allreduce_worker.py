@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from cadence.comm import destroy, init_from_env
 from cadence.comm.calibrate import measure_s
-from cadence.launch.errors import worker_entry
+from cadence.launch.errors import exit_worker, worker_entry
 
 
 def main(argv: list[str]) -> int:
@@ -37,4 +37,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_worker(main(sys.argv[1:]))

@@ -21,7 +21,7 @@ from cadence.bench.collectives import CollectivesBenchConfig
 from cadence.comm import collectives as ours
 from cadence.comm import destroy, init_from_env
 from cadence.comm.calibrate import calibrate
-from cadence.launch.errors import worker_entry
+from cadence.launch.errors import exit_worker, worker_entry
 
 # A timed block repeats a call until ~1 MB has moved (1 to 8 calls): single calls of small
 # messages are too short for the clock, and the median of several drops scheduler hiccups.
@@ -124,4 +124,4 @@ def config_json(config: CollectivesBenchConfig) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_worker(main(sys.argv[1:]))

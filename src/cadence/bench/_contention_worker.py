@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from cadence.bench.contention import ContentionConfig
 from cadence.comm import destroy, init_from_env
-from cadence.launch.errors import worker_entry
+from cadence.launch.errors import exit_worker, worker_entry
 from cadence.models import get_model_spec, loss_fn
 
 
@@ -134,4 +134,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_worker(main(sys.argv[1:]))

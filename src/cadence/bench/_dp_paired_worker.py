@@ -30,7 +30,7 @@ from cadence.bench.dp_paired import COMPUTE, PairedCase, cadence_settings, varia
 from cadence.comm import destroy, init_from_env
 from cadence.comm.calibrate import measure_s
 from cadence.config import TrainConfig
-from cadence.launch.errors import worker_entry
+from cadence.launch.errors import exit_worker, worker_entry
 from cadence.models import get_model_spec, load_dataset, loss_fn
 from cadence.train.optim import build_optimizer
 from cadence.train.sharding import epoch_batches
@@ -189,11 +189,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Leave without the interpreter's teardown: with several DDP models and cadence-dp engines
-    # still holding process groups, it aborted now and then inside gloo ("terminate called
-    # without an active exception") after the result was written and both ranks had met at
-    # the barrier. The result, the logs and any error file are already on disk.
-    os._exit(code)
+    # Without the interpreter's teardown: with several DDP models and cadence-dp engines still
+    # holding process groups, it aborted now and then inside gloo after the result was written.
+    exit_worker(main(sys.argv[1:]))

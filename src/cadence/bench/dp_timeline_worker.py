@@ -25,7 +25,7 @@ from cadence.config import TrainConfig
 from cadence.dp.config import mb_to_bytes
 from cadence.dp.layers import model_layout
 from cadence.dp.trace import Recorder, trace_ddp, trace_layers
-from cadence.launch.errors import worker_entry
+from cadence.launch.errors import exit_worker, worker_entry
 from cadence.models import get_model_spec, load_dataset, loss_fn
 from cadence.train.optim import build_optimizer
 from cadence.train.sharding import epoch_batches
@@ -136,4 +136,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_worker(main(sys.argv[1:]))

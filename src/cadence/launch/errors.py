@@ -81,14 +81,13 @@ def worker_entry(body: Callable[[], object]) -> int:
 
 
 def exit_worker(code: int) -> NoReturn:
-    """End a worker process with `code`. After a clean finish (everything written, the group
-    destroyed) interpreter teardown is skipped: native threads of torch/gloo have been seen
-    to abort the process there (SIGABRT) after the work was done."""
-    if code == 0:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-    sys.exit(code)
+    """End a worker process with `code`, skipping interpreter teardown whatever the status:
+    native threads of torch/gloo have been seen to abort the process there (SIGABRT, and
+    "terminate called without an active exception" on the user's terminal) after the work
+    was done, and after a failure that `worker_entry` had already recorded and logged."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def read_error(path: Path) -> RankError | None:

@@ -148,9 +148,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    if code == 0:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)  # skip interpreter teardown (gloo threads; see cadence.launch.worker)
-    sys.exit(code)
+    from cadence.launch.errors import exit_worker
+
+    exit_worker(main(sys.argv[1:]))  # skips interpreter teardown (gloo threads abort there)
