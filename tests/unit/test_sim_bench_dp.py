@@ -107,3 +107,39 @@ def test_paired_rows_are_predicted_round_by_round_from_that_rounds_compute(tmp_p
         assert r["round_errors"] == pytest.approx(expected, rel=0.05)
         assert r["error"] == pytest.approx(sum(expected) / 2, rel=0.05)  # median of two
         assert r["measured_s"] == pytest.approx(sum(rounds[name]) / 2)
+
+
+def test_a_runtime_cost_slows_only_its_own_strategys_compute(tmp_path: Path) -> None:
+    from cadence.bench.runtime_cost import read_slowdowns, summarise
+
+    profile = zoo_profile("cnn")
+    rounds = {"compute": [0.2, 0.2], "ddp": [0.3, 0.3], "cadence": [0.25, 0.25]}
+    row = {"model": "cnn", "cap": "100gbit", "compute_s": 0.2, "rounds_s": rounds,
+           "iteration_s": {"ddp": 0.3, "cadence": 0.25}}  # fmt: skip
+    paired = tmp_path / "paired.json"
+    paired.write_text(json.dumps({"config": {"workers": 2, "threshold_mb": None}, "rows": [row]}))
+    # What `cadence bench runtime-cost` writes, from two processes' rounds.
+    measured = summarise(
+        "cnn",
+        [
+            {"compute": [0.1, 0.1], "ddp": [0.1, 0.1], "cadence": [0.12, 0.12]},
+            {"compute": [0.2, 0.2], "ddp": [0.2, 0.2], "cadence": [0.24, 0.24]},
+        ],
+    )
+    assert measured["slowdown"] == pytest.approx({"ddp": 1.0, "cadence-dp": 1.2})
+    cost = tmp_path / "cost.json"
+    cost.write_text(json.dumps({"benchmark": "runtime-cost", "rows": [measured]}))
+    slowdowns = read_slowdowns(str(cost))
+    plain, _ = predict_bench_dp([str(paired)], {"cnn": profile}, 1.0, optimizer_step_s=0.0)
+    slowed, _ = predict_bench_dp(
+        [str(paired)], {"cnn": profile}, 1.0, optimizer_step_s=0.0, runtime_slowdowns=slowdowns
+    )
+    assert slowed[0]["predicted_s"] == pytest.approx(plain[0]["predicted_s"])  # DDP: 1.0
+    # On a 100 Gbit link compute decides: cadence-dp's prediction grows with its compute.
+    assert slowed[1]["predicted_s"] == pytest.approx(1.2 * plain[1]["predicted_s"], rel=0.02)
+    with pytest.raises(UserError, match="no runtime cost of 'cnn'"):
+        predict_bench_dp(
+            [str(paired)], {"cnn": profile}, 1.0, optimizer_step_s=0.0, runtime_slowdowns={}
+        )
+    with pytest.raises(UserError, match="not a `cadence bench runtime-cost` file"):
+        read_slowdowns(str(paired))

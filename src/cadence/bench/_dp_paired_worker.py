@@ -88,11 +88,16 @@ def _batches(n: int, config: PairedCase, rank: int, world: int) -> Iterator[Any]
         epoch += 1
 
 
-def _block(variant: _Variant, steps: int, next_batch: Callable[[], tuple[Any, Any]]) -> float:
+def _block(
+    variant: _Variant,
+    steps: int,
+    next_batch: Callable[[], tuple[Any, Any]],
+    barrier: Callable[[], object],
+) -> float:
     """Seconds per iteration over one block, in steady state: from the start of the block's
     second step to the start of its last, so neither the first step (nothing of the previous
     iteration to overlap with) nor the final flush is counted."""
-    dist.barrier()  # every rank starts the block together
+    barrier()  # every rank starts the block together
     starts = []
     for _ in range(steps):
         starts.append(time.perf_counter())
@@ -111,7 +116,9 @@ def _slowest(seconds: float) -> float:
     return float(agreed.item())
 
 
-def run(config: PairedCase, result: Path) -> None:
+def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.barrier) -> None:
+    """Every round's turns; `barrier` starts each turn on every process at once (the process
+    group's, unless the processes are not one group)."""
     torch.set_num_threads(config.threads)
     ctx = init_from_env()
     try:
@@ -148,10 +155,10 @@ def run(config: PairedCase, result: Path) -> None:
                 if round_index > 0:
                     wire.append(seconds)
             for name in order:
-                seconds = _slowest(_block(variants[name], steps, next_batch))
+                seconds = _slowest(_block(variants[name], steps, next_batch, barrier))
                 # Autotuning finishes in the warm-up round: its trials are never timed.
                 while round_index == 0 and variants[name].tuning():
-                    seconds = _slowest(_block(variants[name], steps, next_batch))
+                    seconds = _slowest(_block(variants[name], steps, next_batch, barrier))
                 rounds[name].append(seconds)
             if round_index == 0:
                 fastest = min(times.pop() for times in rounds.values())

@@ -12,6 +12,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from cadence.bench.runtime_cost import add_parser as _add_runtime_cost
+
 
 def _command_line() -> str:
     return "cadence " + shlex.join(sys.argv[1:])
@@ -494,6 +496,7 @@ _BENCHES: tuple[Callable[[Any], None], ...] = (
     _add_dp_autotune,
     _add_zero,
     _add_ps,
+    _add_runtime_cost,
     _add_steadiness,
 )
 

@@ -243,11 +243,14 @@ def bench_sim_command(args: Any) -> int:
     co_run = fit.co_run_slowdown
     rows = predict_runs(runs, profiles, args.payload_fraction, options, args.optimizer_step, co_run)
     if bench_files:
+        from cadence.bench.runtime_cost import read_slowdowns
         from cadence.sim.bench_dp import predict_bench_dp
 
+        runtime_cost = getattr(args, "runtime_cost", None)
         more, skipped = predict_bench_dp(
-            bench_files, profiles, args.payload_fraction, args.optimizer_step, options, co_run
-        )
+            bench_files, profiles, args.payload_fraction, args.optimizer_step, options, co_run,
+            read_slowdowns(runtime_cost) if runtime_cost else None,
+        )  # fmt: skip
         rows += more
         for line in skipped:
             print(f"skipped {line}")
@@ -269,6 +272,7 @@ def bench_sim_command(args: Any) -> int:
             **summary(rows),
             "profiles": sorted(args.profile or []),
             "contention": getattr(args, "contention", None),
+            "runtime_cost": getattr(args, "runtime_cost", None),
             "comm_cpu": {
                 "s_per_message": options.comm_cpu_s_per_message,
                 "s_per_byte": options.comm_cpu_s_per_byte,

@@ -98,20 +98,25 @@ class _Case:
     reorder_k: int | None
     options: SimOptions
 
+    slowdown: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Per simulated strategy, how much its runtime slows compute on a host whose cores all
+    compute (`cadence bench runtime-cost`); absent: 1."""
+
     def predict(self, compute_s: float, co_run: float) -> dict[str, Any]:
         """Each variant's simulated result with the compute scaled so that profile iteration +
-        optimizer step equals `compute_s` (times `co_run`)."""
-        factor = co_run * max(compute_s - self.step_s, 1e-6) / self.profile.iteration_s
-        setup = Setup(
-            profile=scaled_profile(self.profile, factor),
-            params=self.params,
-            world_size=self.workers,
-            link=self.link,
-            description=self.description,
-            update_s_per_byte=self.update_s_per_byte,
-        )
+        optimizer step equals `compute_s` (times `co_run`, times the strategy's slowdown)."""
         out = {}
         for variant, strategy in _VARIANTS.items():
+            strategy_compute_s = compute_s * self.slowdown.get(strategy, 1.0)
+            factor = co_run * max(strategy_compute_s - self.step_s, 1e-6) / self.profile.iteration_s
+            setup = Setup(
+                profile=scaled_profile(self.profile, factor),
+                params=self.params,
+                world_size=self.workers,
+                link=self.link,
+                description=self.description,
+                update_s_per_byte=self.update_s_per_byte,
+            )
             out[variant], _ = run_strategy(
                 setup,
                 strategy,
@@ -131,10 +136,13 @@ def predict_bench_dp(
     optimizer_step_s: float | None = None,
     options: SimOptions | None = None,
     co_run_slowdown: float = 1.0,
+    runtime_slowdowns: dict[str, dict[str, float]] | None = None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """(rows of measured vs predicted, skipped rows as text). The measured compute-only
     iteration of `cadence bench dp` ran one worker alone; `co_run_slowdown` scales it for
-    workers sharing a host. Rows of `cadence bench dp-paired` are predicted round by round."""
+    workers sharing a host. Rows of `cadence bench dp-paired` are predicted round by round.
+    `runtime_slowdowns` (model -> strategy -> factor, from `cadence bench runtime-cost`)
+    charges each strategy's runtime on the compute; a model missing from it is an error."""
     from cadence.netem import parse_bandwidth
 
     rows: list[dict[str, Any]] = []
@@ -154,6 +162,11 @@ def predict_bench_dp(
                 continue
             if model not in profiles:
                 raise UserError(f"{path}: no profile of {model!r} given")
+            slowdown: dict[str, float] = {}
+            if runtime_slowdowns is not None:
+                if model not in runtime_slowdowns:
+                    raise UserError(f"{path}: no runtime cost of {model!r} given")
+                slowdown = runtime_slowdowns[model]
             params = model_params(model)
             update = step_cost(model, "adam", optimizer_step_s, params)
             case = _Case(
@@ -167,6 +180,7 @@ def predict_bench_dp(
                 threshold=recorded_threshold(cfg),
                 reorder_k=cfg.get("reorder_k"),
                 options=options or SimOptions(),
+                slowdown=slowdown,
             )
             common = {
                 "run": f"{Path(path).name}:{model}",

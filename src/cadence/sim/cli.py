@@ -219,4 +219,11 @@ def add_bench_sim(bsub: Any) -> None:
         help="`cadence bench contention` JSON: charge communication's processor time to "
         "each worker's compute (default: a spare core for communication)",
     )
+    p.add_argument(
+        "--runtime-cost",
+        default=None,
+        metavar="FILE",
+        help="`cadence bench runtime-cost` JSON: slow the compute of --from-bench-dp "
+        "predictions by each strategy's measured runtime cost (default: none)",
+    )
     p.set_defaults(func=_cmd_bench_sim)
