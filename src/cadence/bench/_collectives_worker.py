@@ -20,7 +20,7 @@ import torch.distributed as dist
 from cadence.bench.collectives import CollectivesBenchConfig
 from cadence.comm import collectives as ours
 from cadence.comm import destroy, init_from_env
-from cadence.comm.calibrate import calibrate
+from cadence.comm.calibrate import calibrate, slowest
 from cadence.launch.errors import exit_worker, worker_entry
 
 # A timed block repeats a call until ~1 MB has moved (1 to 8 calls): single calls of small
@@ -81,8 +81,7 @@ def measure(config: CollectivesBenchConfig) -> list[dict[str, object]]:
                 op()
                 if rnd >= config.warmup:
                     out.append(time.perf_counter() - start)
-    agreed = torch.tensor([statistics.median(s) for s in samples], dtype=torch.float64)
-    dist.all_reduce(agreed, op=dist.ReduceOp.MAX)  # a collective ends when its last rank does
+    agreed = slowest([statistics.median(s) for s in samples])
     return [
         {
             "collective": c,
@@ -91,7 +90,7 @@ def measure(config: CollectivesBenchConfig) -> list[dict[str, object]]:
             "nbytes": 4 * elems,
             "measured_s": float(t),
         }
-        for ((c, impl, alg), elems), t in zip(keys, agreed.tolist(), strict=True)
+        for ((c, impl, alg), elems), t in zip(keys, agreed, strict=True)
     ]
 
 

@@ -28,7 +28,7 @@ from torch import nn
 
 from cadence.bench.dp_paired import COMPUTE, PairedCase, cadence_settings, variant_names
 from cadence.comm import destroy, init_from_env
-from cadence.comm.calibrate import measure_s
+from cadence.comm.calibrate import measure_s, slowest
 from cadence.config import TrainConfig
 from cadence.launch.errors import exit_worker, worker_entry
 from cadence.models import get_model_spec, load_dataset, loss_fn
@@ -110,12 +110,6 @@ def _block(
     return (starts[-1] - starts[1]) / (steps - 2)
 
 
-def _slowest(seconds: float) -> float:
-    agreed = torch.tensor([seconds], dtype=torch.float64)
-    dist.all_reduce(agreed, op=dist.ReduceOp.MAX)  # a synchronous step waits for the slowest
-    return float(agreed.item())
-
-
 def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.barrier) -> None:
     """Every round's turns; `barrier` starts each turn on every process at once (the process
     group's, unless the processes are not one group)."""
@@ -155,10 +149,10 @@ def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.b
                 if round_index > 0:
                     wire.append(seconds)
             for name in order:
-                seconds = _slowest(_block(variants[name], steps, next_batch, barrier))
+                (seconds,) = slowest([_block(variants[name], steps, next_batch, barrier)])
                 # Autotuning finishes in the warm-up round: its trials are never timed.
                 while round_index == 0 and variants[name].tuning():
-                    seconds = _slowest(_block(variants[name], steps, next_batch, barrier))
+                    (seconds,) = slowest([_block(variants[name], steps, next_batch, barrier)])
                 rounds[name].append(seconds)
             if round_index == 0:
                 fastest = min(times.pop() for times in rounds.values())

@@ -174,7 +174,13 @@ def measure_s(
                 if i >= warmup:
                     out.append(time.perf_counter() - start)
     # The slowest rank's median: the same table (hence the same fit) on every rank.
-    agreed = torch.tensor([statistics.median(s) for s in samples], dtype=torch.float64)
+    return slowest([statistics.median(s) for s in samples])
+
+
+def slowest(seconds: Sequence[float]) -> list[float]:
+    """Each figure's maximum over the ranks, the same on every rank: a collective, or a
+    synchronous training step, ends when its last rank does."""
+    agreed = torch.tensor(list(seconds), dtype=torch.float64)
     dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
     return [float(x) for x in agreed.tolist()]
 
