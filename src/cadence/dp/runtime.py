@@ -148,7 +148,8 @@ class SyncEngine:
             fresh = self._ready_iter[index] != self._backward_count
             self._ready_iter[index] = self._backward_count
             self._ready_s[index] = time.perf_counter() - self._backward_start
-            if started or self._completes_awaited(index, fresh):
+            # A one-chunk plan is synchronised by this thread: nobody waits for a gradient.
+            if started or (not self._inline() and self._completes_awaited(index, fresh)):
                 self._cv.notify_all()
 
     def _completes_awaited(self, index: int, fresh: bool) -> bool:
@@ -183,6 +184,31 @@ class SyncEngine:
             self._snapshot_iter = self._backward_count
             self._in_backward = False
             self._cv.notify_all()
+        if self._inline():
+            self._sync_inline(self._backward_count)
+
+    def _inline(self) -> bool:
+        """Whether the plan is one chunk, synchronised by the main thread at the end of the
+        backward pass. The chunk count changes only in `reconfigure`, between iterations with
+        the communication thread idle, so both threads read the same answer for an iteration."""
+        return len(self.plan.chunks) == 1
+
+    def _sync_inline(self, iteration: int) -> None:
+        """A one-chunk plan has nothing to overlap: its chunk is ready only when the backward
+        ends, and its one update gates the first layer's next forward. So the main thread
+        reduces and updates here, inside the backward's end, with no hand-off to the
+        communication thread: on busy cores every hand-off waits for a core's turn."""
+        (chunk,) = self.plan.chunks
+        start = time.perf_counter()
+        buffer = self._pack(chunk)
+        if self.group is not None:
+            dist.all_reduce(buffer, group=self.group)
+        if self.trace is not None:
+            self._trace_chunk(self.trace, chunk, None, start, iteration)
+        self._unpack(chunk, buffer)
+        self._apply_layers([layer for layer, ps in enumerate(self._update_params) if ps], iteration)
+        if iteration == self._replan_at:
+            self._replan(iteration, time.perf_counter() - start)
 
     @property
     def threshold_bytes(self) -> int:
@@ -247,7 +273,8 @@ class SyncEngine:
                     while self._backward_count == done:
                         self._cv.wait()
                 done += 1
-                self._sync_iteration(done)
+                if not self._inline():  # else the main thread synchronises it
+                    self._sync_iteration(done)
                 with self._cv:
                     self._synced = done
                     self._cv.notify_all()
