@@ -53,6 +53,11 @@ def test_dp_paired_times_every_variant_in_turns_and_writes_json_png_and_table(tm
     }  # fmt: skip
     assert all(len(times) == 2 for times in row["rounds_s"].values())
     assert all(0 < t < 5 for times in row["rounds_s"].values() for t in times)
+    # Each step's slowest rank, averaged: never below the slowest rank's average.
+    lockstep = row["lockstep_compute_rounds_s"]
+    assert len(lockstep) == 2 and row["lockstep_compute_s"] == pytest.approx(sum(lockstep) / 2)
+    for each_step, per_rank in zip(lockstep, row["rounds_s"]["compute"], strict=True):
+        assert each_step >= per_rank * (1 - 1e-9)
     # No cap: no wire to measure, so every round's bound is its compute time.
     assert row["wire_runs_s"] == [] and row["bound_rounds_s"] == row["rounds_s"]["compute"]
     assert row["gradient_bytes"] > 0

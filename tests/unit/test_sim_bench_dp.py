@@ -109,6 +109,32 @@ def test_paired_rows_are_predicted_round_by_round_from_that_rounds_compute(tmp_p
         assert r["measured_s"] == pytest.approx(sum(rounds[name]) / 2)
 
 
+def test_paired_rows_are_predicted_from_the_lockstep_compute_where_the_file_has_it(
+    tmp_path: Path,
+) -> None:
+    profile = zoo_profile("cnn")
+    rounds = {"compute": [0.2, 0.2], "ddp": [0.3, 0.3], "cadence": [0.25, 0.25]}
+    row = {"model": "cnn", "cap": "100gbit", "compute_s": 0.2, "rounds_s": rounds,
+           "iteration_s": {"ddp": 0.3, "cadence": 0.25}}  # fmt: skip
+    files = {}
+    for name, extra in (("mean", {}), ("lockstep", {"lockstep_compute_rounds_s": [0.24, 0.24]})):
+        files[name] = tmp_path / f"{name}.json"
+        files[name].write_text(
+            json.dumps({"config": {"workers": 2, "threshold_mb": None}, "rows": [row | extra]})
+        )
+    per_rank, _ = predict_bench_dp(
+        [str(files["mean"])], {"cnn": profile}, 1.0, optimizer_step_s=0.0
+    )
+    lockstep, _ = predict_bench_dp(
+        [str(files["lockstep"])], {"cnn": profile}, 1.0, optimizer_step_s=0.0
+    )
+    assert {r["compute_basis"] for r in per_rank} == {"per-rank"}
+    assert {r["compute_basis"] for r in lockstep} == {"lockstep"}
+    # On a 100 Gbit link compute decides: the slowest ranks' steps make every strategy slower.
+    for a, b in zip(per_rank, lockstep, strict=True):
+        assert b["predicted_s"] == pytest.approx(1.2 * a["predicted_s"], rel=0.02)
+
+
 def test_a_runtime_cost_slows_only_its_own_strategys_compute(tmp_path: Path) -> None:
     from cadence.bench.runtime_cost import read_slowdowns, summarise
 

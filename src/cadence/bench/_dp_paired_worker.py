@@ -93,10 +93,10 @@ def _block(
     steps: int,
     next_batch: Callable[[], tuple[Any, Any]],
     barrier: Callable[[], object],
-) -> float:
-    """Seconds per iteration over one block, in steady state: from the start of the block's
-    second step to the start of its last, so neither the first step (nothing of the previous
-    iteration to overlap with) nor the final flush is counted."""
+) -> list[float]:
+    """Each step's seconds over one block, in steady state: the steps from the block's second
+    to the one before its last, each from its start to the next one's, so neither the first
+    step (nothing of the previous iteration to overlap with) nor the final flush is counted."""
     barrier()  # every rank starts the block together
     starts = []
     for _ in range(steps):
@@ -107,7 +107,11 @@ def _block(
         loss.backward()
         variant.optimizer.step()
     variant.flush()
-    return (starts[-1] - starts[1]) / (steps - 2)
+    return [b - a for a, b in zip(starts[1:-1], starts[2:], strict=True)]
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
 
 
 def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.barrier) -> None:
@@ -138,6 +142,8 @@ def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.b
             return data.train_x[idx], data.train_y[idx]
 
         rounds: dict[str, list[float]] = {name: [] for name in names}
+        # Compute alone as a synchronous step would see it: each step's slowest rank.
+        lockstep: list[float] = []
         wire: list[float] = []
         # Round 0 warms every variant up (cadence-dp builds its plan from its first iteration)
         # and is not kept; its times set the timed blocks' length.
@@ -149,11 +155,16 @@ def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.b
                 if round_index > 0:
                     wire.append(seconds)
             for name in order:
-                (seconds,) = slowest([_block(variants[name], steps, next_batch, barrier)])
+                durations = _block(variants[name], steps, next_batch, barrier)
                 # Autotuning finishes in the warm-up round: its trials are never timed.
                 while round_index == 0 and variants[name].tuning():
-                    (seconds,) = slowest([_block(variants[name], steps, next_batch, barrier)])
+                    durations = _block(variants[name], steps, next_batch, barrier)
+                (seconds,) = slowest([_mean(durations)])
                 rounds[name].append(seconds)
+                if name == COMPUTE and round_index > 0:
+                    # The ranks started the block together, so step i ran at about the same
+                    # time on each: their maximum is what a step that waits for all costs.
+                    lockstep.append(_mean(slowest(durations)))
             if round_index == 0:
                 fastest = min(times.pop() for times in rounds.values())
                 # Agreed on every rank: the times are the slowest rank's.
@@ -171,6 +182,7 @@ def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.b
                 "tuned": tuned,
                 "block_steps": steps,
                 "rounds_s": rounds,
+                "lockstep_compute_rounds_s": lockstep,
                 "wire_runs_s": wire,
             }
             result.write_text(json.dumps(out, indent=1) + "\n")

@@ -242,6 +242,8 @@ def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
         "bound_s": max(compute, wire_s),
         "iteration_s": medians,
         "rounds_s": rounds,
+        # Compute alone, each step's slowest rank (older files lack it).
+        **_lockstep(measured.get("lockstep_compute_rounds_s")),
         "wire_runs_s": wire,
         "ddp_tuned": tuned,
         "bound_rounds_s": bound,
@@ -255,6 +257,12 @@ def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
             name: statistics.median(values) for name, values in against_main.items()
         },
     }
+
+
+def _lockstep(rounds: list[float] | None) -> dict[str, Any]:
+    if not rounds:
+        return {}
+    return {"lockstep_compute_s": statistics.median(rounds), "lockstep_compute_rounds_s": rounds}
 
 
 def _run_case(config: PairedDPConfig, model: str, cap: str, run_dir: Path) -> dict[str, Any]:

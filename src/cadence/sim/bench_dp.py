@@ -191,7 +191,7 @@ def predict_bench_dp(
                 "compute_s": row["compute_s"],
             }
             if "rounds_s" in row:  # `cadence bench dp-paired`
-                rows += _paired_rows(row["rounds_s"], case, common)
+                rows += _paired_rows(row, case, common)
                 continue
             predicted = case.predict(row["compute_s"], co_run_slowdown)
             for variant, strategy in _VARIANTS.items():
@@ -213,12 +213,20 @@ def predict_bench_dp(
 
 
 def _paired_rows(
-    rounds: dict[str, list[float]], case: _Case, common: dict[str, Any]
+    row: dict[str, Any], case: _Case, common: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """A `cadence bench dp-paired` row: each round predicted from that round's compute (both
     workers computing at once, so no co-run factor on top) and compared with the same round's
-    measurement; the error reported is the median over rounds, as the benchmark's ratios."""
-    per_round = [case.predict(compute, 1.0) for compute in rounds["compute"]]
+    measurement; the error reported is the median over rounds, as the benchmark's ratios.
+
+    The compute is the lockstep figure where the file has it: each step's slowest rank, what
+    a step that ends in a collective waits for (jitter between the ranks costs a synchronous
+    step the larger of their times, not their mean); older files have only each rank's mean."""
+    rounds: dict[str, list[float]] = row["rounds_s"]
+    lockstep = row.get("lockstep_compute_rounds_s")
+    computes = lockstep or rounds["compute"]
+    per_round = [case.predict(compute, 1.0) for compute in computes]
+    common = {**common, "compute_basis": "lockstep" if lockstep else "per-rank"}
     out = []
     for variant, strategy in _VARIANTS.items():
         measured = rounds[variant]
