@@ -54,6 +54,18 @@ def test_times_and_bytes_are_real(profiled):
     assert peaks == sorted(peaks) and profile.peak_memory_bytes == peaks[-1]
     assert profile.peak_memory_bytes > 2 * profile.param_bytes  # params + grads + activations
     assert 0.5 <= profile.block_sum_ratio <= 2.0, profile.block_sum_ratio
+    # The whole forward is timed inside the whole iteration, the gradients after it.
+    assert profile.forward_pass_s is not None
+    assert 0 < profile.forward_pass_s < profile.iteration_s
+
+
+def test_profiles_saved_before_the_forward_pass_was_recorded_still_load(profiled, tmp_path):
+    _, profile = profiled
+    data = json.loads(profile.to_json())
+    del data["forward_pass_s"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    assert Profile.load(path).forward_pass_s is None
 
 
 def test_json_round_trip(profiled, tmp_path):

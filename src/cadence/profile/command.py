@@ -38,6 +38,14 @@ def format_table(profile: Profile) -> str:
         f"{profile.block_sum_ratio:.2f}); params {profile.param_bytes / _MB:.2f} MB; "
         f"peak {profile.peak_memory_bytes / _MB:.2f} MB ({kind})"
     )
+    if profile.forward_pass_s is not None:
+        forward = sum(b.forward_s for b in profile.blocks)
+        lines.append(
+            f"forward blocks {forward * 1e3:.2f} ms vs measured forward pass "
+            f"{profile.forward_pass_s * 1e3:.2f} ms; gradients "
+            f"{(profile.block_sum_s - forward) * 1e3:.2f} ms vs measured rest "
+            f"{(profile.iteration_s - profile.forward_pass_s - profile.loss_s) * 1e3:.2f} ms"
+        )
     return "\n".join(lines)
 
 

@@ -128,11 +128,16 @@ def _timed_pass(
     return fwd, igrad, wgrad, loss_s
 
 
-def _iteration_s(model: BlockModel, x: Tensor, y: Tensor, now: Callable[[], float]) -> float:
+def _iteration_s(
+    model: BlockModel, x: Tensor, y: Tensor, now: Callable[[], float]
+) -> tuple[float, float]:
+    """One whole-model iteration: (forward + loss + backward seconds, forward seconds)."""
     model.zero_grad(set_to_none=True)
     start = now()
-    loss_fn(model(x), y).backward()
-    return now() - start
+    out = model(x)
+    forward = now() - start
+    loss_fn(out, y).backward()
+    return now() - start, forward
 
 
 def profile_model(
@@ -156,15 +161,16 @@ def profile_model(
     now = _clock(device)
     acts, outs, peaks = _memory_pass(model, x, device)
     samples: list[list[list[float]]] = [[], [], []]
-    loss_samples, iteration_samples = [], []
+    loss_samples, iteration_samples, forward_samples = [], [], []
     for it in range(warmup + iterations):
         fwd, igrad, wgrad, loss_s = _timed_pass(model, x, y, now)
-        whole = _iteration_s(model, x, y, now)
+        whole, forward = _iteration_s(model, x, y, now)
         if it >= warmup:
             for store, values in zip(samples, (fwd, igrad, wgrad), strict=True):
                 store.append(values)
             loss_samples.append(loss_s)
             iteration_samples.append(whole)
+            forward_samples.append(forward)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         _iteration_s(model, x, y, now)
@@ -204,6 +210,7 @@ def profile_model(
         torch_version=torch.__version__,
         peak_memory_bytes=peak,
         peak_memory_kind=peak_kind,
+        forward_pass_s=statistics.median(forward_samples),
     )
 
 

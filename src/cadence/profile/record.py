@@ -83,6 +83,11 @@ class Profile:
     the accounted peak (params + grads + saved activations alive at the end of forward)."""
     peak_memory_kind: str
     """"cuda_max_allocated" or "cpu_accounted": how the peak figures were obtained."""
+    forward_pass_s: float | None = None
+    """Median seconds of the whole-model forward within `iteration_s` (None in profiles made
+    before it was recorded). The per-block gradient timings count work shared by a block's
+    two gradients twice and the forward timings do not, so the simulator scales forward and
+    gradient times separately to this and to the rest of the iteration."""
 
     @property
     def param_bytes(self) -> int:

@@ -78,9 +78,17 @@ def scaled_profile(
     )
     loss_s = profile.loss_s * factor
     iteration_s = profile.iteration_s * factor
-    if backward_factor is not None:
+    forward_pass_s = None if profile.forward_pass_s is None else profile.forward_pass_s * factor
+    if backward_factor is not None:  # the parts are the measured ones: nothing to calibrate
         iteration_s = loss_s + sum(b.forward_s + b.input_grad_s + b.weight_grad_s for b in blocks)
-    return dataclasses.replace(profile, blocks=blocks, iteration_s=iteration_s, loss_s=loss_s)
+        forward_pass_s = sum(b.forward_s for b in blocks)
+    return dataclasses.replace(
+        profile,
+        blocks=blocks,
+        iteration_s=iteration_s,
+        loss_s=loss_s,
+        forward_pass_s=forward_pass_s,
+    )
 
 
 @dataclasses.dataclass(frozen=True)

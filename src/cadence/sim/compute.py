@@ -38,21 +38,37 @@ class BlockCosts:
         return sum(self.forward_s) + sum(self.input_grad_s) + sum(self.weight_grad_s) + self.loss_s
 
 
+def _scales(profile: Profile) -> tuple[float, float]:
+    """(forward, gradient) factors that make blocks + loss add up to the measured iteration.
+
+    The per-block gradient timings count work shared by a block's two gradients twice (an
+    LSTM's whole backward, a norm's backward before a convolution's); the forward timings do
+    not. Where the profile has the whole forward's time, forward blocks are scaled to it and
+    gradients to the rest; older profiles get one factor for both."""
+    rest = profile.iteration_s - profile.loss_s
+    if profile.block_sum_s <= 0 or rest <= 0:
+        return 1.0, 1.0
+    forward = sum(b.forward_s for b in profile.blocks)
+    grads = profile.block_sum_s - forward
+    measured = profile.forward_pass_s
+    if measured is not None and forward > 0 and grads > 0 and 0 < measured < rest:
+        return measured / forward, (rest - measured) / grads
+    scale = rest / profile.block_sum_s
+    return scale, scale
+
+
 def block_costs(profile: Profile, calibrate: bool = True) -> BlockCosts:
-    """Costs from `profile`. With `calibrate`, block times are scaled by one factor so that
-    blocks + loss add up to the measured whole iteration: the per-block timings count work
-    shared by both gradients twice, the whole-iteration median does not."""
+    """Costs from `profile`. With `calibrate`, block times are scaled so that blocks + loss
+    add up to the measured whole iteration (see `_scales`)."""
     if not profile.blocks:
         raise UserError(f"profile of {profile.model!r} has no blocks")
-    scale = 1.0
-    if calibrate and profile.block_sum_s > 0 and profile.iteration_s > profile.loss_s:
-        scale = (profile.iteration_s - profile.loss_s) / profile.block_sum_s
+    f, g = _scales(profile) if calibrate else (1.0, 1.0)
     b = profile.blocks
     return BlockCosts(
         names=tuple(x.name for x in b),
-        forward_s=tuple(x.forward_s * scale for x in b),
-        input_grad_s=tuple(x.input_grad_s * scale for x in b),
-        weight_grad_s=tuple(x.weight_grad_s * scale for x in b),
+        forward_s=tuple(x.forward_s * f for x in b),
+        input_grad_s=tuple(x.input_grad_s * g for x in b),
+        weight_grad_s=tuple(x.weight_grad_s * g for x in b),
         activation_bytes=tuple(x.activation_bytes for x in b),
         param_bytes=tuple(x.param_bytes for x in b),
         loss_s=profile.loss_s,
