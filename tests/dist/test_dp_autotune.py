@@ -1,6 +1,7 @@
 """Autotuning on real ranks: switching threshold and K mid-training keeps DDP parity, every
 rank picks the same setting, and a saved choice is loaded instead of tuning again."""
 
+import statistics
 from collections import OrderedDict
 
 import pytest
@@ -85,11 +86,18 @@ def test_autotuning_keeps_parity_agrees_across_ranks_and_reloads(tmp_path, world
     result = results[0]
     assert result.method == method
     # exhaustive: 3 thresholds + K in {1..7} (None at the best was timed) = 10 trials;
-    # guided: 2 thresholds + 2 reorder points (fewer when one was already timed).
+    # guided: 2 thresholds + 2 reorder points (fewer when one was already timed), plus 2
+    # more timings each of the winner and the starting setting when they differ.
     assert result.trials == (10 if method == "exhaustive" else len(result.timings))
-    assert 2 <= result.trials <= (10 if method == "exhaustive" else 4)
-    best = min(result.timings, key=lambda t: t[2])
-    assert (result.threshold_bytes, result.reorder_k) == best[:2]
+    assert 2 <= result.trials <= (10 if method == "exhaustive" else 4 + 2 * 2)
+    per_candidate: dict[tuple[int, int | None], list[float]] = {}
+    for threshold, k, seconds in result.timings:
+        per_candidate.setdefault((threshold, k), []).append(seconds)
+    # Timed again (confirmed): only those two compete; the median of each one's timings.
+    confirmed = [c for c, times in per_candidate.items() if len(times) > 1]
+    pool = confirmed or list(per_candidate)
+    best = min(pool, key=lambda c: statistics.median(per_candidate[c]))
+    assert (result.threshold_bytes, result.reorder_k) == best
     for reference, (params, _, running), (params2, loaded, running2) in per_rank:
         assert running == (result.threshold_bytes, result.reorder_k)  # the winner runs
         assert loaded.method == f"loaded ({method})"

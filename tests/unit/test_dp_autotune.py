@@ -116,6 +116,7 @@ def test_result_round_trips_through_a_file(tmp_path):
         ({"autotune_growth": 1.0}, "growth"),
         ({"autotune_trials": 0}, "at least 1"),
         ({"reorder_k": 0}, "reorder_k"),
+        ({"autotune_confirm_rounds": -1}, "confirm_rounds"),
     ],
 )
 def test_bad_dp_config_is_refused(kwargs, needle):
@@ -150,3 +151,37 @@ def test_a_wire_too_fast_to_matter_counts_as_hidden_even_if_forwards_waited():
                   cheap_wire_fraction=0.05)  # fmt: skip
     slow_run.iterate(slow, 12)
     assert slow.result is not None and slow.result.method == "exhaustive"  # worth tuning
+
+
+@pytest.mark.parametrize("cheap_again_s", [1.2, 0.8])
+def test_a_winner_is_timed_again_against_the_starting_setting_before_it_is_kept(cheap_again_s):
+    cheap, initial = Candidate(5000, None), Candidate(100, None)
+    run = ScriptedRun(lambda c: 1.0, waited_per_iteration=0.0)
+
+    def seconds(c):  # the one-all-reduce plan's first trial is 0.8 s; later ones cheap_again_s
+        if c != cheap:
+            return 1.0
+        return 0.8 if run.applied.count(cheap) == 1 else cheap_again_s
+
+    run.seconds_of = seconds
+    tuner = _tuner(run, [100, 110], [None, 1], cheapest=cheap, confirm_rounds=2)
+    run.iterate(tuner, 30)
+    result = tuner.result
+    assert result is not None and result.method == "hidden"
+    # Both timed once, then twice more each, alternately.
+    assert [(t, k) for t, k, _ in result.timings] == [(100, None), (5000, None)] * 3
+    winner = initial if cheap_again_s > 1.0 else cheap
+    assert run.applied[-1] == winner and result.threshold_bytes == winner.threshold_bytes
+    # The chosen setting's figure is the median of its timings.
+    assert result.best_iteration_s == pytest.approx(1.0 if winner == initial else 0.8)
+    assert result.iterations == 2 + 6 * 3 + 1
+
+
+def test_exhaustive_tuning_is_not_confirmed():
+    run = ScriptedRun(lambda c: {100: 1.0, 110: 0.5}[c.threshold_bytes])
+    tuner = _tuner(run, [100, 110], [None], confirm_rounds=2)
+    run.iterate(tuner, 20)
+    result = tuner.result
+    assert result is not None and result.method == "exhaustive"
+    assert [(t, k) for t, k, _ in result.timings] == [(100, None), (110, None)]
+    assert result.threshold_bytes == 110

@@ -54,7 +54,7 @@ class TuneResult:
     reorder_k: int | None
     """Chosen reorder point."""
     trials: int
-    """Candidates timed for real."""
+    """Timed trials (a candidate timed again to confirm it counts once per timing)."""
     iterations: int
     """Training iterations spent tuning."""
     best_iteration_s: float
@@ -121,6 +121,7 @@ class Autotuner:
         cheapest: Candidate | None = None,
         wire_s: float | None = None,
         cheap_wire_fraction: float = 0.0,
+        confirm_rounds: int = 0,
     ):
         self.method = method
         self._initial = initial
@@ -144,6 +145,9 @@ class Autotuner:
         self._trial_start = 0  # index into _starts of the current trial's first iteration
         self._timings: list[tuple[Candidate, float]] = []
         self._wait_start = 0.0
+        # Rounds of initial-vs-winner timings after the trials (not for exhaustive tuning).
+        self._confirm_rounds = confirm_rounds
+        self._finalists: tuple[Candidate, Candidate] | None = None
         self.result: TuneResult | None = None
 
     @property
@@ -204,31 +208,46 @@ class Autotuner:
             self._queue = [c for c in self._reorder_points(best) if c not in tried]
             self._reorder_points = None
         if not self._queue:
-            self._finish(self.method, self._agreed_best() if self._timings else None)
-            return
+            winner = self._agreed_best() if self._timings else None
+            if winner is None or winner == self._initial or not self._confirm():
+                self._finish(self.method, winner)
+                return
+            self._finalists = (self._initial, winner)
+            self._queue = [self._initial, winner] * self._confirm_rounds
         self._trial = self._queue.pop(0)
         self._trial_start = len(self._starts) - 1
         self._apply(self._trial)
 
+    def _confirm(self) -> bool:
+        """Whether the winner is to be timed again against the starting setting."""
+        return self._confirm_rounds > 0 and self._finalists is None and self.method != "exhaustive"
+
+    def _median_s(self, candidate: Candidate) -> float:
+        return statistics.median(t for c, t in self._timings if c == candidate)
+
     def _agreed_best(self) -> Candidate:
-        """Rank 0's fastest candidate so far (every rank has the same candidate list)."""
+        """Rank 0's fastest candidate so far, by the median of its timings (every rank has the
+        same candidate list)."""
         seconds = torch.tensor([t for _, t in self._timings], dtype=torch.float64)
         if self._broadcast:
             dist.broadcast(seconds, src=0)
         self._timings = [(c, t) for (c, _), t in zip(self._timings, seconds.tolist(), strict=True)]
-        return min(self._timings, key=lambda ct: ct[1])[0]
+        # Once confirming, only the two timed again compete: another candidate's one lucky
+        # trial must not win on a figure nobody checked.
+        candidates = self._finalists or dict.fromkeys(c for c, _ in self._timings)
+        return min(candidates, key=self._median_s)
 
     def _finish(self, method: str, best: Candidate | None) -> None:
         chosen = best or self._initial
         self._apply(chosen)
-        timed = [t for c, t in self._timings if c == chosen]
+        timed = any(c == chosen for c, _ in self._timings)
         self.result = TuneResult(
             method=method,
             threshold_bytes=chosen.threshold_bytes,
             reorder_k=chosen.reorder_k,
             trials=len(self._timings),
             iterations=len(self._starts),
-            best_iteration_s=min(timed) if timed else math.nan,
+            best_iteration_s=self._median_s(chosen) if timed else math.nan,
             timings=tuple((c.threshold_bytes, c.reorder_k, t) for c, t in self._timings),
         )
         if self._on_done is not None:

@@ -43,6 +43,12 @@ class DPConfig:
     """Guided: thresholds (of the exhaustive list) tried for real, the simulator's fastest."""
     guided_reorder_points: int = 3
     """Guided: reorder points K tried for real at the best threshold, the simulator's fastest."""
+    autotune_confirm_rounds: int = 2
+    """Guided and hidden-communication tuning: when the fastest trial is not the starting
+    setting, both are timed again this many times each, alternately, and the one with the
+    lower median over all its timings stays. One short trial each cannot tell apart settings
+    closer than the step-to-step noise of a busy host. Exhaustive tuning, the published
+    procedure, is not confirmed; 0 disables."""
     autotune_hidden_fraction: float = 0.02
     """Tuning is skipped when warm-up forwards waited for communication less than this share
     of the time: communication is already hidden and no setting can beat that."""
@@ -65,6 +71,10 @@ class DPConfig:
             raise ValueError(f"autotune must be off, exhaustive or guided, got {self.autotune!r}")
         if self.autotune_trials < 1 or self.autotune_iterations < 1:
             raise ValueError("autotune_trials and autotune_iterations must be at least 1")
+        if self.autotune_confirm_rounds < 0:
+            raise ValueError(
+                f"autotune_confirm_rounds must be at least 0, got {self.autotune_confirm_rounds}"
+            )
         if not self.autotune_growth > 1:
             raise ValueError(f"autotune_growth must exceed 1, got {self.autotune_growth}")
         if self.guided_thresholds < 1 or self.guided_reorder_points < 1:

@@ -98,4 +98,5 @@ def attach_tuner(
         cheapest=Candidate(max(1, total_bytes), None),
         wire_s=wire_s,
         cheap_wire_fraction=config.autotune_cheap_wire_fraction,
+        confirm_rounds=config.autotune_confirm_rounds,
     )
