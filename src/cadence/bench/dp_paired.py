@@ -19,7 +19,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +31,9 @@ CADENCE = "cadence"
 
 
 @dataclass(frozen=True)
-class PairedDPConfig:
-    """What `cadence bench dp-paired` measures."""
+class PairedSettings:
+    """How each (model, cap) is measured: what the benchmark's config and its workers share."""
 
-    models: tuple[str, ...] = ("vgg16",)
-    """Model zoo names."""
-    caps: tuple[str, ...] = ("400mbit",)
-    """Link caps; `none` runs on the loopback without an emulated cluster."""
-    workers: int = 2
-    """Ranks (emulated hosts)."""
     batch_size: int = 64
     """Global batch per step."""
     block_steps: int = 8
@@ -67,6 +61,18 @@ class PairedDPConfig:
     warm-up round, which is extended until they end, so no timed round includes them."""
     threads: int = 1
     """Intra-op threads per worker."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PairedDPConfig(PairedSettings):
+    """What `cadence bench dp-paired` measures."""
+
+    models: tuple[str, ...] = ("vgg16",)
+    """Model zoo names."""
+    caps: tuple[str, ...] = ("400mbit",)
+    """Link caps; `none` runs on the loopback without an emulated cluster."""
+    workers: int = 2
+    """Ranks (emulated hosts)."""
     out: str = "results/bench-dp-paired.json"
     """JSON output; the PNG goes next to it."""
 
@@ -101,52 +107,18 @@ class PairedDPConfig:
 
     def case(self, model: str, cap: str, master_port: int | None) -> PairedCase:
         """What the workers of one (model, cap) run."""
+        shared = {f.name: getattr(self, f.name) for f in fields(PairedSettings)}
         return PairedCase(
-            model=model,
-            batch_size=self.batch_size,
-            block_steps=self.block_steps,
-            block_seconds=self.block_seconds,
-            rounds=self.rounds,
-            ddp_buckets_mb=self.ddp_buckets_mb,
-            threshold_mb=self.threshold_mb,
-            cadence_thresholds_mb=self.cadence_thresholds_mb,
-            cadence_variants=self.cadence_variants,
-            reorder_k=self.reorder_k,
-            autotune=self.autotune,
-            threads=self.threads,
-            measure_wire=cap != NO_CAP,
-            master_port=master_port,
+            **shared, model=model, measure_wire=cap != NO_CAP, master_port=master_port
         )
 
 
-@dataclass(frozen=True)
-class PairedCase:
+@dataclass(frozen=True, kw_only=True)
+class PairedCase(PairedSettings):
     """One (model, cap) of the benchmark, as its workers read it."""
 
     model: str
     """Model zoo name."""
-    batch_size: int
-    """Global batch per step."""
-    block_steps: int
-    """Steps per turn of a variant, at least."""
-    block_seconds: float
-    """Timed seconds per turn, at least."""
-    rounds: int
-    """Timed rounds after the warm-up round."""
-    ddp_buckets_mb: tuple[float, ...]
-    """DDP bucket sizes besides the default 25 MB."""
-    threshold_mb: float | None
-    """cadence-dp threshold; None: its default."""
-    cadence_thresholds_mb: tuple[float, ...]
-    """Thresholds of further cadence-dp variants."""
-    cadence_variants: tuple[str, ...]
-    """Settings of further cadence-dp variants."""
-    reorder_k: int | None
-    """cadence-dp reorder point."""
-    autotune: str
-    """cadence-dp warm-up autotuning."""
-    threads: int
-    """Intra-op threads per worker."""
     measure_wire: bool
     """Time one all-reduce of all gradients per round (capped links)."""
     master_port: int | None

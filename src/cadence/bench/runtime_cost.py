@@ -107,12 +107,7 @@ def _run_model(config: RuntimeCostConfig, model: str, run_dir: Path) -> dict[str
         block_steps=config.block_steps,
         block_seconds=config.block_seconds,
         rounds=config.rounds,
-        ddp_buckets_mb=(),
-        threshold_mb=None,
-        cadence_thresholds_mb=(),
-        cadence_variants=(),
-        reorder_k=None,
-        autotune="off",
+        ddp_buckets_mb=(),  # DDP at its default buckets only; cadence-dp at its defaults
         threads=config.threads,
         measure_wire=False,
         master_port=free_port(),  # the processes' turn barrier
