@@ -1,6 +1,7 @@
+import pytest
 import torch
 
-from cadence.train.sharding import epoch_batches, rank_slice, steps_per_epoch
+from cadence.train.sharding import batch_stream, epoch_batches, rank_slice, steps_per_epoch
 
 
 def test_ranks_split_each_global_batch_exactly():
@@ -29,3 +30,21 @@ def test_rank_slices_cover_everything_once():
                 s = rank_slice(n, r, world)
                 covered.extend(range(n)[s])
             assert covered == list(range(n))
+
+
+def test_batch_stream_goes_on_into_the_next_epochs() -> None:
+    # 10 samples, global batch 4: two batches per epoch, the last two samples dropped.
+    stream = batch_stream(10, 4, rank=1, world_size=2, seed=3)
+    got = [next(stream) for _ in range(5)]
+    expected = [
+        *epoch_batches(10, 4, 1, 2, 3, 1),
+        *epoch_batches(10, 4, 1, 2, 3, 2),
+        *epoch_batches(10, 4, 1, 2, 3, 3),
+    ][:5]
+    assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+    assert not torch.equal(got[0], got[2])  # a new permutation each epoch
+
+
+def test_batch_stream_rejects_a_batch_larger_than_the_data() -> None:
+    with pytest.raises(ValueError, match="exceeds the 3 samples"):
+        next(batch_stream(3, 4, rank=0, world_size=2))

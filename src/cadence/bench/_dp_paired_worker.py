@@ -17,7 +17,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from cadence.config import TrainConfig
 from cadence.launch.errors import exit_worker, worker_entry
 from cadence.models import get_model_spec, load_dataset, loss_fn
 from cadence.train.optim import build_optimizer
-from cadence.train.sharding import epoch_batches
+from cadence.train.sharding import batch_stream
 
 
 @dataclass
@@ -79,13 +79,6 @@ def _build(name: str, base: nn.Module, config: PairedCase, profile: Any) -> _Var
     hooked, scheduled = data_parallel(model, optimizer, dp_config, profile)
     engine = getattr(hooked, "_cadence_dp_engine")  # noqa: B009 - set by data_parallel
     return _Variant(name, hooked, scheduled, scheduled.flush, engine)
-
-
-def _batches(n: int, config: PairedCase, rank: int, world: int) -> Iterator[Any]:
-    epoch = 1
-    while True:  # every variant reads the same stream of this rank's batch shares
-        yield from epoch_batches(n, config.batch_size, rank, world, 0, epoch)
-        epoch += 1
 
 
 def _block(
@@ -135,7 +128,8 @@ def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.b
         variants = {name: _build(name, base, config, profile) for name in names}
         for variant in variants.values():
             variant.model.train()
-        stream = _batches(len(data.train_x), config, ctx.rank, ctx.world_size)
+        # Every variant reads the same stream of this rank's batch shares.
+        stream = batch_stream(len(data.train_x), config.batch_size, ctx.rank, ctx.world_size)
 
         def next_batch() -> tuple[Any, Any]:
             idx = next(stream)

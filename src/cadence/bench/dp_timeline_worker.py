@@ -28,7 +28,7 @@ from cadence.dp.trace import Recorder, trace_ddp, trace_layers
 from cadence.launch.errors import exit_worker, worker_entry
 from cadence.models import get_model_spec, load_dataset, loss_fn
 from cadence.train.optim import build_optimizer
-from cadence.train.sharding import epoch_batches
+from cadence.train.sharding import batch_stream
 
 
 def _wrap(
@@ -72,9 +72,8 @@ def run(config: DPTimelineConfig, strategy: str, events_path: Path) -> None:
         # After wrapping: cadence's own pre-hooks (waiting for updates) run before ours.
         trace_layers(layout.layers, layout.params, recorder)
         model.train()
-        batches = epoch_batches(
-            len(data.train_x), config.batch_size, ctx.rank, ctx.world_size, 0, 1
-        )
+        # As many steps as asked for, on into further epochs (a small dataset has few per epoch).
+        batches = batch_stream(len(data.train_x), config.batch_size, ctx.rank, ctx.world_size)
         # Steps traced: the one before the pictured one (its communication and updates run on
         # into the pictured forward) to two after it (whole iterations to average over).
         first_traced, last_traced = config.record_step - 1, config.record_step + 2

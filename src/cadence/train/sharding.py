@@ -25,6 +25,19 @@ def epoch_batches(
         yield order[start : start + per_rank]
 
 
+def batch_stream(
+    num_samples: int, global_batch: int, rank: int, world_size: int, seed: int = 0
+) -> Iterator[torch.Tensor]:
+    """This rank's batches epoch after epoch (1, 2, ...) without end, for runs measured in
+    steps rather than epochs: a step count beyond one epoch goes on into the next."""
+    if steps_per_epoch(num_samples, global_batch) < 1:
+        raise ValueError(f"a global batch of {global_batch} exceeds the {num_samples} samples")
+    epoch = 1
+    while True:
+        yield from epoch_batches(num_samples, global_batch, rank, world_size, seed, epoch)
+        epoch += 1
+
+
 def rank_slice(num_samples: int, rank: int, world_size: int) -> slice:
     """Contiguous, near-equal share of an evaluation set for `rank`."""
     base, extra = divmod(num_samples, world_size)
