@@ -7,6 +7,7 @@ from cadence.dp.plan import (
     ParamInfo,
     backward_order,
     build_plan,
+    default_credit,
     default_threshold,
     make_chunks,
     priority_order,
@@ -80,6 +81,15 @@ def test_default_threshold_is_a_quarter_of_the_gradients_within_1_to_4_mib():
     assert default_threshold(8 * mib) == 2 * mib  # a quarter
     assert default_threshold(61 * mib) == 4 * mib  # vgg16: at most 4 MiB
     assert default_threshold(0) == mib
+
+
+def test_default_credit_is_two_chunks_or_four_for_a_large_model():
+    mib = 2**20
+    assert default_credit(mib, int(3.2 * mib)) == 2 * mib  # gpt_mini: 4 chunks in flight is all
+    assert default_credit(4 * mib, 61 * mib) == 16 * mib  # vgg16: 15 chunks of 4 MiB
+    assert default_credit(mib, 8 * mib) == 4 * mib  # 8 chunks: large
+    assert default_credit(mib) == 2 * mib  # size unknown: two
+    assert DPConfig().credit_for(61 * mib) == 16 * mib
 
 
 def test_config_threshold_given_or_default():

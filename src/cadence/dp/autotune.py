@@ -283,13 +283,15 @@ class SimulatedRanking:
         self.simulations = 0
 
     def predict(self, candidate: Candidate) -> float:
+        from cadence.dp.plan import default_credit
         from cadence.sim import plan_dp, simulate_dp  # heavy; only guided tuning needs it
 
+        gradient_bytes = sum(p.nbytes for p in self._params)
         plan = plan_dp(
             self._profile,
             self._params,
             candidate.threshold_bytes,
-            2 * candidate.threshold_bytes,
+            default_credit(candidate.threshold_bytes, gradient_bytes),
             self._world,
             self._link,
             reorder_k=candidate.reorder_k,

@@ -20,7 +20,8 @@ class DPConfig:
     """Split gradients larger than this; fuse smaller ones (in backward order) up to it. None:
     a quarter of the model's gradient bytes, within 1-4 MiB (`plan.default_threshold`)."""
     credit_bytes: int | None = None
-    """Bytes allowed in flight at once; None means two chunks' worth (2 x the threshold)."""
+    """Bytes allowed in flight at once; None means two chunks' worth (2 x the threshold), four
+    for a model of at least 8 chunks (`plan.default_credit`)."""
     warmup_iterations: int = 1
     """Iterations timed (in backward order) before the priority plan is built from them."""
     link_bytes_per_s: float | None = None
@@ -97,4 +98,4 @@ class DPConfig:
         """The credit for a model with this many bytes of gradients."""
         if self.credit_bytes is not None:
             return self.credit_bytes
-        return default_credit(self.threshold_for(gradient_bytes))
+        return default_credit(self.threshold_for(gradient_bytes), gradient_bytes)

@@ -35,10 +35,22 @@ def default_threshold(gradient_bytes: int) -> int:
     return min(DEFAULT_THRESHOLD_MAX, max(DEFAULT_THRESHOLD_MIN, quarter))
 
 
-def default_credit(threshold_bytes: int) -> int:
-    """The byte credit unless one is given: two chunks' worth, so the next chunk is issued
-    while one is on the wire."""
-    return 2 * threshold_bytes
+DEFAULT_CREDIT_CHUNKS = 2
+"""Chunks in flight by default: the next is issued while one is on the wire."""
+LARGE_MODEL_CHUNKS = 8
+"""A model with at least this many chunks' worth of gradients gets `LARGE_CREDIT_CHUNKS`."""
+LARGE_CREDIT_CHUNKS = 4
+"""Chunks in flight for a large model. vgg16 at 400mbit (15 chunks of 4 MiB), measured in turns
+against two in one run: 0.97x and 0.90x the iteration time in two runs; three 1.01x, six
+1.04x. A small model keeps two: four would put all its gradients in flight at once, leaving
+nothing for priority order (gpt_mini at 400mbit: 1.06x with four)."""
+
+
+def default_credit(threshold_bytes: int, gradient_bytes: int = 0) -> int:
+    """The byte credit unless one is given, for a model with `gradient_bytes` of gradients:
+    `DEFAULT_CREDIT_CHUNKS` chunks' worth, or `LARGE_CREDIT_CHUNKS` for a large model."""
+    large = gradient_bytes >= LARGE_MODEL_CHUNKS * threshold_bytes
+    return (LARGE_CREDIT_CHUNKS if large else DEFAULT_CREDIT_CHUNKS) * threshold_bytes
 
 
 @dataclass(frozen=True)

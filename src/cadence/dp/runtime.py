@@ -51,7 +51,8 @@ class SyncEngine:
         self.group = group
         self.world_size = world_size
         # Threshold and K change under autotuning; the rest of the config does not.
-        self._threshold = config.threshold_for(sum(info.nbytes for info in layout.infos))
+        self._gradient_bytes = sum(info.nbytes for info in layout.infos)
+        self._threshold = config.threshold_for(self._gradient_bytes)
         self._k = config.reorder_k
         self.plan: DPPlan = build_plan(
             layout.infos, self._threshold, self._credit(), reorder_k=self._k
@@ -216,7 +217,7 @@ class SyncEngine:
         return self._threshold
 
     def _credit(self) -> int:
-        return self.config.credit_bytes or default_credit(self._threshold)
+        return self.config.credit_bytes or default_credit(self._threshold, self._gradient_bytes)
 
     def before_model_forward(self, model: nn.Module) -> None:
         """Pre-hook of the whole model: an iteration boundary for the autotuner. It must run

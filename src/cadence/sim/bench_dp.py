@@ -129,7 +129,7 @@ class _Case:
                 setup,
                 strategy,
                 self.threshold,
-                None,  # 2 x the threshold, what the runtime runs with
+                None,  # the default credit, what the runtime runs with
                 DDP_BUCKET_BYTES,
                 self.options,
                 reorder_k=self.reorder_k,

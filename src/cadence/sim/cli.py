@@ -87,7 +87,11 @@ def add_simulate(sub: Any) -> None:
         help="cadence-dp split/fuse threshold (default: cadence-dp's, a quarter of the "
         "gradients within 1-4 MiB)",
     )
-    p.add_argument("--credit", default=None, help="cadence-dp bytes in flight (2 x threshold)")
+    p.add_argument(
+        "--credit",
+        default=None,
+        help="cadence-dp bytes in flight (2 x threshold; 4 x for at least 8 chunks of gradients)",
+    )
     p.add_argument("--iterations", type=int, default=3, help="measured iterations")
     p.add_argument(
         "--reorder-k", default="none", help="cadence-dp backward reordering point K, or none"

@@ -173,14 +173,16 @@ def run_strategy(
             setup.profile, dp_plan, setup.world_size, setup.link, iterations, options
         )
         return result, dp_plan
+    gradient_bytes = sum(p.nbytes for p in setup.params)
     if threshold_bytes is None:
-        threshold_bytes = default_threshold(sum(p.nbytes for p in setup.params))
-    credit = credit_bytes if credit_bytes is not None else default_credit(threshold_bytes)
+        threshold_bytes = default_threshold(gradient_bytes)
+    if credit_bytes is None:
+        credit_bytes = default_credit(threshold_bytes, gradient_bytes)
     plan = plan_dp(
         setup.profile,
         setup.params,
         threshold_bytes,
-        credit,
+        credit_bytes,
         setup.world_size,
         setup.link,
         options,

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cadence.dp.plan import default_credit
 from cadence.errors import UserError
 from cadence.sim.api import DDP_BUCKET_BYTES, plan_dp, simulate_ddp, simulate_dp
 from cadence.sim.command import Setup
@@ -71,7 +72,8 @@ def _data_parallel(setup: Setup, costs: BlockCosts, options: SimOptions) -> list
     best = None
     for threshold in DP_THRESHOLDS:
         plan = plan_dp(
-            setup.profile, setup.params, threshold, 2 * threshold, n, setup.link, options
+            setup.profile, setup.params, threshold, default_credit(threshold, p), n, setup.link,
+            options,
         )
         result = simulate_dp(setup.profile, plan, n, setup.link, 3, options)
         if best is None or result.iteration_s < best[0].iteration_s:
