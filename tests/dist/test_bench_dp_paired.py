@@ -58,6 +58,10 @@ def test_dp_paired_times_every_variant_in_turns_and_writes_json_png_and_table(tm
     assert len(lockstep) == 2 and row["lockstep_compute_s"] == pytest.approx(sum(lockstep) / 2)
     for each_step, per_rank in zip(lockstep, row["rounds_s"]["compute"], strict=True):
         assert each_step >= per_rank * (1 - 1e-9)
+    # The bytes the main cadence-dp variant let in flight: its default for the model.
+    from cadence.dp.config import DPConfig
+
+    assert row["cadence_credit_bytes"] == DPConfig().credit_for(row["gradient_bytes"])
     # No cap: no wire to measure, so every round's bound is its compute time.
     assert row["wire_runs_s"] == [] and row["bound_rounds_s"] == row["rounds_s"]["compute"]
     assert row["gradient_bytes"] > 0

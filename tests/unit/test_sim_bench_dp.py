@@ -85,6 +85,17 @@ def test_recorded_threshold_reads_what_the_run_used():
     assert recorded_threshold({}) == 4 * 2**20  # files from when 4 MiB was the default
 
 
+def test_recorded_credit_reads_what_the_run_used():
+    from cadence.sim.bench_dp import recorded_credit
+
+    mib = 2**20
+    assert recorded_credit({"cadence_credit_bytes": 16 * mib}, 4 * mib, 61 * mib) == 16 * mib
+    # Files from before the default depended on the model ran with two chunks.
+    assert recorded_credit({}, 4 * mib, 61 * mib) == 8 * mib
+    assert recorded_credit({}, None, 61 * mib) == 8 * mib  # the default threshold: 4 MiB
+    assert recorded_credit({}, None, 3 * mib) == 2 * mib  # and 1 MiB for a small model
+
+
 def test_paired_rows_are_predicted_round_by_round_from_that_rounds_compute(tmp_path: Path) -> None:
     profile = zoo_profile("cnn")
     rounds = {

@@ -174,6 +174,11 @@ def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.b
             out = {
                 "gradient_bytes": gradient_bytes,
                 "tuned": tuned,
+                "credit_bytes": {
+                    name: v.engine.plan.credit_bytes
+                    for name, v in variants.items()
+                    if v.engine is not None
+                },
                 "block_steps": steps,
                 "rounds_s": rounds,
                 "lockstep_compute_rounds_s": lockstep,

@@ -205,6 +205,10 @@ def measure_case(
         "cadence_threshold_bytes": DPConfig(
             threshold_bytes=mb_to_bytes(config.threshold_mb)
         ).threshold_for(grad_bytes),
+        # And the bytes it let in flight (its default depends on the model too).
+        "cadence_credit_bytes": DPConfig(
+            threshold_bytes=mb_to_bytes(config.threshold_mb)
+        ).credit_for(grad_bytes),
         "compute_s": compute_s,
         "compute_runs_s": compute_runs,
         "model_compute_s": model_compute_s,

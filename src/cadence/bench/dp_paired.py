@@ -209,6 +209,8 @@ def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
         "gradient_bytes": measured["gradient_bytes"],
         "block_steps": measured["block_steps"],
         "tuned": measured.get("tuned", {}),
+        # cadence-dp's bytes in flight, as it ran (older files lack it).
+        **_credit(measured.get("credit_bytes", {}).get(CADENCE)),
         "compute_s": compute,
         "wire_s": wire_s,
         "bound_s": max(compute, wire_s),
@@ -229,6 +231,10 @@ def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
             name: statistics.median(values) for name, values in against_main.items()
         },
     }
+
+
+def _credit(credit_bytes: int | None) -> dict[str, Any]:
+    return {} if credit_bytes is None else {"cadence_credit_bytes": credit_bytes}
 
 
 def _lockstep(rounds: list[float] | None) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from typing import Any
 
 from cadence.comm.cost import AlphaBeta
 from cadence.dp.config import mb_to_bytes
+from cadence.dp.plan import default_threshold
 from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.api import DDP_BUCKET_BYTES
@@ -45,6 +46,15 @@ def recorded_threshold(cfg: dict[str, Any]) -> int | None:
         return 4 * 2**20
     mb = cfg["threshold_mb"]
     return mb_to_bytes(None if mb is None else float(mb))
+
+
+def recorded_credit(row: dict[str, Any], threshold: int | None, gradient_bytes: int) -> int:
+    """The bytes cadence-dp let in flight in a benchmark row: its `cadence_credit_bytes`, or
+    for files from before the default depended on the model (they do not record it) two
+    chunks' worth, the default they ran with."""
+    if "cadence_credit_bytes" in row:
+        return int(row["cadence_credit_bytes"])
+    return 2 * (threshold if threshold is not None else default_threshold(gradient_bytes))
 
 
 def read_bench_dp(path: str) -> dict[str, Any]:
@@ -103,6 +113,7 @@ class _Case:
     update_s_per_byte: float
     step_s: float
     threshold: int | None
+    credit: int
     reorder_k: int | None
     options: SimOptions
 
@@ -129,7 +140,7 @@ class _Case:
                 setup,
                 strategy,
                 self.threshold,
-                None,  # the default credit, what the runtime runs with
+                self.credit,
                 DDP_BUCKET_BYTES,
                 self.options,
                 reorder_k=self.reorder_k,
@@ -186,6 +197,9 @@ def predict_bench_dp(
                 update_s_per_byte=update,
                 step_s=update * sum(p.nbytes for p in params),
                 threshold=recorded_threshold(cfg),
+                credit=recorded_credit(
+                    row, recorded_threshold(cfg), sum(p.nbytes for p in params)
+                ),
                 reorder_k=cfg.get("reorder_k"),
                 options=options or SimOptions(),
                 slowdown=slowdown,
