@@ -41,9 +41,10 @@ LARGE_MODEL_CHUNKS = 8
 """A model with at least this many chunks' worth of gradients gets `LARGE_CREDIT_CHUNKS`."""
 LARGE_CREDIT_CHUNKS = 4
 """Chunks in flight for a large model. vgg16 at 400mbit (15 chunks of 4 MiB), measured in turns
-against two in one run: 0.90-0.97x the iteration time in three runs of four, 1.04x in one;
-three chunks 1.01x, six 1.04x. A small model keeps two: four would put all its gradients in
-flight at once, leaving nothing for priority order (gpt_mini at 400mbit: 1.06x with four)."""
+against two in one run: 0.90-0.97x the iteration time in three runs of five, 1.04x and 1.09x
+in two (0.98x on average, within the noise between runs); three chunks 1.01x, six 1.04x. A
+small model keeps two: four would put all its gradients in flight at once, leaving nothing for
+priority order (gpt_mini at 400mbit: 1.06x with four)."""
 
 
 def default_credit(threshold_bytes: int, gradient_bytes: int = 0) -> int:
