@@ -197,18 +197,15 @@ def measure_case(
     line_bound = max(compute_s, line_wire)
     ddp_tuned = min(v for k, v in medians.items() if k.startswith("ddp"))
     cadence = medians["cadence"]
+    cadence_config = DPConfig(threshold_bytes=mb_to_bytes(config.threshold_mb))
     return {
         "model": model,
         "cap": cap,
         "gradient_bytes": grad_bytes,
         # What cadence-dp's runs split and fused by (its default depends on the model).
-        "cadence_threshold_bytes": DPConfig(
-            threshold_bytes=mb_to_bytes(config.threshold_mb)
-        ).threshold_for(grad_bytes),
+        "cadence_threshold_bytes": cadence_config.threshold_for(grad_bytes),
         # And the bytes it let in flight (its default depends on the model too).
-        "cadence_credit_bytes": DPConfig(
-            threshold_bytes=mb_to_bytes(config.threshold_mb)
-        ).credit_for(grad_bytes),
+        "cadence_credit_bytes": cadence_config.credit_for(grad_bytes),
         "compute_s": compute_s,
         "compute_runs_s": compute_runs,
         "model_compute_s": model_compute_s,

@@ -277,6 +277,7 @@ class SimulatedRanking:
     ):
         self._profile = profile
         self._params = list(params)
+        self._gradient_bytes = sum(p.nbytes for p in self._params)
         self._world = world_size
         self._link = link_bytes_per_s
         self._broadcast = broadcast
@@ -286,12 +287,11 @@ class SimulatedRanking:
         from cadence.dp.plan import default_credit
         from cadence.sim import plan_dp, simulate_dp  # heavy; only guided tuning needs it
 
-        gradient_bytes = sum(p.nbytes for p in self._params)
         plan = plan_dp(
             self._profile,
             self._params,
             candidate.threshold_bytes,
-            default_credit(candidate.threshold_bytes, gradient_bytes),
+            default_credit(candidate.threshold_bytes, self._gradient_bytes),
             self._world,
             self._link,
             reorder_k=candidate.reorder_k,

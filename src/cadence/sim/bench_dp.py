@@ -26,7 +26,7 @@ from typing import Any
 
 from cadence.comm.cost import AlphaBeta
 from cadence.dp.config import mb_to_bytes
-from cadence.dp.plan import default_threshold
+from cadence.dp.plan import DEFAULT_CREDIT_CHUNKS, default_threshold
 from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.api import DDP_BUCKET_BYTES
@@ -54,7 +54,8 @@ def recorded_credit(row: dict[str, Any], threshold: int | None, gradient_bytes: 
     chunks' worth, the default they ran with."""
     if "cadence_credit_bytes" in row:
         return int(row["cadence_credit_bytes"])
-    return 2 * (threshold if threshold is not None else default_threshold(gradient_bytes))
+    chunk = threshold if threshold is not None else default_threshold(gradient_bytes)
+    return DEFAULT_CREDIT_CHUNKS * chunk
 
 
 def read_bench_dp(path: str) -> dict[str, Any]:
@@ -187,7 +188,9 @@ def predict_bench_dp(
                     raise UserError(f"{path}: no runtime cost of {model!r} given")
                 slowdown = runtime_slowdowns[model]
             params = model_params(model)
+            gradient_bytes = sum(p.nbytes for p in params)
             update = step_cost(model, "adam", optimizer_step_s, params)
+            threshold = recorded_threshold(cfg)
             case = _Case(
                 profile=profiles[model],
                 params=params,
@@ -195,11 +198,9 @@ def predict_bench_dp(
                 link=AlphaBeta.from_bandwidth(bps * payload_fraction),
                 description=f"{model} {cap}",
                 update_s_per_byte=update,
-                step_s=update * sum(p.nbytes for p in params),
-                threshold=recorded_threshold(cfg),
-                credit=recorded_credit(
-                    row, recorded_threshold(cfg), sum(p.nbytes for p in params)
-                ),
+                step_s=update * gradient_bytes,
+                threshold=threshold,
+                credit=recorded_credit(row, threshold, gradient_bytes),
                 reorder_k=cfg.get("reorder_k"),
                 options=options or SimOptions(),
                 slowdown=slowdown,

@@ -8,6 +8,7 @@ included) just before the timed window and just after it. Writes DIR/rank<R>.jso
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -91,7 +92,7 @@ def run(spec: JobSpec, out_dir: Path) -> None:
 
     from cadence.comm import all_reduce_sum, destroy, init_from_env
     from cadence.models import get_model_spec, load_dataset
-    from cadence.train.sharding import epoch_batches
+    from cadence.train.sharding import batch_stream
 
     torch.set_num_threads(spec.threads)
     ctx = init_from_env()
@@ -103,20 +104,17 @@ def run(spec: JobSpec, out_dir: Path) -> None:
         times: list[float] = []
         losses: list[Any] = []
         counters: dict[str, tuple[int, int]] = {}
-        epoch = 0
+        batches = batch_stream(
+            len(data.train_x), spec.batch_size, ctx.rank, ctx.world_size, spec.seed
+        )
         t_prev = time.perf_counter()
-        while len(times) < spec.steps:
-            epoch += 1
-            for idx in epoch_batches(len(data.train_x), spec.batch_size, ctx.rank,
-                                     ctx.world_size, spec.seed, epoch):  # fmt: skip
-                if len(times) == spec.steps:
-                    break
-                if len(times) == spec.window_start and ctx.world_size > 1:
-                    counters["start"] = read_iface_bytes(spec.iface)
-                losses.append(job.train_step(data.train_x[idx], data.train_y[idx]))
-                now = time.perf_counter()
-                times.append(now - t_prev)
-                t_prev = now
+        for idx in itertools.islice(batches, spec.steps):
+            if len(times) == spec.window_start and ctx.world_size > 1:
+                counters["start"] = read_iface_bytes(spec.iface)
+            losses.append(job.train_step(data.train_x[idx], data.train_y[idx]))
+            now = time.perf_counter()
+            times.append(now - t_prev)
+            t_prev = now
         if ctx.world_size > 1:
             counters["end"] = read_iface_bytes(spec.iface)
         job.close()
