@@ -130,3 +130,49 @@ def test_gather_lane_is_the_same_training_and_bytes(stage, overlap):
             assert one[1] == two[1]
         for key, value in one[2].items():
             torch.testing.assert_close(two[2][key], value, rtol=0, atol=0)
+
+
+def _replicated_pair(rank, world_size, stage, overlap):
+    """mlp with onebit: (losses, bytes per step, final state) with the parameters gathered
+    from their owners, then with every rank updating every piece itself."""
+    import cadence
+    from tests.dist.zero_helpers import make_model, opt_kwargs, train_steps
+
+    out = []
+    for replicated in (False, True):
+        model, opt = cadence.zero(make_model("mlp"), stage=stage, compression="onebit",
+                                  freeze_steps=3, overlap_gather=overlap,
+                                  replicated_update=replicated, **opt_kwargs("adam"))  # fmt: skip
+        losses, sent = train_steps(model, opt, "mlp", 8, rank, world_size)
+        opt.engine.close()
+        out.append((losses, sent, {k: v.detach().clone() for k, v in model.state_dict().items()}))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("world_size", "stage", "overlap"), [(2, 1, False), (2, 2, True), (4, 1, True), (4, 2, False)]
+)
+def test_replicated_update_is_the_same_training_without_parameter_gathers(
+    world_size, stage, overlap
+):
+    # Every rank forms every owner's momentum and applies its update with the owner's frozen
+    # denominator: the same model bit for bit as gathering the owners' pieces, on every rank.
+    results = run_ranks(_replicated_pair, world_size, stage, overlap, timeout=240)
+    layout = _layout(world_size)
+    hot = comm_bytes_per_step(layout, stage, "onebit", True, replicated_update=True)
+    assert hot["parameters"] == 0 < hot["gradients"]
+    gathered = comm_bytes_per_step(layout, stage, "onebit", True)
+    assert hot["total"] < gathered["total"] / 4
+    for gather, replicated in results:
+        assert gather[0] == replicated[0]  # losses
+        for key, value in gather[2].items():
+            torch.testing.assert_close(replicated[2][key], value, rtol=0, atol=0)
+        # The switch-over (step 3) gathers the frozen denominator once (with overlap its bytes
+        # may land in step 4's window); after it, only the 1-bit momentum moves.
+        assert all(s == hot for s in replicated[1][5:]), replicated[1][5:]
+        gather = 4 * layout.padded // world_size * (world_size - 1)
+        # Three warm-up steps' parameter gathers, then the denominator's, and nothing after.
+        assert sum(s["parameters"] for s in replicated[1]) == 4 * gather
+    for _, replicated in results[1:]:  # every rank holds the same parameters
+        for key, value in results[0][1][2].items():
+            torch.testing.assert_close(replicated[2][key], value, rtol=0, atol=0)

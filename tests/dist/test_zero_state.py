@@ -39,6 +39,11 @@ def test_checkpoint_resumes_exactly_and_rejects_another_world_size(tmp_path):
             )
             for key in uninterrupted:
                 torch.testing.assert_close(resumed[key], uninterrupted[key], rtol=0, atol=0)
+    # Replicated updates gather no parameters after warm-up: loading still brings every
+    # rank's full parameters from the owners' pieces, and the frozen denominator is made again.
+    for uninterrupted, resumed in run_ranks(checkpoint_run, 2, directory + "r", [2], True)[0]:
+        for key in uninterrupted:
+            torch.testing.assert_close(resumed[key], uninterrupted[key], rtol=0, atol=0)
     saved = sorted(p.name for p in (tmp_path / "ckpt3").iterdir())
     assert saved == ["zero-rank0-of-2.pt", "zero-rank1-of-2.pt"]
     _, optimizer = cadence.zero(make_model("mlp"), stage=3, compression="onebit", freeze_steps=2)

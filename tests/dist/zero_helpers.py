@@ -177,18 +177,25 @@ def memory_run(rank: int, world_size: int, stages: list[int]) -> list[dict[str, 
     return out
 
 
-def checkpoint_run(rank: int, world_size: int, directory: str, stages: list[int]) -> list:
+def checkpoint_run(
+    rank: int, world_size: int, directory: str, stages: list[int], replicated: bool = False
+) -> list:
     """Per stage: train 3 steps, save, train 2 more; then a fresh model loads and trains the
     same 2 steps. Returns both final state dicts per stage."""
-    return [_checkpoint_stage(rank, world_size, f"{directory}{s}", s) for s in stages]
+    return [
+        _checkpoint_stage(rank, world_size, f"{directory}{s}", s, replicated) for s in stages
+    ]
 
 
-def _checkpoint_stage(rank: int, world_size: int, directory: str, stage: int) -> list[dict]:
+def _checkpoint_stage(
+    rank: int, world_size: int, directory: str, stage: int, replicated: bool
+) -> list[dict]:
     results = []
     for resume in (False, True):
         model, opt = cadence.zero(
-            make_model("mlp"), stage=stage, compression="onebit", freeze_steps=2, lr=3e-3
-        )
+            make_model("mlp"), stage=stage, compression="onebit", freeze_steps=2, lr=3e-3,
+            replicated_update=replicated,
+        )  # fmt: skip
         if resume:
             cadence.zero.load(directory, opt)
         for step in range(5):

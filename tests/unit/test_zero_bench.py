@@ -26,6 +26,8 @@ def test_job_names_map_to_specs():
     assert job_spec("zero2-onebit-overlap-fwdorder", BASE).forward_gather_share == 1.0
     assert job_spec("zero2-onebit-overlap-front55", BASE).forward_gather_share == 0.55
     assert z.gather_lane and not job_spec("zero1-onebit-onelane", BASE).gather_lane
+    assert job_spec("zero2-onebit-replicated", BASE).replicated_update
+    assert not z.replicated_update
     assert all(job_spec(name, BASE).name == name for name in ALL_JOBS)
 
 
@@ -44,6 +46,9 @@ def test_payload_halves_the_gather_with_bf16_and_peers_are_not_modelled():
     bf16 = payload_bytes(job_spec("zero1-onebit-bf16", BASE), 2)
     assert fp32 is not None and bf16 is not None and bf16 < fp32
     assert payload_bytes(job_spec("fsdp2", BASE), 2) is None
+    # Replicated updates gather no parameters: only the 1-bit momentum is left.
+    replicated = payload_bytes(job_spec("zero1-onebit-replicated", BASE), 2)
+    assert replicated is not None and 0 < replicated < bf16 / 8
     ddp = payload_bytes(job_spec("ddp", BASE), 2)
     from cadence.models import get_model_spec
 

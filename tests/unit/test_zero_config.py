@@ -33,6 +33,20 @@ def test_forward_gather_share_is_a_fraction(share):
         ZeroConfig(forward_gather_share=share)
 
 
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"stage": 3, "compression": "onebit"}, {"stage": 2, "compression": "fp16"},
+     {"stage": 1, "compression": "onebit", "gather_dtype": "bf16"}],
+)  # fmt: skip
+def test_replicated_update_needs_onebit_at_stage_1_or_2_in_fp32(kwargs):
+    from cadence.zero import ZeroConfig
+
+    with pytest.raises(UserError, match="replicated_update needs stage 1 or 2 with onebit") as info:
+        ZeroConfig(replicated_update=True, **kwargs)
+    assert "\n" not in str(info.value)
+    ZeroConfig(stage=2, compression="onebit", replicated_update=True)
+
+
 def test_good_zero_settings_round_trip_through_json():
     config = TrainConfig(strategy="zero", zero_stage=3, compression="onebit", freeze_steps=7)
     assert TrainConfig.from_json(config.to_json()) == config

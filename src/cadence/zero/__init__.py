@@ -52,6 +52,7 @@ def zero(
     overlap_gather: bool = False,
     forward_gather_share: float = 1 / 3,
     gather_lane: bool = True,
+    replicated_update: bool = False,
     **optimizer_kwargs: Any,
 ) -> tuple[nn.Module, ZeroOptimizer]:
     """Shard `model`'s training state over the current process group (a world of one without).
@@ -70,6 +71,7 @@ def zero(
         overlap_gather=overlap_gather,
         forward_gather_share=forward_gather_share,
         gather_lane=gather_lane,
+        replicated_update=replicated_update,
     )
     return zero_from_config(model, config, **optimizer_kwargs)
 
@@ -86,7 +88,7 @@ def zero_from_config(
                 dist.broadcast(t, src=0)
         # The communication thread's own group: never interleaves with the caller's collectives.
         group = dist.new_group(backend=dist.get_backend())
-        if config.updates_early and config.gather_lane:
+        if config.updates_early and config.gather_lane and not config.replicated_update:
             gather_group = dist.new_group(backend=dist.get_backend())
     engine: ZeroEngine
     if config.stage == 3:

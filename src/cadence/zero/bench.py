@@ -37,6 +37,7 @@ ALL_JOBS = (
     "zero3-none", "zero3-onebit", "zero3-onebit-bf16",
     "zero1-onebit-overlap", "zero1-onebit-bf16-overlap",
     "zero2-onebit-overlap", "zero2-onebit-bf16-overlap",
+    "zero1-onebit-replicated", "zero2-onebit-replicated",
 )  # fmt: skip
 
 
@@ -45,7 +46,7 @@ def job_spec(name: str, base: JobSpec) -> JobSpec:
     `backorder`: every gather in backward order, `ZeroConfig.forward_gather_share` = 0;
     `fwdorder`: every gather after the backward in forward order, share 1; `front<N>`: share
     N percent; `onelane`: gathers on the same communication thread as the reductions,
-    `ZeroConfig.gather_lane` off)."""
+    `ZeroConfig.gather_lane` off; `replicated`: `ZeroConfig.replicated_update`)."""
     if name in ("ddp", "fsdp2"):
         return replace(base, name=name, kind=name)
     if name == "deepspeed-zero2":
@@ -61,7 +62,7 @@ def job_spec(name: str, base: JobSpec) -> JobSpec:
         len(parts) >= 2
         and parts[0] in ("zero1", "zero2", "zero3")
         and parts[1] in ("none", "fp16", "onebit")
-        and options - orders <= {"bf16", "overlap", "onelane"}
+        and options - orders <= {"bf16", "overlap", "onelane", "replicated"}
         and len(orders) <= 1
         and len(options) == len(parts) - 2
     )
@@ -69,7 +70,7 @@ def job_spec(name: str, base: JobSpec) -> JobSpec:
         raise UserError(
             f"unknown zero bench job '{name}': "
             "zero<1|2|3>-<none|fp16|onebit>[-bf16][-overlap][-backorder|-fwdorder|-front<N>]"
-            "[-onelane] "
+            "[-onelane][-replicated] "
             f"or one of {', '.join(ALL_JOBS[:3])}"
         )
     return replace(
@@ -82,6 +83,7 @@ def job_spec(name: str, base: JobSpec) -> JobSpec:
         overlap_gather="overlap" in options,
         forward_gather_share=shares[orders.pop()] if orders else JobSpec.forward_gather_share,
         gather_lane="onelane" not in options,
+        replicated_update="replicated" in options,
     )
 
 
@@ -101,7 +103,9 @@ def payload_bytes(spec: JobSpec, workers: int) -> int | None:
         [(n, [(k, tuple(p.shape)) for k, p in params]) for n, _, params in entries], workers
     )
     gather = 2 if spec.gather_dtype == "bf16" else 4
-    return comm_bytes_per_step(layout, spec.stage, spec.compression, True, gather)["total"]
+    return comm_bytes_per_step(
+        layout, spec.stage, spec.compression, True, gather, spec.replicated_update
+    )["total"]
 
 
 def _run_job(cluster: Any, spec: JobSpec, run_dir: Path) -> list[dict[str, Any]]:

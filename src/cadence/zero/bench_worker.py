@@ -40,6 +40,8 @@ class JobSpec:
     """cadence.zero: `ZeroConfig.forward_gather_share` (0: gathers in backward order)."""
     gather_lane: bool = True
     """cadence.zero: `ZeroConfig.gather_lane`."""
+    replicated_update: bool = False
+    """cadence.zero: `ZeroConfig.replicated_update`."""
     model: str = "gpt_mini"
     """Model zoo name."""
     batch_size: int = 64
@@ -84,7 +86,8 @@ def _build_job(spec: JobSpec, model: Any, world_size: int) -> Any:
         return peers.wrap_deepspeed(model, spec.lr, spec.batch_size // world_size)
     return peers.wrap_zero(model, spec.lr, spec.stage, spec.compression, spec.freeze_steps,
                            spec.gather_dtype, spec.overlap_gather,
-                           spec.forward_gather_share, spec.gather_lane)  # fmt: skip
+                           spec.forward_gather_share, spec.gather_lane,
+                           spec.replicated_update)  # fmt: skip
 
 
 def run(spec: JobSpec, out_dir: Path) -> None:

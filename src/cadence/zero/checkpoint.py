@@ -65,6 +65,7 @@ def load_sharded_state(engine: ZeroEngine, state: dict[str, Any]) -> None:
         ):
             st.shard.copy_(shard)
             st.sender_error, st.reducer_error, st.momentum_wire = se, re, mw
+            st.denominator = None  # made again from the loaded variance
     engine.inner.load_state_dict(state["optimizer"])
     engine.steps_done = state["steps_done"]
     engine.after_update()

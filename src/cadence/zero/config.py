@@ -44,6 +44,13 @@ class ZeroConfig:
     """Stages 1-2 with onebit: parameter all-gathers run on a second communication thread and
     process group, so a bucket's momentum exchange and update need not wait for the previous
     bucket's gather to finish. False: one thread for everything."""
+    replicated_update: bool = False
+    """Stages 1-2 with onebit, after warm-up: every rank applies every piece's update itself,
+    from the exchanged 1-bit momentum and a copy of the whole model's frozen Adam denominator
+    (gathered once, at the switch-over), so no parameters are all-gathered: the same training
+    bit for bit, for 4 more bytes per parameter on every rank. Stage 2 then all-gathers what
+    every rank sent instead of the all-to-all (p times its bytes: worth it while p is well
+    below 28, where it would cost as much as the fp32 parameter gather it replaces)."""
 
     @property
     def updates_early(self) -> bool:
@@ -82,4 +89,10 @@ class ZeroConfig:
             raise UserError(
                 f"unknown gather dtype '{self.gather_dtype}': choose one of "
                 f"{', '.join(GATHER_DTYPES)}"
+            )
+        if self.replicated_update and not (self.updates_early and self.gather_dtype == "fp32"):
+            raise UserError(
+                "replicated_update needs stage 1 or 2 with onebit compression and fp32 "
+                f"parameters (got stage {self.stage}, compression {self.compression}, "
+                f"gather dtype {self.gather_dtype})"
             )

@@ -24,11 +24,23 @@ from torch import nn
 
 from cadence.comm import collectives
 from cadence.errors import UserError
-from cadence.zero.compress import encode
+from cadence.zero.compress import decode, encode
 from cadence.zero.config import ZeroConfig
 from cadence.zero.layout import Bucket, ZeroLayout, bucket_params, build_layout
-from cadence.zero.onebit import gather_wires, momentum_all_reduce, momentum_reduce_scatter
-from cadence.zero.update import FrozenAdamArgs, frozen_adam_update
+from cadence.zero.onebit import (
+    gather_wires,
+    mean_of_received,
+    momentum_all_gather_sent,
+    momentum_all_reduce,
+    momentum_reduce_scatter,
+)
+from cadence.zero.update import (
+    FrozenAdamArgs,
+    frozen_adam_update,
+    frozen_denominator,
+    replicated_update,
+    step_size,
+)
 
 _TORCH_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
     "adam": torch.optim.Adam,
@@ -64,6 +76,13 @@ class BucketState:
     forward_gather: bool = False
     """Early update with overlap: this bucket's gather waits for `step()` and then goes in
     forward order (a front block, see `ZeroConfig.forward_gather_share`)."""
+    denominator: torch.Tensor | None = None
+    """1-bit Adam after warm-up: Adam's denominator from the frozen variance, made once, for
+    this rank's piece (with `ZeroConfig.replicated_update`: the whole bucket)."""
+    denominator_key: tuple[float, float] | None = None
+    """The (bias2, eps) `denominator` was made with."""
+    everyone_sent: torch.Tensor | None = None
+    """Stage 2 with `replicated_update`: this step's (p senders, p pieces, wire bytes)."""
     in_flight: list[Future[None]] = field(default_factory=list)
 
 
@@ -121,6 +140,8 @@ class ZeroEngine:
         # during the backward; with several backwards per step the update uses the first
         # one's momentum.
         self.early_update = config.updates_early and world_size > 1
+        # Every rank updates every piece itself after warm-up: no parameter gathers.
+        self.replicated = config.replicated_update and world_size > 1
         # Stage 1 reduces early too once 1-bit Adam is compressing: its momentum all-reduce
         # needs only this backward's gradient, so it can overlap the rest of the backward.
         if config.stage >= 2 or config.compression == "onebit":
@@ -244,11 +265,9 @@ class ZeroEngine:
             st.updated = True
             # Right behind the bucket's momentum reduction; a front block's gather waits for
             # `step()` (`gather_all`).
-            update = self.submit(
-                lambda: frozen_adam_update(st.shard, self.inner.state[st.shard], args),
-                "parameters",
-            )
-            st.pending = update if st.forward_gather else self.submit_gather(st, update)
+            update = self.submit(lambda: self.frozen_update(st, args), "parameters")
+            gathered_later = st.forward_gather or self.replicated
+            st.pending = update if gathered_later else self.submit_gather(st, update)
 
     def on_bucket_backward_done(self, st: BucketState) -> None:
         """Stage 3 overrides this to release the bucket's parameters."""
@@ -304,10 +323,16 @@ class ZeroEngine:
             # owner's momentum is the mean over p senders; x beta1: it enters as last momentum).
             st.sender_error.view(self.p, -1)[self.rank].add_(lost, alpha=self.p * beta1)
         assert st.sender_error is not None and st.momentum_wire is not None
+        momentum = self.inner.state[st.shard]["exp_avg"]
+        if self.replicated:  # every rank forms every owner's momentum: it gets all that was sent
+            st.momentum_wire, st.everyone_sent = momentum_all_gather_sent(
+                flat_grad, st.momentum_wire, momentum, st.sender_error, beta1, self.rank,
+                self.group,
+            )  # fmt: skip
+            return
         st.momentum_wire = momentum_reduce_scatter(
-            flat_grad, st.momentum_wire, self.inner.state[st.shard]["exp_avg"], st.sender_error,
-            beta1, self.group,
-        )  # fmt: skip
+            flat_grad, st.momentum_wire, momentum, st.sender_error, beta1, self.group
+        )
 
     def _onebit_all_reduce(self, st: BucketState, flat_grad: torch.Tensor) -> None:
         """1-bit Adam, stage 1: every rank's local momentum, 1-bit all-reduced.
@@ -323,6 +348,44 @@ class ZeroEngine:
             flat_grad, st.momentum_wire, self.inner.state[st.shard]["exp_avg"], st.sender_error,
             st.reducer_error, beta1_of(self), self.rank, self.group,
         )  # fmt: skip
+
+    # ----------------------------------------------------------------- 1-bit Adam's update
+    def frozen_update(self, st: BucketState, args: FrozenAdamArgs) -> None:
+        """1-bit Adam's update of one bucket after warm-up (any thread): this rank's piece,
+        for the gather to spread; with `replicated_update`, every piece, here."""
+        state = self.inner.state[st.shard]
+        denominator = self._denominator(st, args)
+        if not self.replicated:
+            frozen_adam_update(st.shard, state, args, denominator)
+            return
+        pieces = [st.spec.piece_range(j) for j in range(self.p)]
+        replicated_update(
+            st.flat, pieces, lambda j: self._piece_momentum(st, j), denominator,
+            step_size(state, args),
+        )  # fmt: skip
+        st.everyone_sent = None
+
+    def _denominator(self, st: BucketState, args: FrozenAdamArgs) -> torch.Tensor:
+        """The bucket's frozen denominator, made (and, replicated, all-gathered) once."""
+        if st.denominator is None or st.denominator_key != args.denominator_key:
+            own = frozen_denominator(self.inner.state[st.shard]["exp_avg_sq"], args)
+            if self.replicated:  # every rank's piece, as its owner made it
+                full = torch.empty(st.spec.padded, dtype=own.dtype)
+                collectives.all_gather_into_tensor(full, own, group=self.group)
+                own = full
+            st.denominator, st.denominator_key = own, args.denominator_key
+        return st.denominator
+
+    def _piece_momentum(self, st: BucketState, j: int) -> torch.Tensor:
+        """Owner j's momentum for its piece, formed here exactly as owner j forms it."""
+        if j == self.rank:
+            return self.inner.state[st.shard]["exp_avg"]
+        assert st.momentum_wire is not None
+        if self.config.stage == 1:  # the all-reduced momentum, as every rank gathered it
+            return decode(st.momentum_wire[j])
+        assert st.everyone_sent is not None
+        out = torch.empty(st.spec.piece, dtype=torch.float32)
+        return mean_of_received(out, st.everyone_sent[:, j])
 
     def finish_reductions(self) -> None:
         """Reduce buckets no hook reduced (stage 1: all of them), then wait for every one."""
@@ -355,7 +418,9 @@ class ZeroEngine:
     def gather_all(self) -> None:
         """Start every bucket's parameter all-gather, except those the early update started."""
         for st in self.states:  # forward order: the first block's parameters arrive first
-            if not st.updated or st.forward_gather:
+            # An updated bucket's gather is queued behind its update, except a front block's
+            # (now); with replicated_update every rank updated every piece: none at all.
+            if not st.updated or (st.forward_gather and not self.replicated):
                 st.pending = self.submit_gather(st, st.pending)  # after an early update
             st.updated = False
         if not (self.config.overlap_gather and self.p > 1):
@@ -402,7 +467,7 @@ class ZeroEngine:
             if isinstance(t, torch.Tensor) and t.dim() > 0
         )
         for st in self.states:
-            for t in (st.sender_error, st.reducer_error, st.momentum_wire):
+            for t in (st.sender_error, st.reducer_error, st.momentum_wire, st.denominator):
                 if t is not None:
                     opt += t.numel() * t.element_size()
         now = {"parameters": params, "gradients": grads, "optimizer_state": opt}

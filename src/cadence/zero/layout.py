@@ -137,7 +137,12 @@ def build_layout(
 
 
 def comm_bytes_per_step(
-    layout: ZeroLayout, stage: int, compression: str, compressed_phase: bool, gather_bytes: int = 4
+    layout: ZeroLayout,
+    stage: int,
+    compression: str,
+    compressed_phase: bool,
+    gather_bytes: int = 4,
+    replicated_update: bool = False,
 ) -> dict[str, int]:
     """Exact payload bytes each rank sends in one training step, by purpose.
 
@@ -148,17 +153,22 @@ def comm_bytes_per_step(
     all-to-all). Parameters are all-gathered once per step in
     stages 1 and 2; stage 3 gathers every bucket before its forward and again before its
     backward, except the last bucket, which stays gathered from forward to backward.
+    `replicated_update` (onebit after warm-up, stages 1-2): no parameter gathers; stage 2
+    all-gathers every rank's p sent pieces instead of the all-to-all ((p-1) x p pieces).
     """
     p = layout.world_size
     grads = params = 0
     for b in layout.buckets:
-        if compression == "onebit" and compressed_phase:
+        replicated = replicated_update and compression == "onebit" and compressed_phase
+        if replicated and stage == 2:
+            grads += p * (p - 1) * wire_bytes(b.piece)
+        elif compression == "onebit" and compressed_phase:
             grads += (2 if stage == 1 else 1) * (p - 1) * wire_bytes(b.piece)
         else:
             elem = 2 if compression == "fp16" else FP32
             grads += (2 if stage == 1 else 1) * (p - 1) * b.piece * elem
         gathers = 1 if stage < 3 else (1 if b.index == len(layout.buckets) - 1 else 2)
-        params += gathers * (p - 1) * b.piece * gather_bytes
+        params += 0 if replicated else gathers * (p - 1) * b.piece * gather_bytes
     if p == 1:
         grads = params = 0
     return {"gradients": grads, "parameters": params, "total": grads + params}

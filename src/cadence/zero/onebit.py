@@ -68,6 +68,35 @@ def momentum_reduce_scatter(
     mean of the ranks' last sent pieces is the owner's last momentum, so this is the momentum
     recursion over the mean gradient, plus the change in the mean sender error.
     """
+    sent = encode_sent(grad, last_sent, sender_error, beta1)
+    mean_of_received(momentum, exchange_pieces(sent, group))
+    return sent
+
+
+def momentum_all_gather_sent(
+    grad: torch.Tensor,
+    last_sent: torch.Tensor,
+    momentum: torch.Tensor,
+    sender_error: torch.Tensor,
+    beta1: float,
+    rank: int,
+    group: dist.ProcessGroup | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`momentum_reduce_scatter` for a replicated update: every rank gets every rank's sent
+    pieces (all-gathered, (p sources, p pieces, wire bytes)), so it can form every owner's
+    momentum itself; returns (sent, everything every rank sent)."""
+    sent = encode_sent(grad, last_sent, sender_error, beta1)
+    p = sent.shape[0]
+    everyone = gather_wires(sent.view(-1), p, group).view(p, p, -1)
+    mean_of_received(momentum, everyone[:, rank])
+    return sent, everyone
+
+
+def encode_sent(
+    grad: torch.Tensor, last_sent: torch.Tensor, sender_error: torch.Tensor, beta1: float
+) -> torch.Tensor:
+    """Stages 2-3 sender side: (p, wire bytes), row j piece j of beta1 x `last_sent` decoded +
+    (1 - beta1) x `grad`, plus the sender error, which keeps what the encoding lost."""
     p = last_sent.shape[0]
     errors = sender_error.add_(grad, alpha=1 - beta1).view(p, -1)
     sent = torch.empty_like(last_sent)
@@ -75,11 +104,16 @@ def momentum_reduce_scatter(
     for j in range(p):  # error + local momentum -> wire j, the error keeps what it lost
         decode_add_(errors[j], last_sent[j], alpha=beta1)
         encode_feedback_(errors[j], sent[j], scratch)
-    received = exchange_pieces(sent, group)
-    momentum.zero_()
-    for j in range(p):
-        decode_add_(momentum, received[j], alpha=1 / p)
     return sent
+
+
+def mean_of_received(out: torch.Tensor, received: torch.Tensor) -> torch.Tensor:
+    """`out` = the mean of the decoded rows of `received` (p, wire bytes), summed in row order
+    (every rank that forms it gets the same bits)."""
+    out.zero_()
+    for j in range(received.shape[0]):
+        decode_add_(out, received[j], alpha=1 / received.shape[0])
+    return out
 
 
 def exchange_pieces(sent: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:

@@ -14,7 +14,7 @@ import torch
 from torch.optim import Optimizer
 
 from cadence.zero.engine import ZeroEngine
-from cadence.zero.update import FrozenAdamArgs, frozen_adam_update
+from cadence.zero.update import FrozenAdamArgs
 
 
 class ZeroOptimizer(Optimizer):
@@ -74,7 +74,8 @@ class ZeroOptimizer(Optimizer):
         args = FrozenAdamArgs.of(eng.inner.param_groups[0], eng.config.freeze_steps)
         for st in eng.states:
             if not st.updated:  # else the engine updated it early, as its momentum arrived
-                frozen_adam_update(st.shard, eng.inner.state[st.shard], args)
+                eng.frozen_update(st, args)
+                st.updated = eng.replicated  # then every piece is current: nothing to gather
 
     def state_dict(self) -> dict[str, Any]:
         from cadence.zero.checkpoint import sharded_state

@@ -1,13 +1,20 @@
-"""1-bit Adam's update of one bucket's shard: Adam with the variance frozen at warm-up's end.
+"""1-bit Adam's update of one bucket: Adam with the variance frozen at warm-up's end.
 
 Shared by `ZeroOptimizer.step()` and by the engine's early update (stages 1-2), which runs it
 on the communication thread as soon as a bucket's momentum has been reduced, so the
-bucket's parameter all-gather can start during the backward.
+bucket's parameter all-gather can start during the backward. The variance no longer changes
+after warm-up, so its part of the update (the denominator) is made once and kept.
+
+With `ZeroConfig.replicated_update` every rank applies every piece's update itself (from the
+exchanged 1-bit momentum and the whole bucket's frozen denominator) instead of all-gathering
+the owners' results: the same arithmetic, element by element, on the same inputs, so every
+rank's parameters stay equal bit for bit without any parameter traffic.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,17 +43,48 @@ class FrozenAdamArgs:
         beta1, beta2 = group["betas"]
         return cls(float(group["lr"]), beta1, 1 - beta2**freeze_steps, group["eps"])
 
+    @property
+    def denominator_key(self) -> tuple[float, float]:
+        """What a kept denominator was made with; another key means it must be made again."""
+        return (self.bias2, self.eps)
+
 
 @torch.no_grad()
-def frozen_adam_update(shard: torch.Tensor, state: dict[str, Any], args: FrozenAdamArgs) -> None:
-    """Step `shard` with its communicated momentum `state["exp_avg"]` and frozen variance."""
-    m, v = state["exp_avg"], state["exp_avg_sq"]
-    state["step"] += 1
-    bias1 = 1 - args.beta1 ** float(state["step"])
-    root = v.sqrt() / math.sqrt(args.bias2)
+def frozen_denominator(variance: torch.Tensor, args: FrozenAdamArgs) -> torch.Tensor:
+    """Adam's denominator from one piece's frozen variance: sqrt(v / bias2), floored, + eps."""
+    root = variance.sqrt() / math.sqrt(args.bias2)
     # Sign compression gives every entry of a piece the same magnitude, so an entry whose
     # variance is far below its piece's (a dead input pixel: v = 0) would take a step of
     # scale / eps. Flooring the frozen root-variance at a fraction of the piece's mean bounds
     # that amplification; entries at or above the floor are plain 1-bit Adam.
     floor = VARIANCE_FLOOR * root.mean()
-    shard.addcdiv_(m, root.clamp_min_(floor).add_(args.eps), value=-args.lr / bias1)
+    return root.clamp_min_(floor).add_(args.eps)
+
+
+def step_size(state: dict[str, Any], args: FrozenAdamArgs) -> float:
+    """Count one more step in `state` and return its signed, bias-corrected step size."""
+    state["step"] += 1
+    return -args.lr / (1 - args.beta1 ** float(state["step"]))
+
+
+@torch.no_grad()
+def frozen_adam_update(
+    shard: torch.Tensor, state: dict[str, Any], args: FrozenAdamArgs, denominator: torch.Tensor
+) -> None:
+    """Step `shard` with its communicated momentum `state["exp_avg"]` and the `denominator`
+    made from its frozen variance (`frozen_denominator`)."""
+    shard.addcdiv_(state["exp_avg"], denominator, value=step_size(state, args))
+
+
+@torch.no_grad()
+def replicated_update(
+    flat: torch.Tensor,
+    pieces: list[tuple[int, int]],
+    momentum_of: Callable[[int], torch.Tensor],
+    denominator: torch.Tensor,
+    value: float,
+) -> None:
+    """Step every piece j = [lo, hi) of `flat` as its owner does: with `momentum_of(j)` (the
+    owner's momentum, formed the same way) and the owner's piece of `denominator`."""
+    for j, (lo, hi) in enumerate(pieces):
+        flat[lo:hi].addcdiv_(momentum_of(j), denominator[lo:hi], value=value)
