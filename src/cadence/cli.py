@@ -52,6 +52,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         zero_stage=args.zero_stage,
         compression=args.compression,
         freeze_steps=args.freeze_steps,
+        replicated_update=args.replicated_update,
         stages=args.stages,
         microbatches=args.microbatches,
         schedule=args.schedule,
@@ -250,6 +251,12 @@ def _add_train(sub: Any) -> None:
     )
     p.add_argument(
         "--freeze-steps", type=int, default=100, help="1-bit Adam warm-up steps (plain Adam)"
+    )
+    p.add_argument(
+        "--replicated-update",
+        action="store_true",
+        help="ZeRO 1-2 with onebit: every rank updates every piece after warm-up, so no "
+        "parameters are all-gathered (4 more bytes per parameter per rank)",
     )
     # --strategy pipeline (cadence.pipeline)
     p.add_argument(

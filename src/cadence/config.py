@@ -75,6 +75,9 @@ class TrainConfig:
     """ZeRO gradient/momentum traffic: none (fp32), fp16, or onebit (1-bit Adam)."""
     freeze_steps: int = 100
     """1-bit Adam warm-up: plain Adam steps before the variance freezes and compression starts."""
+    replicated_update: bool = False
+    """ZeRO stages 1-2 with onebit: after warm-up every rank applies every piece's update itself
+    and no parameters are all-gathered (4 more bytes per parameter on every rank)."""
     # --- pipeline (--strategy pipeline; cadence.pipeline) ---
     stages: int = 2
     """Pipeline stages S, cut at block boundaries balanced on a quick profile; workers / S
@@ -251,6 +254,11 @@ class TrainConfig:
                 )
             if self.freeze_steps < 1:
                 raise UserError("--compression onebit needs --freeze-steps of at least 1")
+        replicable = self.compression == "onebit" and self.zero_stage < 3
+        if self.strategy == "zero" and self.replicated_update and not replicable:
+            raise UserError(
+                "--replicated-update needs --compression onebit and --zero-stage 1 or 2"
+            )
         if self.strategy == "zero" and self.zero_stage == 3 and not self.eval_every_epoch:
             # Stage 3 gathers full parameters for checkpoints during each epoch's evaluation.
             raise UserError("--zero-stage 3 needs evaluation after every epoch")

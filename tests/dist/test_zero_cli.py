@@ -1,16 +1,20 @@
-"""`cadence train --strategy zero`: stage 3 with 1-bit Adam trains end to end and its checkpoint
-holds full parameters; bad ZeRO settings end in one line with exit status 2."""
+"""`cadence train --strategy zero`: stage 3 with 1-bit Adam, and stage 2 with replicated
+updates, train end to end and their checkpoints hold full parameters; bad ZeRO settings end in one line with exit status 2."""
 
 import json
 
+import pytest
 import torch
 
 from tests.cli_helpers import assert_one_line_error, run_cadence
 
 
-def test_train_zero_stage3_onebit_writes_full_checkpoint(tmp_path):
+@pytest.mark.parametrize("flags", [["--zero-stage", "3"], ["--replicated-update"]])
+def test_train_zero_onebit_writes_full_checkpoint(tmp_path, flags):
+    # Stage 3 gathers its sharded parameters for the checkpoint; stage 2 with replicated
+    # updates gathers none after warm-up and must still train and save every parameter.
     proc = run_cadence(
-        "train", "--model", "mlp", "--strategy", "zero", "--zero-stage", "3",
+        "train", "--model", "mlp", "--strategy", "zero", *flags,
         "--compression", "onebit", "--freeze-steps", "10", "--steps", "25", "--out", "out",
         "--name", "z3", cwd=tmp_path,
     )  # fmt: skip

@@ -145,7 +145,8 @@ def _replicated_pair(rank, world_size, stage, overlap):
                                   replicated_update=replicated, **opt_kwargs("adam"))  # fmt: skip
         losses, sent = train_steps(model, opt, "mlp", 8, rank, world_size)
         opt.engine.close()
-        out.append((losses, sent, {k: v.detach().clone() for k, v in model.state_dict().items()}))
+        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        out.append((losses, sent, state, opt.peak_memory["optimizer_state"]))
     return out
 
 
@@ -170,9 +171,11 @@ def test_replicated_update_is_the_same_training_without_parameter_gathers(
         # The switch-over (step 3) gathers the frozen denominator once (with overlap its bytes
         # may land in step 4's window); after it, only the 1-bit momentum moves.
         assert all(s == hot for s in replicated[1][5:]), replicated[1][5:]
-        gather = 4 * layout.padded // world_size * (world_size - 1)
+        one_gather = 4 * layout.padded // world_size * (world_size - 1)
         # Three warm-up steps' parameter gathers, then the denominator's, and nothing after.
-        assert sum(s["parameters"] for s in replicated[1]) == 4 * gather
+        assert sum(s["parameters"] for s in replicated[1]) == 4 * one_gather
+        # The price: every rank keeps the whole frozen denominator, not just its piece.
+        assert replicated[3] - gather[3] == 4 * layout.padded - 4 * layout.padded // world_size
     for _, replicated in results[1:]:  # every rank holds the same parameters
         for key, value in results[0][1][2].items():
             torch.testing.assert_close(replicated[2][key], value, rtol=0, atol=0)

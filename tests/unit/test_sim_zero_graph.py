@@ -50,6 +50,24 @@ def test_onebit_cuts_the_gradient_bytes_not_the_parameter_gathers() -> None:
     assert 0 < onebit < plain / 10
 
 
+def test_replicated_update_leaves_only_the_one_bit_momentum_on_the_wire() -> None:
+    packed = 4 * MB // 32 + 4 * 2  # sign bits + a scale per chunk, per block
+    a2a = SLOW.time("all_to_all", "pairwise", packed, 2)
+    stage1 = ZeroSimPlan(stage=1, compression="onebit", replicated_update=True)
+    # Both blocks' 1-bit all-reduces (all-to-all + all-gather) after the backward, no gathers.
+    ag1 = SLOW.time("allgather", "ring", packed, 2)
+    assert simulate_zero(_costs(), stage1, 2, SLOW).iteration_s == pytest.approx(
+        6.0 + 2 * (a2a + ag1)
+    )
+    # Stage 2 all-gathers what each rank sent (p pieces); block 1's hides under block 0's
+    # backward, block 0's is exposed.
+    stage2 = ZeroSimPlan(stage=2, compression="onebit", replicated_update=True)
+    sent = SLOW.time("allgather", "ring", 2 * packed, 2)
+    assert simulate_zero(_costs(), stage2, 2, SLOW).iteration_s == pytest.approx(6.0 + sent)
+    with pytest.raises(UserError, match="replicated_update needs stage 1 or 2 with onebit"):
+        ZeroSimPlan(stage=3, compression="onebit", replicated_update=True)
+
+
 def test_stage3_gathers_hide_behind_compute_on_a_fast_link() -> None:
     fast = AlphaBeta(alpha_s=0.0, beta_s_per_byte=1e-9)
     exposed = fast.time("allgather", "ring", 4 * MB, 2) + fast.time(

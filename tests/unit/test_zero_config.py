@@ -17,6 +17,9 @@ from cadence.errors import UserError
         ({"compression": "onebit", "freeze_steps": 0}, "--freeze-steps of at least 1"),
         ({"freeze_steps": -1}, "--freeze-steps must be non-negative"),
         ({"zero_stage": 3, "eval_every_epoch": False}, "needs evaluation after every epoch"),
+        ({"replicated_update": True}, "--replicated-update needs --compression onebit"),
+        ({"zero_stage": 3, "compression": "onebit", "replicated_update": True},
+         "--replicated-update needs --compression onebit and --zero-stage 1 or 2"),
     ],
 )
 def test_bad_zero_settings_are_user_errors(kwargs, needle):

@@ -90,17 +90,20 @@ def _zero(setup: Setup, costs: BlockCosts) -> list[Candidate]:
     n, p = setup.world_size, sum(costs.param_bytes)
     rows = []
     largest = max(costs.param_bytes)
-    for stage in (1, 2, 3):
-        for compression in ("none", "onebit"):
-            plan = ZeroSimPlan(stage=stage, compression=compression)
-            result = simulate_zero(costs, plan, n, setup.link, 3, setup.update_s_per_byte)
-            memory = state_bytes(p, 2, f"zero{stage}", n) + _activations(costs)
-            if stage == 3:
-                memory += 2 * largest  # a block gathered plus the next one prefetched
-            setting = f"stage {stage}, {compression}"
-            rows.append(
-                Candidate("zero", setting, result.iteration_s, memory, result.wire_bytes, SIMULATED)
-            )
+    variants = [(s, c, False) for s in (1, 2, 3) for c in ("none", "onebit")]
+    variants += [(1, "onebit", True), (2, "onebit", True)]
+    for stage, compression, replicated in variants:
+        plan = ZeroSimPlan(stage=stage, compression=compression, replicated_update=replicated)
+        result = simulate_zero(costs, plan, n, setup.link, 3, setup.update_s_per_byte)
+        memory = state_bytes(p, 2, f"zero{stage}", n) + _activations(costs)
+        if stage == 3:
+            memory += 2 * largest  # a block gathered plus the next one prefetched
+        if replicated:
+            memory += p  # the whole model's frozen Adam denominator, fp32
+        setting = f"stage {stage}, {compression}" + (", replicated update" if replicated else "")
+        rows.append(
+            Candidate("zero", setting, result.iteration_s, memory, result.wire_bytes, SIMULATED)
+        )
     return rows
 
 

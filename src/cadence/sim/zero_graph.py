@@ -11,7 +11,9 @@ program; collectives are priced for `world_size` ranks):
   re-compressed result);
 - each rank steps its shard (`update_s_per_byte` x the bucket bytes / p);
 - stages 1 and 2 all-gather every bucket after the step; the next forward waits for all of
-  them, or with `overlap_gather` each block waits for its own;
+  them, or with `overlap_gather` each block waits for its own; with `replicated_update`
+  (onebit) every rank steps every piece instead and nothing is gathered, and stage 2's
+  momentum exchange is an all-gather of what every rank sent;
 - stage 3 gathers a block before its forward (the next one is submitted as a forward starts)
   and again before its backward (submitted as the block after it starts its backward), except
   the last block, which stays gathered; a block's gathered parameters are freed after use.
@@ -48,6 +50,8 @@ class ZeroSimPlan:
     """4 for fp32 parameter all-gathers, 2 for the bf16 option."""
     overlap_gather: bool = False
     """Stages 1-2: each block's next forward waits only for its own gather."""
+    replicated_update: bool = False
+    """Stages 1-2 with onebit: every rank steps every piece; no parameter gathers."""
 
     def __post_init__(self) -> None:
         if self.stage not in (1, 2, 3):
@@ -56,6 +60,8 @@ class ZeroSimPlan:
             raise UserError(f"compression must be one of {COMPRESSIONS}, got {self.compression!r}")
         if self.gather_bytes_per_param not in (2, 4):
             raise UserError("parameter gathers are fp32 (4 bytes) or bf16 (2 bytes)")
+        if self.replicated_update and (self.stage == 3 or self.compression != "onebit"):
+            raise UserError("replicated_update needs stage 1 or 2 with onebit compression")
 
 
 class _Worker:
@@ -121,6 +127,8 @@ def _reduce(
     size = nbytes // 2 if plan.compression == "fp16" else nbytes
     if plan.compression == "onebit":
         packed = max(1, nbytes // ONEBIT_RATIO) + 4 * w.p  # sign bits + a scale per chunk
+        if plan.replicated_update and plan.stage == 2:  # every rank gets everything sent
+            return _done(w.collective(f"ag-sent {b}", "allgather", packed * w.p, deps, it))
         done = w.collective(f"a2a {b}", "all_to_all", packed, deps, it)
         if plan.stage == 1:  # stages 2-3 reduce-scatter only (see zero/onebit.py)
             done = w.collective(f"ag1 {b}", "allgather", packed, [], it)
@@ -128,8 +136,12 @@ def _reduce(
         done = w.collective(f"ar {b}", "allreduce", size, deps, it)
     else:
         done = w.collective(f"rs {b}", "reduce_scatter", size, deps, it)
-    assert done is not None  # nbytes > 0
-    return done
+    return _done(done)
+
+
+def _done(task: int | None) -> int:
+    assert task is not None  # nbytes > 0
+    return task
 
 
 def build_zero(
@@ -180,9 +192,10 @@ def build_zero(
             reductions += [
                 _reduce(w, plan, b, pb[b], backward, it) for b in reversed(range(nb)) if pb[b]
             ]
-        step = w.work("step", "update", update_s_per_byte * sum(pb) / world_size, reductions, it)
+        stepped = sum(pb) if plan.replicated_update else sum(pb) / world_size
+        step = w.work("step", "update", update_s_per_byte * stepped, reductions, it)
         gates = [[] for _ in range(nb)]
-        if plan.stage < 3:
+        if plan.stage < 3 and not plan.replicated_update:
             gathers = [w.collective(f"g{b}", "allgather", gather[b], [step], it) for b in range(nb)]
             every = [g for g in gathers if g is not None]
             own = [[g] if g is not None else [] for g in gathers]

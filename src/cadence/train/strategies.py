@@ -138,6 +138,7 @@ def _zero_for(config: TrainConfig) -> Wrap:
             optimizer=config.optimizer,
             compression=config.compression,
             freeze_steps=config.freeze_steps,
+            replicated_update=config.replicated_update,
         )
         # The loop built the optimizer from the config; ZeRO builds its own over the shards.
         kwargs = {k: v for k, v in optimizer.defaults.items() if k in _ZERO_KWARGS}
