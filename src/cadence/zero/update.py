@@ -2,8 +2,7 @@
 
 Shared by `ZeroOptimizer.step()` and by the engine's early update (stages 1-2), which runs it
 on the communication thread as soon as a bucket's momentum has been reduced, so the
-bucket's parameter all-gather can start during the backward. The variance no longer changes
-after warm-up, so its part of the update (the denominator) is made once and kept.
+bucket's parameter all-gather can start during the backward.
 
 With `ZeroConfig.replicated_update` every rank applies every piece's update itself (from the
 exchanged 1-bit momentum and the whole bucket's frozen denominator) instead of all-gathering
