@@ -53,6 +53,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         compression=args.compression,
         freeze_steps=args.freeze_steps,
         replicated_update=args.replicated_update,
+        gather_dtype=args.gather_dtype,
+        overlap_gather=args.overlap_gather,
         stages=args.stages,
         microbatches=args.microbatches,
         schedule=args.schedule,
@@ -257,6 +259,16 @@ def _add_train(sub: Any) -> None:
         action="store_true",
         help="ZeRO 1-2 with onebit: every rank updates every piece after warm-up, so no "
         "parameters are all-gathered (4 more bytes per parameter per rank)",
+    )
+    p.add_argument(
+        "--gather-dtype",
+        default="fp32",
+        help="ZeRO parameter all-gather: fp32 or bf16 (half the bytes, bf16-rounded parameters)",
+    )
+    p.add_argument(
+        "--overlap-gather",
+        action="store_true",
+        help="ZeRO 1-2: each block waits for its own parameter gather just before its forward",
     )
     # --strategy pipeline (cadence.pipeline)
     p.add_argument(

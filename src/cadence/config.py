@@ -10,6 +10,7 @@ from cadence.errors import UserError
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 ZERO_COMPRESSIONS = ("none", "fp16", "onebit")
+ZERO_GATHER_DTYPES = ("fp32", "bf16")
 AUTOTUNE_METHODS = ("off", "exhaustive", "guided")
 
 
@@ -78,6 +79,12 @@ class TrainConfig:
     replicated_update: bool = False
     """ZeRO stages 1-2 with onebit: after warm-up every rank applies every piece's update itself
     and no parameters are all-gathered (4 more bytes per parameter on every rank)."""
+    gather_dtype: str = "fp32"
+    """ZeRO parameter all-gather on the wire: fp32, or bf16 (half the bytes; every rank's full
+    parameters are then rounded to bf16, the owners keep fp32 masters)."""
+    overlap_gather: bool = False
+    """ZeRO stages 1-2: step() returns with the parameter all-gathers in flight and each block
+    waits for its own just before its next forward."""
     # --- pipeline (--strategy pipeline; cadence.pipeline) ---
     stages: int = 2
     """Pipeline stages S, cut at block boundaries balanced on a quick profile; workers / S
@@ -254,6 +261,13 @@ class TrainConfig:
                 )
             if self.freeze_steps < 1:
                 raise UserError("--compression onebit needs --freeze-steps of at least 1")
+        if self.gather_dtype not in ZERO_GATHER_DTYPES:
+            raise UserError(
+                f"unknown --gather-dtype '{self.gather_dtype}': "
+                f"choose one of {', '.join(ZERO_GATHER_DTYPES)}"
+            )
+        if self.strategy == "zero" and self.replicated_update and self.gather_dtype != "fp32":
+            raise UserError("--replicated-update gathers no parameters: drop --gather-dtype")
         replicable = self.compression == "onebit" and self.zero_stage < 3
         if self.strategy == "zero" and self.replicated_update and not replicable:
             raise UserError(

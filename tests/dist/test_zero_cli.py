@@ -9,10 +9,14 @@ import torch
 from tests.cli_helpers import assert_one_line_error, run_cadence
 
 
-@pytest.mark.parametrize("flags", [["--zero-stage", "3"], ["--replicated-update"]])
+@pytest.mark.parametrize(
+    "flags",
+    [["--zero-stage", "3"], ["--replicated-update"], ["--gather-dtype", "bf16", "--overlap-gather"]],
+)
 def test_train_zero_onebit_writes_full_checkpoint(tmp_path, flags):
     # Stage 3 gathers its sharded parameters for the checkpoint; stage 2 with replicated
-    # updates gathers none after warm-up and must still train and save every parameter.
+    # updates gathers none after warm-up, and with bf16 gathers in flight past step() it must
+    # wait for them: each must still train and save every parameter.
     proc = run_cadence(
         "train", "--model", "mlp", "--strategy", "zero", *flags,
         "--compression", "onebit", "--freeze-steps", "10", "--steps", "25", "--out", "out",

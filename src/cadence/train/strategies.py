@@ -139,6 +139,8 @@ def _zero_for(config: TrainConfig) -> Wrap:
             compression=config.compression,
             freeze_steps=config.freeze_steps,
             replicated_update=config.replicated_update,
+            gather_dtype=config.gather_dtype,
+            overlap_gather=config.overlap_gather,
         )
         # The loop built the optimizer from the config; ZeRO builds its own over the shards.
         kwargs = {k: v for k, v in optimizer.defaults.items() if k in _ZERO_KWARGS}
