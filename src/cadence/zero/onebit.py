@@ -10,14 +10,18 @@ all-reduced one, which it keeps encoded. Stages 2 and 3 use `momentum_reduce_sca
 reduce-scatter only: every rank forms its local momentum from what it itself sent last step
 (kept encoded, the same size), whose mean over the ranks is the owners' momentum, so nothing
 needs gathering back and the owner keeps no reducer error; the parameters are all-gathered in
-full precision instead. (Sending only the new part, (1 - beta1) x the gradient, needs no
-encoded copy at all, but signs of a gradient lose far more than signs of a momentum: on
-gpt_mini that lagged Adam by 10% in test loss, results/zero-onebit-gpt_mini-increment.)
+full precision instead. With `ZeroConfig.replicated_update`, stage 2 uses
+`momentum_all_gather_sent` instead: every rank gets every rank's sent pieces, so it can form
+every owner's mean itself and no parameters need gathering. (Sending only the new part,
+(1 - beta1) x the gradient, needs no encoded copy at all, but signs of a gradient lose far
+more than signs of a momentum: on gpt_mini that lagged Adam by 10% in test loss,
+results/zero-onebit-gpt_mini-increment.)
 
 Both touch the momentum as few times as they can: the error buffers hold the running sums in
 place (no temporaries the size of the bucket), received pieces are decoded straight into the
-sum, and nobody decodes the all-reduce's gathered result: the owner already holds its piece in
-fp32 (what it encoded) and the other pieces are decoded, fused into the next step's sum.
+sum, and the all-reduce's gathered result is not decoded for its own sake: the owner already
+holds its piece in fp32 (what it encoded) and the other pieces are decoded, fused into the
+next step's sum (a replicated update also decodes them once more, to step their pieces).
 """
 
 from __future__ import annotations
