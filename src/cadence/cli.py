@@ -53,6 +53,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         compression=args.compression,
         freeze_steps=args.freeze_steps,
         replicated_update=args.replicated_update,
+        replicated_share=args.replicated_share,
         gather_dtype=args.gather_dtype,
         overlap_gather=args.overlap_gather,
         stages=args.stages,
@@ -259,6 +260,14 @@ def _add_train(sub: Any) -> None:
         action="store_true",
         help="ZeRO 1-2 with onebit: every rank updates every piece after warm-up, so no "
         "parameters are all-gathered (4 more bytes per parameter per rank)",
+    )
+    p.add_argument(
+        "--replicated-share",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="with --replicated-update: only the front blocks within this share of the "
+        "parameters are updated on every rank, the rest gathered (default 1: all)",
     )
     p.add_argument(
         "--gather-dtype",

@@ -79,6 +79,9 @@ class TrainConfig:
     replicated_update: bool = False
     """ZeRO stages 1-2 with onebit: after warm-up every rank applies every piece's update itself
     and no parameters are all-gathered (4 more bytes per parameter on every rank)."""
+    replicated_share: float = 1.0
+    """With replicated_update: only the front blocks holding up to this share of the parameters
+    are updated on every rank; the rest are gathered from their owners as usual."""
     gather_dtype: str = "fp32"
     """ZeRO parameter all-gather on the wire: fp32, or bf16 (half the bytes; every rank's full
     parameters are then rounded to bf16, the owners keep fp32 masters)."""
@@ -273,6 +276,12 @@ class TrainConfig:
             raise UserError(
                 "--replicated-update needs --compression onebit and --zero-stage 1 or 2"
             )
+        if not 0 <= self.replicated_share <= 1:
+            raise UserError(
+                f"--replicated-share must be within [0, 1] (got {self.replicated_share})"
+            )
+        if self.replicated_share != 1 and not self.replicated_update:
+            raise UserError("--replicated-share needs --replicated-update")
         if self.strategy == "zero" and self.zero_stage == 3 and not self.eval_every_epoch:
             # Stage 3 gathers full parameters for checkpoints during each epoch's evaluation.
             raise UserError("--zero-stage 3 needs evaluation after every epoch")

@@ -1,5 +1,6 @@
 """`cadence train --strategy zero`: stage 3 with 1-bit Adam, and stage 2 with replicated
-updates, train end to end and their checkpoints hold full parameters; bad ZeRO settings end in one line with exit status 2."""
+updates (of every block, or of the front half with the rest gathered), train end to end and
+their checkpoints hold full parameters; bad ZeRO settings end in one line with exit status 2."""
 
 import json
 
@@ -11,7 +12,8 @@ from tests.cli_helpers import assert_one_line_error, run_cadence
 
 @pytest.mark.parametrize(
     "flags",
-    [["--zero-stage", "3"], ["--replicated-update"], ["--gather-dtype", "bf16", "--overlap-gather"]],
+    [["--zero-stage", "3"], ["--replicated-update"], ["--gather-dtype", "bf16", "--overlap-gather"],
+     ["--replicated-update", "--replicated-share", "0.5", "--overlap-gather"]],
 )
 def test_train_zero_onebit_writes_full_checkpoint(tmp_path, flags):
     # Stage 3 gathers its sharded parameters for the checkpoint; stage 2 with replicated

@@ -8,6 +8,7 @@ import torch
 
 from cadence.testing import run_ranks
 from cadence.zero import build_layout, comm_bytes_per_step
+from cadence.zero.layout import front_buckets
 from tests.dist.zero_helpers import digits_pair, make_model
 
 STEPS, FREEZE = 40, 15
@@ -132,9 +133,10 @@ def test_gather_lane_is_the_same_training_and_bytes(stage, overlap):
             torch.testing.assert_close(two[2][key], value, rtol=0, atol=0)
 
 
-def _replicated_pair(rank, world_size, stage, overlap):
-    """mlp with onebit: (losses, bytes per step, final state) with the parameters gathered
-    from their owners, then with every rank updating every piece itself."""
+def _replicated_pair(rank, world_size, stage, overlap, share):
+    """mlp with onebit: (losses, bytes per step, final state, optimizer-state peak) with the
+    parameters gathered from their owners, then with every rank updating every piece itself
+    (of the front blocks within `share` of the parameters)."""
     import cadence
     from tests.dist.zero_helpers import make_model, opt_kwargs, train_steps
 
@@ -142,7 +144,8 @@ def _replicated_pair(rank, world_size, stage, overlap):
     for replicated in (False, True):
         model, opt = cadence.zero(make_model("mlp"), stage=stage, compression="onebit",
                                   freeze_steps=3, overlap_gather=overlap,
-                                  replicated_update=replicated, **opt_kwargs("adam"))  # fmt: skip
+                                  replicated_update=replicated, replicated_share=share,
+                                  **opt_kwargs("adam"))  # fmt: skip
         losses, sent = train_steps(model, opt, "mlp", 8, rank, world_size)
         opt.engine.close()
         state = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -151,32 +154,43 @@ def _replicated_pair(rank, world_size, stage, overlap):
 
 
 @pytest.mark.parametrize(
-    ("world_size", "stage", "overlap"), [(2, 1, False), (2, 2, True), (4, 1, True), (4, 2, False)]
-)
+    ("world_size", "stage", "overlap", "share"),
+    [(2, 1, False, 1.0), (2, 2, True, 1.0), (4, 1, True, 1.0), (4, 2, False, 1.0),
+     (2, 2, False, 0.5), (4, 1, False, 0.5), (2, 1, True, 0.5)],
+)  # fmt: skip
 def test_replicated_update_is_the_same_training_without_parameter_gathers(
-    world_size, stage, overlap
+    world_size, stage, overlap, share
 ):
     # Every rank forms every owner's momentum and applies its update with the owner's frozen
     # denominator: the same model bit for bit as gathering the owners' pieces, on every rank.
-    results = run_ranks(_replicated_pair, world_size, stage, overlap, timeout=240)
+    # With share 0.5 only fc1 (a fifth of mlp's parameters) is replicated, fc2 and the head
+    # are gathered: the two kinds of bucket in one step.
+    results = run_ranks(_replicated_pair, world_size, stage, overlap, share, timeout=240)
     layout = _layout(world_size)
-    hot = comm_bytes_per_step(layout, stage, "onebit", True, replicated_update=True)
-    assert hot["parameters"] == 0 < hot["gradients"]
+    front = front_buckets(layout, share)
+    assert front == ([True] * 3 if share == 1 else [True, False, False])
+    replicated_elems = sum(b.padded for b, f in zip(layout.buckets, front, strict=True) if f)
+    gathered_elems = layout.padded - replicated_elems
+    hot = comm_bytes_per_step(layout, stage, "onebit", True, replicated_share=share)
     gathered = comm_bytes_per_step(layout, stage, "onebit", True)
-    assert hot["total"] < gathered["total"] / 4
+    assert hot["parameters"] == 4 * gathered_elems // world_size * (world_size - 1)
+    assert hot["total"] < gathered["total"] * (1 / 4 if share == 1 else 0.9)
     for gather, replicated in results:
         assert gather[0] == replicated[0]  # losses
         for key, value in gather[2].items():
             torch.testing.assert_close(replicated[2][key], value, rtol=0, atol=0)
-        # The switch-over (step 3) gathers the frozen denominator once (with overlap its bytes
-        # may land in step 4's window); after it, only the 1-bit momentum moves.
-        assert all(s == hot for s in replicated[1][5:]), replicated[1][5:]
-        one_gather = 4 * layout.padded // world_size * (world_size - 1)
-        # Three warm-up steps' parameter gathers, then the denominator's, and nothing after.
-        assert sum(s["parameters"] for s in replicated[1]) == 4 * one_gather
-        # The price: every rank keeps the whole model's frozen denominator (the gathered path
-        # makes its piece's for each update and keeps none).
-        assert replicated[3] - gather[3] == 4 * layout.padded
+        if not overlap:  # every gather lands inside its own step: bytes match step by step
+            assert all(s == hot for s in replicated[1][5:]), replicated[1][5:]
+        else:
+            assert all(s["gradients"] == hot["gradients"] for s in replicated[1][5:])
+        if share == 1:
+            # The switch-over (step 3) gathers the frozen denominator once (with overlap its
+            # bytes may land in step 4's window); after it, only the 1-bit momentum moves.
+            one_gather = 4 * layout.padded // world_size * (world_size - 1)
+            assert sum(s["parameters"] for s in replicated[1]) == 4 * one_gather
+        # The price: every rank keeps the replicated blocks' frozen denominator (the gathered
+        # path makes its piece's for each update and keeps none).
+        assert replicated[3] - gather[3] == 4 * replicated_elems
     for _, replicated in results[1:]:  # every rank holds the same parameters
         for key, value in results[0][1][2].items():
             torch.testing.assert_close(replicated[2][key], value, rtol=0, atol=0)

@@ -112,13 +112,17 @@ def test_ranking_covers_every_strategy_fastest_first() -> None:
     names = {c.strategy for c in rows}
     assert {"ddp", "cadence-dp", "zero", "ps", "pipeline", "pipeline x dp"} <= names
     zero = [c for c in rows if c.strategy == "zero"]
-    assert len(zero) == 8 and all(c.method == "simulated" for c in zero)
+    assert len(zero) == 10 and all(c.method == "simulated" for c in zero)
     by_setting = {c.setting: c for c in zero}
     for stage in (1, 2):  # replicated updates: faster on this slow link, 4 bytes/param more
         gathered = by_setting[f"stage {stage}, onebit"]
         replicated = by_setting[f"stage {stage}, onebit, replicated update"]
         assert replicated.iteration_s < gathered.iteration_s
         assert replicated.memory_bytes > gathered.memory_bytes
+        # The front 30% (mlp's fc1, a fifth of it): in between, on both counts.
+        front = by_setting[f"stage {stage}, onebit, replicated update (front 30%)"]
+        assert replicated.iteration_s < front.iteration_s < gathered.iteration_s
+        assert gathered.memory_bytes < front.memory_bytes < replicated.memory_bytes
     times = [c.iteration_s for c in rows]
     assert times == sorted(times)
     assert all(c.iteration_s > 0 and c.memory_bytes > 0 for c in rows)

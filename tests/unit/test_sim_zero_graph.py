@@ -68,6 +68,27 @@ def test_replicated_update_leaves_only_the_one_bit_momentum_on_the_wire() -> Non
         ZeroSimPlan(stage=3, compression="onebit", replicated_update=True)
 
 
+def test_a_replicated_share_gathers_only_the_blocks_behind_it() -> None:
+    packed = 4 * MB // 32 + 4 * 2
+    a2a = SLOW.time("all_to_all", "pairwise", packed, 2)
+    ag1 = SLOW.time("allgather", "ring", packed, 2)
+    gather = SLOW.time("allgather", "ring", 4 * MB, 2)
+    # Block 0 holds half the parameters: replicated at share 0.5, block 1 still gathered.
+    half = ZeroSimPlan(stage=1, compression="onebit", replicated_update=True, replicated_share=0.5)
+    assert half.replicated_blocks([4 * MB, 4 * MB]) == [True, False]
+    assert simulate_zero(_costs(), half, 2, SLOW).iteration_s == pytest.approx(
+        6.0 + 2 * (a2a + ag1) + gather
+    )
+    # A share below block 0's half replicates nothing: both gathered, as without the option.
+    less = ZeroSimPlan(stage=1, compression="onebit", replicated_update=True, replicated_share=0.4)
+    plain = ZeroSimPlan(stage=1, compression="onebit")
+    assert simulate_zero(_costs(), less, 2, SLOW).iteration_s == pytest.approx(
+        simulate_zero(_costs(), plain, 2, SLOW).iteration_s
+    )
+    with pytest.raises(UserError, match=r"replicated_share must be within \[0, 1\]"):
+        ZeroSimPlan(stage=1, compression="onebit", replicated_update=True, replicated_share=2)
+
+
 def test_stage3_gathers_hide_behind_compute_on_a_fast_link() -> None:
     fast = AlphaBeta(alpha_s=0.0, beta_s_per_byte=1e-9)
     exposed = fast.time("allgather", "ring", 4 * MB, 2) + fast.time(

@@ -27,6 +27,9 @@ def test_job_names_map_to_specs():
     assert job_spec("zero2-onebit-overlap-front55", BASE).forward_gather_share == 0.55
     assert z.gather_lane and not job_spec("zero1-onebit-onelane", BASE).gather_lane
     assert job_spec("zero2-onebit-replicated", BASE).replicated_update
+    assert job_spec("zero2-onebit-replicated", BASE).replicated_share == 1.0
+    part = job_spec("zero1-onebit-overlap-replicated55", BASE)
+    assert part.replicated_update and part.replicated_share == 0.55 and part.overlap_gather
     assert not z.replicated_update
     assert all(job_spec(name, BASE).name == name for name in ALL_JOBS)
 
@@ -34,7 +37,8 @@ def test_job_names_map_to_specs():
 @pytest.mark.parametrize(
     "bad",
     ["zero4-none", "zero1-gzip", "zero1-none-bf16-bf16", "ddp2", "zero1-onebit-backorder-fwdorder",
-     "zero2-onebit-front55-fwdorder", "zero2-onebit-front101", "zero2-onebit-front"],
+     "zero2-onebit-front55-fwdorder", "zero2-onebit-front101", "zero2-onebit-front",
+     "zero2-onebit-replicated101", "zero2-onebit-replicated-replicated50"],
 )
 def test_unknown_job_is_a_user_error(bad):
     with pytest.raises(UserError, match="unknown zero bench job"):
@@ -49,6 +53,8 @@ def test_payload_halves_the_gather_with_bf16_and_peers_are_not_modelled():
     # Replicated updates gather no parameters: only the 1-bit momentum is left.
     replicated = payload_bytes(job_spec("zero1-onebit-replicated", BASE), 2)
     assert replicated is not None and 0 < replicated < bf16 / 8
+    part = payload_bytes(job_spec("zero1-onebit-replicated50", BASE), 2)
+    assert part is not None and replicated < part < fp32
     ddp = payload_bytes(job_spec("ddp", BASE), 2)
     from cadence.models import get_model_spec
 

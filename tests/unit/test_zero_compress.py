@@ -15,6 +15,7 @@ from cadence.zero.compress import (
     unpack_signs,
     wire_bytes,
 )
+from cadence.zero.layout import front_buckets
 from cadence.zero.onebit import encode_local_momentum, momentum_reduce_scatter, reduce_received
 
 
@@ -137,6 +138,28 @@ def test_comm_bytes_formula_by_stage_and_compression():
     assert comm_bytes_per_step(layout, 2, "onebit", True)["gradients"] == onebit
     assert comm_bytes_per_step(layout, 3, "onebit", True)["gradients"] == onebit
     assert comm_bytes_per_step(layout, 2, "onebit", False)["gradients"] == fp32
+    # Replicating the front bucket a (a third of the elements) drops its gather; at stage 2 its
+    # momentum is all-gathered as sent (p x p pieces minus its own) instead of all-to-all'd.
+    for share in (0.34, 0.5):
+        part = comm_bytes_per_step(layout, 2, "onebit", True, replicated_share=share)
+        assert part["parameters"] == 4 * 2 * k
+        assert part["gradients"] == 2 * (k // 8 + 4) + (2 * k // 8 + 2 * 4)
+    assert comm_bytes_per_step(layout, 1, "onebit", True, replicated_share=1)["parameters"] == 0
+    # Before the switch-over (fp32 Adam) everything is gathered whatever the share.
+    assert comm_bytes_per_step(layout, 1, "onebit", False, replicated_share=1) == (
+        comm_bytes_per_step(layout, 1, "onebit", False)
+    )
+
+
+def test_front_buckets_take_whole_blocks_from_the_front_within_the_share():
+    k = SCALE_CHUNK
+    layout = build_layout([("a", [("w", (k,))]), ("b", [("w", (2 * k,))]), ("c", [("w", (k,))])], 1)
+    assert front_buckets(layout, 0) == [False, False, False]
+    assert front_buckets(layout, 0.2) == [False, False, False]  # a is a quarter: over 0.2
+    assert front_buckets(layout, 0.25) == [True, False, False]
+    assert front_buckets(layout, 0.7) == [True, False, False]  # a + b would be 0.75
+    assert front_buckets(layout, 0.75) == [True, True, False]
+    assert front_buckets(layout, 1) == [True, True, True]
 
 
 def test_state_bytes_fall_as_one_over_n():

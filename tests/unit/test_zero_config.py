@@ -23,6 +23,10 @@ from cadence.errors import UserError
          "--replicated-update gathers no parameters: drop --gather-dtype"),
         ({"zero_stage": 3, "compression": "onebit", "replicated_update": True},
          "--replicated-update needs --compression onebit and --zero-stage 1 or 2"),
+        ({"compression": "onebit", "replicated_share": 0.5},
+         "--replicated-share needs --replicated-update"),
+        ({"compression": "onebit", "replicated_update": True, "replicated_share": 2.0},
+         "--replicated-share must be within [0, 1] (got 2.0)"),
     ],
 )
 def test_bad_zero_settings_are_user_errors(kwargs, needle):
@@ -37,6 +41,8 @@ def test_forward_gather_share_is_a_fraction(share):
 
     with pytest.raises(UserError, match=r"forward_gather_share must be within \[0, 1\]"):
         ZeroConfig(forward_gather_share=share)
+    with pytest.raises(UserError, match=r"replicated_share must be within \[0, 1\]"):
+        ZeroConfig(stage=2, compression="onebit", replicated_update=True, replicated_share=share)
 
 
 @pytest.mark.parametrize(

@@ -86,21 +86,31 @@ def _data_parallel(setup: Setup, costs: BlockCosts, options: SimOptions) -> list
     return rows
 
 
+REPLICATED_FRONT = 0.3
+"""The partial replicated update `cadence plan` ranks: the front blocks within 30% of the
+parameters, whose gathers the next forward waits for first."""
+
+
 def _zero(setup: Setup, costs: BlockCosts) -> list[Candidate]:
     n, p = setup.world_size, sum(costs.param_bytes)
     rows = []
     largest = max(costs.param_bytes)
-    variants = [(s, c, False) for s in (1, 2, 3) for c in ("none", "onebit")]
-    variants += [(1, "onebit", True), (2, "onebit", True)]
-    for stage, compression, replicated in variants:
-        plan = ZeroSimPlan(stage=stage, compression=compression, replicated_update=replicated)
+    # (stage, compression, replicated share): 0 gathers every block from its owners.
+    variants = [(s, c, 0.0) for s in (1, 2, 3) for c in ("none", "onebit")]
+    variants += [(s, "onebit", share) for share in (1.0, REPLICATED_FRONT) for s in (1, 2)]
+    for stage, compression, share in variants:
+        plan = ZeroSimPlan(stage=stage, compression=compression, replicated_update=share > 0,
+                           replicated_share=share)  # fmt: skip
         result = simulate_zero(costs, plan, n, setup.link, 3, setup.update_s_per_byte)
         memory = state_bytes(p, 2, f"zero{stage}", n) + _activations(costs)
         if stage == 3:
             memory += 2 * largest  # a block gathered plus the next one prefetched
-        if replicated:
-            memory += p  # the whole model's frozen Adam denominator, fp32
-        setting = f"stage {stage}, {compression}" + (", replicated update" if replicated else "")
+        replicated = plan.replicated_blocks(costs.param_bytes)
+        # The replicated blocks' frozen Adam denominator, fp32.
+        memory += sum(nb for nb, r in zip(costs.param_bytes, replicated, strict=True) if r)
+        setting = f"stage {stage}, {compression}"
+        if share:
+            setting += ", replicated update" + ("" if share == 1 else f" (front {share:.0%})")
         rows.append(
             Candidate("zero", setting, result.iteration_s, memory, result.wire_bytes, SIMULATED)
         )

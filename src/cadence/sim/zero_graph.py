@@ -12,8 +12,9 @@ program; collectives are priced for `world_size` ranks):
 - each rank steps its shard (`update_s_per_byte` x the bucket bytes / p);
 - stages 1 and 2 all-gather every bucket after the step; the next forward waits for all of
   them, or with `overlap_gather` each block waits for its own; with `replicated_update`
-  (onebit) every rank steps every piece instead and nothing is gathered, and stage 2's
-  momentum exchange is an all-gather of what every rank sent;
+  (onebit) every rank steps every piece of the front blocks within `replicated_share` of the
+  parameters (all of them by default) instead, and those are not gathered, and stage 2's
+  momentum exchange of those blocks is an all-gather of what every rank sent;
 - stage 3 gathers a block before its forward (the next one is submitted as a forward starts)
   and again before its backward (submitted as the block after it starts its backward), except
   the last block, which stays gathered; a block's gathered parameters are freed after use.
@@ -33,6 +34,7 @@ from cadence.sim.engine import run
 from cadence.sim.estimates import state_bytes
 from cadence.sim.graph import LINK, STREAM, TaskGraph
 from cadence.sim.metrics import SimResult, analyse
+from cadence.zero.layout import front_blocks
 
 ONEBIT_RATIO = 32  # fp32 momentum -> one sign bit per element
 COMPRESSIONS = ("none", "fp16", "onebit")
@@ -52,6 +54,9 @@ class ZeroSimPlan:
     """Stages 1-2: each block's next forward waits only for its own gather."""
     replicated_update: bool = False
     """Stages 1-2 with onebit: every rank steps every piece; no parameter gathers."""
+    replicated_share: float = 1.0
+    """With `replicated_update`: only the front blocks within this share of the parameter
+    bytes are replicated (`ZeroConfig.replicated_share`); the others are gathered."""
 
     def __post_init__(self) -> None:
         if self.stage not in (1, 2, 3):
@@ -62,6 +67,13 @@ class ZeroSimPlan:
             raise UserError("parameter gathers are fp32 (4 bytes) or bf16 (2 bytes)")
         if self.replicated_update and (self.stage == 3 or self.compression != "onebit"):
             raise UserError("replicated_update needs stage 1 or 2 with onebit compression")
+        if not 0 <= self.replicated_share <= 1:
+            raise UserError(f"replicated_share must be within [0, 1], got {self.replicated_share}")
+
+    def replicated_blocks(self, param_bytes: Sequence[int]) -> list[bool]:
+        """Which blocks every rank steps in full (none without `replicated_update`)."""
+        share = self.replicated_share if self.replicated_update else 0.0
+        return front_blocks(param_bytes, share)
 
 
 class _Worker:
@@ -122,12 +134,18 @@ class _Worker:
 
 
 def _reduce(
-    w: _Worker, plan: ZeroSimPlan, b: int, nbytes: int, deps: list[int | None], it: int
+    w: _Worker,
+    plan: ZeroSimPlan,
+    b: int,
+    nbytes: int,
+    deps: list[int | None],
+    it: int,
+    replicated: bool,
 ) -> int:
     size = nbytes // 2 if plan.compression == "fp16" else nbytes
     if plan.compression == "onebit":
         packed = max(1, nbytes // ONEBIT_RATIO) + 4 * w.p  # sign bits + a scale per chunk
-        if plan.replicated_update and plan.stage == 2:  # every rank gets everything sent
+        if replicated and plan.stage == 2:  # every rank gets everything sent
             return _done(w.collective(f"ag-sent {b}", "allgather", packed * w.p, deps, it))
         done = w.collective(f"a2a {b}", "all_to_all", packed, deps, it)
         if plan.stage == 1:  # stages 2-3 reduce-scatter only (see zero/onebit.py)
@@ -158,6 +176,7 @@ def build_zero(
     w = _Worker(graph, link, world_size)
     nb, pb = len(costs.forward_s), costs.param_bytes
     gather = [pb[b] * plan.gather_bytes_per_param // 4 for b in range(nb)]
+    replicated = plan.replicated_blocks(pb)
     starts: list[int] = []
     gates: list[list[int]] = [[] for _ in range(nb)]  # what each block's forward waits for
     for it in range(warmup_iterations + iterations):
@@ -186,17 +205,22 @@ def build_zero(
             done = w.work(f"B{b}", "weight_grad", seconds, [after], it, -costs.activation_bytes[b])
             bwd_gather = bwd_gather_next
             if plan.stage > 1 and pb[b]:
-                reductions.append(_reduce(w, plan, b, pb[b], [done], it))
+                reductions.append(_reduce(w, plan, b, pb[b], [done], it, replicated[b]))
         if plan.stage == 1:
             backward = [w.last_compute]  # stage 1 reduces at the step, after backward
             reductions += [
-                _reduce(w, plan, b, pb[b], backward, it) for b in reversed(range(nb)) if pb[b]
+                _reduce(w, plan, b, pb[b], backward, it, replicated[b])
+                for b in reversed(range(nb))
+                if pb[b]
             ]
-        stepped = sum(pb) if plan.replicated_update else sum(pb) / world_size
+        stepped = sum(n if r else n / world_size for n, r in zip(pb, replicated, strict=True))
         step = w.work("step", "update", update_s_per_byte * stepped, reductions, it)
         gates = [[] for _ in range(nb)]
-        if plan.stage < 3 and not plan.replicated_update:
-            gathers = [w.collective(f"g{b}", "allgather", gather[b], [step], it) for b in range(nb)]
+        if plan.stage < 3 and not all(replicated):
+            gathers = [
+                None if replicated[b] else w.collective(f"g{b}", "allgather", gather[b], [step], it)
+                for b in range(nb)
+            ]
             every = [g for g in gathers if g is not None]
             own = [[g] if g is not None else [] for g in gathers]
             gates = own if plan.overlap_gather else [every] * nb

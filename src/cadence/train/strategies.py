@@ -139,6 +139,7 @@ def _zero_for(config: TrainConfig) -> Wrap:
             compression=config.compression,
             freeze_steps=config.freeze_steps,
             replicated_update=config.replicated_update,
+            replicated_share=config.replicated_share,
             gather_dtype=config.gather_dtype,
             overlap_gather=config.overlap_gather,
         )

@@ -53,6 +53,7 @@ def zero(
     forward_gather_share: float = 1 / 3,
     gather_lane: bool = True,
     replicated_update: bool = False,
+    replicated_share: float = 1.0,
     **optimizer_kwargs: Any,
 ) -> tuple[nn.Module, ZeroOptimizer]:
     """Shard `model`'s training state over the current process group (a world of one without).
@@ -72,6 +73,7 @@ def zero(
         forward_gather_share=forward_gather_share,
         gather_lane=gather_lane,
         replicated_update=replicated_update,
+        replicated_share=replicated_share,
     )
     return zero_from_config(model, config, **optimizer_kwargs)
 
@@ -88,7 +90,7 @@ def zero_from_config(
                 dist.broadcast(t, src=0)
         # The communication thread's own group: never interleaves with the caller's collectives.
         group = dist.new_group(backend=dist.get_backend())
-        if config.updates_early and config.gather_lane and not config.replicated_update:
+        if config.updates_early and config.gather_lane and not config.replicates_everything:
             gather_group = dist.new_group(backend=dist.get_backend())
     engine: ZeroEngine
     if config.stage == 3:

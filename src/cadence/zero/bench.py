@@ -46,7 +46,9 @@ def job_spec(name: str, base: JobSpec) -> JobSpec:
     `backorder`: every gather in backward order, `ZeroConfig.forward_gather_share` = 0;
     `fwdorder`: every gather after the backward in forward order, share 1; `front<N>`: share
     N percent; `onelane`: gathers on the same communication thread as the reductions,
-    `ZeroConfig.gather_lane` off; `replicated`: `ZeroConfig.replicated_update`)."""
+    `ZeroConfig.gather_lane` off; `replicated`: `ZeroConfig.replicated_update`;
+    `replicated<N>`: that for the front blocks within N percent of the parameters,
+    `ZeroConfig.replicated_share`)."""
     if name in ("ddp", "fsdp2"):
         return replace(base, name=name, kind=name)
     if name == "deepspeed-zero2":
@@ -58,19 +60,25 @@ def job_spec(name: str, base: JobSpec) -> JobSpec:
     }
     shares.update({"backorder": 0.0, "fwdorder": 1.0})
     orders = options & shares.keys()
+    replicas = {
+        o: int(o[10:] or 100) / 100
+        for o in options
+        if re.fullmatch(r"replicated(100|[1-9]?[0-9])?", o)
+    }
     ok = (
         len(parts) >= 2
         and parts[0] in ("zero1", "zero2", "zero3")
         and parts[1] in ("none", "fp16", "onebit")
-        and options - orders <= {"bf16", "overlap", "onelane", "replicated"}
+        and options - orders - replicas.keys() <= {"bf16", "overlap", "onelane"}
         and len(orders) <= 1
+        and len(replicas) <= 1
         and len(options) == len(parts) - 2
     )
     if not ok:
         raise UserError(
             f"unknown zero bench job '{name}': "
             "zero<1|2|3>-<none|fp16|onebit>[-bf16][-overlap][-backorder|-fwdorder|-front<N>]"
-            "[-onelane][-replicated] "
+            "[-onelane][-replicated[<N>]] "
             f"or one of {', '.join(ALL_JOBS[:3])}"
         )
     return replace(
@@ -83,7 +91,8 @@ def job_spec(name: str, base: JobSpec) -> JobSpec:
         overlap_gather="overlap" in options,
         forward_gather_share=shares[orders.pop()] if orders else JobSpec.forward_gather_share,
         gather_lane="onelane" not in options,
-        replicated_update="replicated" in options,
+        replicated_update=bool(replicas),
+        replicated_share=replicas.popitem()[1] if replicas else JobSpec.replicated_share,
     )
 
 
@@ -103,9 +112,8 @@ def payload_bytes(spec: JobSpec, workers: int) -> int | None:
         [(n, [(k, tuple(p.shape)) for k, p in params]) for n, _, params in entries], workers
     )
     gather = 2 if spec.gather_dtype == "bf16" else 4
-    return comm_bytes_per_step(
-        layout, spec.stage, spec.compression, True, gather, spec.replicated_update
-    )["total"]
+    share = spec.replicated_share if spec.replicated_update else 0.0
+    return comm_bytes_per_step(layout, spec.stage, spec.compression, True, gather, share)["total"]
 
 
 def _run_job(cluster: Any, spec: JobSpec, run_dir: Path) -> list[dict[str, Any]]:

@@ -42,6 +42,8 @@ class JobSpec:
     """cadence.zero: `ZeroConfig.gather_lane`."""
     replicated_update: bool = False
     """cadence.zero: `ZeroConfig.replicated_update`."""
+    replicated_share: float = 1.0
+    """cadence.zero: `ZeroConfig.replicated_share`."""
     model: str = "gpt_mini"
     """Model zoo name."""
     batch_size: int = 64
@@ -87,7 +89,7 @@ def _build_job(spec: JobSpec, model: Any, world_size: int) -> Any:
     return peers.wrap_zero(model, spec.lr, spec.stage, spec.compression, spec.freeze_steps,
                            spec.gather_dtype, spec.overlap_gather,
                            spec.forward_gather_share, spec.gather_lane,
-                           spec.replicated_update)  # fmt: skip
+                           spec.replicated_update, spec.replicated_share)  # fmt: skip
 
 
 def run(spec: JobSpec, out_dir: Path) -> None:

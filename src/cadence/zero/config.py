@@ -51,6 +51,17 @@ class ZeroConfig:
     bit for bit, for 4 more bytes per parameter on every rank. Stage 2 then all-gathers what
     every rank sent instead of the all-to-all (p times its bytes: worth it while p is well
     below 28, where it would cost as much as the fp32 parameter gather it replaces)."""
+    replicated_share: float = 1.0
+    """With `replicated_update`: only the front blocks holding up to this share of the
+    parameter bytes are updated on every rank (4 bytes per parameter more for them); the
+    others are updated by their owners and all-gathered as usual. The front blocks' gathers
+    are the ones the next forward waits for (their backward comes last), so a part of the
+    memory buys most of the time. 1: the whole model."""
+
+    @property
+    def replicates_everything(self) -> bool:
+        """After warm-up no parameter is all-gathered (every block is replicated)."""
+        return self.replicated_update and self.replicated_share >= 1
 
     @property
     def updates_early(self) -> bool:
@@ -85,6 +96,8 @@ class ZeroConfig:
             raise UserError(
                 f"forward_gather_share must be within [0, 1] (got {self.forward_gather_share})"
             )
+        if not 0 <= self.replicated_share <= 1:
+            raise UserError(f"replicated_share must be within [0, 1] (got {self.replicated_share})")
         if self.gather_dtype not in GATHER_DTYPES:
             raise UserError(
                 f"unknown gather dtype '{self.gather_dtype}': choose one of "

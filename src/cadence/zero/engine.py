@@ -26,7 +26,7 @@ from cadence.comm import collectives
 from cadence.errors import UserError
 from cadence.zero.compress import decode, encode
 from cadence.zero.config import ZeroConfig
-from cadence.zero.layout import Bucket, ZeroLayout, bucket_params, build_layout
+from cadence.zero.layout import Bucket, ZeroLayout, bucket_params, build_layout, front_buckets
 from cadence.zero.onebit import (
     gather_wires,
     mean_of_received,
@@ -76,6 +76,9 @@ class BucketState:
     forward_gather: bool = False
     """Early update with overlap: this bucket's gather waits for `step()` and then goes in
     forward order (a front block, see `ZeroConfig.forward_gather_share`)."""
+    replicated: bool = False
+    """1-bit Adam after warm-up with `ZeroConfig.replicated_update`: every rank updates every
+    piece of this bucket itself (a front block within `ZeroConfig.replicated_share`)."""
     denominator: torch.Tensor | None = None
     """1-bit Adam after warm-up with `ZeroConfig.replicated_update`: Adam's denominator for
     the whole bucket from the owners' frozen variances, gathered once."""
@@ -140,8 +143,12 @@ class ZeroEngine:
         # during the backward; with several backwards per step the update uses the first
         # one's momentum.
         self.early_update = config.updates_early and world_size > 1
-        # Every rank updates every piece itself after warm-up: no parameter gathers.
-        self.replicated = config.replicated_update and world_size > 1
+        # Every rank updates every piece of these buckets itself after warm-up: no gathers.
+        if config.replicated_update and world_size > 1:
+            for st, front in zip(
+                self.states, front_buckets(self.layout, config.replicated_share), strict=True
+            ):
+                st.replicated = front
         # Stage 1 reduces early too once 1-bit Adam is compressing: its momentum all-reduce
         # needs only this backward's gradient, so it can overlap the rest of the backward.
         if config.stage >= 2 or config.compression == "onebit":
@@ -152,13 +159,10 @@ class ZeroEngine:
             for st in self.states:
                 st.block.register_forward_pre_hook(self._wait_gather_hook(st))
             # The same front blocks on every rank (same layout): collective order agrees.
-            total = sum(st.spec.padded for st in self.states)
-            held = 0
-            for st in self.states:
-                held += st.spec.padded
-                if held > config.forward_gather_share * total:
-                    break
-                st.forward_gather = True
+            for st, front in zip(
+                self.states, front_buckets(self.layout, config.forward_gather_share), strict=True
+            ):
+                st.forward_gather = front
             model.register_state_dict_pre_hook(lambda *_a, **_k: self.wait_gathers())
 
     def _make_state(
@@ -266,7 +270,7 @@ class ZeroEngine:
             # Right behind the bucket's momentum reduction; a front block's gather waits for
             # `step()` (`gather_all`).
             update = self.submit(lambda: self.frozen_update(st, args), "parameters")
-            gathered_later = st.forward_gather or self.replicated
+            gathered_later = st.forward_gather or st.replicated
             st.pending = update if gathered_later else self.submit_gather(st, update)
 
     def on_bucket_backward_done(self, st: BucketState) -> None:
@@ -324,7 +328,7 @@ class ZeroEngine:
             st.sender_error.view(self.p, -1)[self.rank].add_(lost, alpha=self.p * beta1)
         assert st.sender_error is not None and st.momentum_wire is not None
         momentum = self.inner.state[st.shard]["exp_avg"]
-        if self.replicated:  # every rank forms every owner's momentum: it gets all that was sent
+        if st.replicated:  # every rank forms every owner's momentum: it gets all that was sent
             st.momentum_wire, st.everyone_sent = momentum_all_gather_sent(
                 flat_grad, st.momentum_wire, momentum, st.sender_error, beta1, self.rank,
                 self.group,
@@ -352,10 +356,10 @@ class ZeroEngine:
     # ----------------------------------------------------------------- 1-bit Adam's update
     def frozen_update(self, st: BucketState, args: FrozenAdamArgs) -> None:
         """1-bit Adam's update of one bucket after warm-up (any thread): this rank's piece,
-        for the gather to spread; with `replicated_update`, every piece, here."""
+        for the gather to spread; in a replicated bucket, every piece, here."""
         state = self.inner.state[st.shard]
         denominator = self._denominator(st, args)
-        if not self.replicated:
+        if not st.replicated:
             frozen_adam_update(st.shard, state, args, denominator)
             return
         pieces = [st.spec.piece_range(j) for j in range(self.p)]
@@ -368,9 +372,9 @@ class ZeroEngine:
     def _denominator(self, st: BucketState, args: FrozenAdamArgs) -> torch.Tensor:
         """The frozen denominator: of this rank's piece, made for each update (kept, it would
         cost 4/p bytes per parameter for well under 2% of a step's processor time); with
-        `replicated_update`, of the whole bucket, all-gathered once and kept."""
+        a replicated bucket, of the whole bucket, all-gathered once and kept."""
         variance = self.inner.state[st.shard]["exp_avg_sq"]
-        if not self.replicated:
+        if not st.replicated:
             return frozen_denominator(variance, args)
         if st.denominator is None or st.denominator_key != args.denominator_key:
             full = torch.empty(st.spec.padded, dtype=torch.float32)
@@ -422,8 +426,8 @@ class ZeroEngine:
         """Start every bucket's parameter all-gather, except those the early update started."""
         for st in self.states:  # forward order: the first block's parameters arrive first
             # An updated bucket's gather is queued behind its update, except a front block's
-            # (now); with replicated_update every rank updated every piece: none at all.
-            if not st.updated or (st.forward_gather and not self.replicated):
+            # (now); in a replicated bucket every rank updated every piece: no gather at all.
+            if not st.updated or (st.forward_gather and not st.replicated):
                 st.pending = self.submit_gather(st, st.pending)  # after an early update
             st.updated = False
         if not (self.config.overlap_gather and self.p > 1):

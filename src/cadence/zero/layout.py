@@ -10,6 +10,7 @@ parameters one bucket at a time. Pure: no process group in here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from torch import nn
@@ -142,7 +143,7 @@ def comm_bytes_per_step(
     compression: str,
     compressed_phase: bool,
     gather_bytes: int = 4,
-    replicated_update: bool = False,
+    replicated_share: float = 0.0,
 ) -> dict[str, int]:
     """Exact payload bytes each rank sends in one training step, by purpose.
 
@@ -153,13 +154,16 @@ def comm_bytes_per_step(
     all-to-all). Parameters are all-gathered once per step in
     stages 1 and 2; stage 3 gathers every bucket before its forward and again before its
     backward, except the last bucket, which stays gathered from forward to backward.
-    `replicated_update` (onebit after warm-up, stages 1-2): no parameter gathers; stage 2
-    all-gathers every rank's p sent pieces instead of the all-to-all ((p-1) x p pieces).
+    Buckets updated on every rank (`ZeroConfig.replicated_update`, the front blocks within
+    `replicated_share` of the parameters; onebit after warm-up, stages 1-2): no parameter
+    gather; stage 2 all-gathers every rank's p sent pieces instead of the all-to-all
+    ((p-1) x p pieces).
     """
     p = layout.world_size
     grads = params = 0
-    for b in layout.buckets:
-        replicated = replicated_update and compression == "onebit" and compressed_phase
+    hot = compression == "onebit" and compressed_phase
+    for b, front in zip(layout.buckets, front_buckets(layout, replicated_share), strict=True):
+        replicated = front and hot
         if replicated and stage == 2:
             grads += p * (p - 1) * wire_bytes(b.piece)
         elif compression == "onebit" and compressed_phase:
@@ -172,6 +176,23 @@ def comm_bytes_per_step(
     if p == 1:
         grads = params = 0
     return {"gradients": grads, "parameters": params, "total": grads + params}
+
+
+def front_blocks(sizes: Sequence[int], share: float) -> list[bool]:
+    """For each block (sizes in forward order), whether it is one of the front blocks that
+    together hold at most `share` of the total size."""
+    total = sum(sizes)
+    out: list[bool] = []
+    held = 0
+    for size in sizes:
+        held += size
+        out.append(held <= share * total and (not out or out[-1]))
+    return out
+
+
+def front_buckets(layout: ZeroLayout, share: float) -> list[bool]:
+    """`front_blocks` of the layout's buckets, by padded elements."""
+    return front_blocks([b.padded for b in layout.buckets], share)
 
 
 def state_bytes(layout: ZeroLayout, stage: int, optimizer: str) -> dict[str, int]:

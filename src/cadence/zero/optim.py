@@ -75,7 +75,7 @@ class ZeroOptimizer(Optimizer):
         for st in eng.states:
             if not st.updated:  # else the engine updated it early, as its momentum arrived
                 eng.frozen_update(st, args)
-                st.updated = eng.replicated  # then every piece is current: nothing to gather
+                st.updated = st.replicated  # then every piece is current: no gather
 
     def state_dict(self) -> dict[str, Any]:
         from cadence.zero.checkpoint import sharded_state
