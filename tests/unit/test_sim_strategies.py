@@ -120,12 +120,23 @@ def test_ranking_covers_every_strategy_fastest_first() -> None:
         assert replicated.iteration_s < gathered.iteration_s
         assert replicated.memory_bytes > gathered.memory_bytes
         # The front 30% (mlp's fc1, a fifth of it): in between, on both counts.
-        front = by_setting[f"stage {stage}, onebit, replicated update (front 30%)"]
+        front = by_setting[f"stage {stage}, onebit, overlap, replicated front 30%"]
         assert replicated.iteration_s < front.iteration_s < gathered.iteration_s
         assert gathered.memory_bytes < front.memory_bytes < replicated.memory_bytes
     times = [c.iteration_s for c in rows]
     assert times == sorted(times)
     assert all(c.iteration_s > 0 and c.memory_bytes > 0 for c in rows)
+
+
+def test_equal_predicted_times_rank_the_smaller_memory_first() -> None:
+    # On a near-free link the 1-bit ZeRO rows that update early are all compute-bound.
+    rows = rank_strategies(_setup(2, 1e12), "mlp")
+    ties = 0
+    for first, second in zip(rows, rows[1:], strict=False):
+        if round(first.iteration_s, 9) == round(second.iteration_s, 9):
+            ties += 1
+            assert first.memory_bytes <= second.memory_bytes
+    assert ties >= 2
 
 
 def test_a_memory_limit_picks_the_fastest_that_fits() -> None:

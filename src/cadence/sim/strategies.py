@@ -99,8 +99,10 @@ def _zero(setup: Setup, costs: BlockCosts) -> list[Candidate]:
     variants = [(s, c, 0.0) for s in (1, 2, 3) for c in ("none", "onebit")]
     variants += [(s, "onebit", share) for share in (1.0, REPLICATED_FRONT) for s in (1, 2)]
     for stage, compression, share in variants:
+        # A partial share pays only when each block's forward waits for its own gather.
+        partial = 0 < share < 1
         plan = ZeroSimPlan(stage=stage, compression=compression, replicated_update=share > 0,
-                           replicated_share=share)  # fmt: skip
+                           replicated_share=share, overlap_gather=partial)  # fmt: skip
         result = simulate_zero(costs, plan, n, setup.link, 3, setup.update_s_per_byte)
         memory = state_bytes(p, 2, f"zero{stage}", n) + _activations(costs)
         if stage == 3:
@@ -109,8 +111,10 @@ def _zero(setup: Setup, costs: BlockCosts) -> list[Candidate]:
         # The replicated blocks' frozen Adam denominator, fp32.
         memory += sum(nb for nb, r in zip(costs.param_bytes, replicated, strict=True) if r)
         setting = f"stage {stage}, {compression}"
-        if share:
-            setting += ", replicated update" + ("" if share == 1 else f" (front {share:.0%})")
+        if partial:
+            setting += f", overlap, replicated front {share:.0%}"
+        elif share:
+            setting += ", replicated update"
         rows.append(
             Candidate("zero", setting, result.iteration_s, memory, result.wire_bytes, SIMULATED)
         )
@@ -222,7 +226,8 @@ def rank_strategies(
         rows += _ps(setup, costs, update_s)
         rows += _tensor(setup, costs, update_s, model_name)
         rows += _pipeline(setup, costs, memory_limit)
-    return sorted(rows, key=lambda c: round(c.iteration_s, 9))
+    # Equal predicted times (all compute-bound, say): the one holding less memory first.
+    return sorted(rows, key=lambda c: (round(c.iteration_s, 9), c.memory_bytes))
 
 
 def best_fitting(rows: Sequence[Candidate], memory_limit: int | None) -> Candidate | None:

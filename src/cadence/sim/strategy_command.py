@@ -18,15 +18,16 @@ from cadence.sizes import parse_memory_limit
 
 
 def table_lines(rows: Sequence[Candidate], memory_limit: int | None) -> list[str]:
+    width = max([38, *(len(c.setting) + 2 for c in rows)])
     lines = [
-        f"{'strategy':<14}{'setting':<38}{'iter ms':>9}{'x ddp':>7}{'MiB/worker':>12}"
+        f"{'strategy':<14}{'setting':<{width}}{'iter ms':>9}{'x ddp':>7}{'MiB/worker':>12}"
         f"{'MB wire':>9}  method"
     ]
     ddp = next(c for c in rows if c.strategy == "ddp").iteration_s
     for c in rows:
         mark = "" if c.row(memory_limit)["fits"] else "  (exceeds memory limit)"
         lines.append(
-            f"{c.strategy:<14}{c.setting:<38}{c.iteration_s * 1e3:>9.1f}"
+            f"{c.strategy:<14}{c.setting:<{width}}{c.iteration_s * 1e3:>9.1f}"
             f"{c.iteration_s / ddp:>7.2f}{c.memory_bytes / 2**20:>12.1f}"
             f"{c.wire_bytes / 1e6:>9.1f}  {c.method}{mark}"
         )

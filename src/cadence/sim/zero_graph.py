@@ -11,7 +11,12 @@ program; collectives are priced for `world_size` ranks):
   re-compressed result);
 - each rank steps its shard (`update_s_per_byte` x the bucket bytes / p);
 - stages 1 and 2 all-gather every bucket after the step; the next forward waits for all of
-  them, or with `overlap_gather` each block waits for its own; with `replicated_update`
+  them, or with `overlap_gather` each block waits for its own;
+- with `onebit` at stages 1-2 (the executor's early update) a block's update runs on the
+  communication thread right behind its reduction, during the backward, and its gather
+  follows on a second thread and group (the gather lane, sharing the link), except the front
+  blocks within `forward_gather_share` under `overlap_gather`, gathered after the step in
+  forward order; with `replicated_update`
   (onebit) every rank steps every piece of the front blocks within `replicated_share` of the
   parameters (all of them by default) instead, and those are not gathered, and stage 2's
   momentum exchange of those blocks is an all-gather of what every rank sent;
@@ -57,6 +62,14 @@ class ZeroSimPlan:
     replicated_share: float = 1.0
     """With `replicated_update`: only the front blocks within this share of the parameter
     bytes are replicated (`ZeroConfig.replicated_share`); the others are gathered."""
+    forward_gather_share: float = 1 / 3
+    """With `overlap_gather` and onebit: the front blocks within this share are gathered
+    after the step in forward order (`ZeroConfig.forward_gather_share`)."""
+
+    @property
+    def updates_early(self) -> bool:
+        """Onebit at stages 1-2: each block is updated and gathered during the backward."""
+        return self.stage < 3 and self.compression == "onebit"
 
     def __post_init__(self) -> None:
         if self.stage not in (1, 2, 3):
@@ -67,8 +80,9 @@ class ZeroSimPlan:
             raise UserError("parameter gathers are fp32 (4 bytes) or bf16 (2 bytes)")
         if self.replicated_update and (self.stage == 3 or self.compression != "onebit"):
             raise UserError("replicated_update needs stage 1 or 2 with onebit compression")
-        if not 0 <= self.replicated_share <= 1:
-            raise UserError(f"replicated_share must be within [0, 1], got {self.replicated_share}")
+        for name in ("replicated_share", "forward_gather_share"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise UserError(f"{name} must be within [0, 1], got {getattr(self, name)}")
 
     def replicated_blocks(self, param_bytes: Sequence[int]) -> list[bool]:
         """Which blocks every rank steps in full (none without `replicated_update`)."""
@@ -77,21 +91,28 @@ class ZeroSimPlan:
 
 
 class _Worker:
-    """Worker 0's compute stream, communication thread (a FIFO chain) and link."""
+    """Worker 0's compute stream, communication threads (FIFO chains: "comm", and "gather"
+    for 1-bit Adam's parameter gathers) and link."""
 
     def __init__(self, graph: TaskGraph, link: AlphaBeta, world_size: int) -> None:
         rate = 1.0 / link.beta_s_per_byte if link.beta_s_per_byte > 0 else float("inf")
         self.graph, self.link, self.p = graph, link, world_size
         self.compute = graph.resource("w0.compute", STREAM)
         self.nic = graph.resource("w0.nic", LINK, bytes_per_s=min(rate, 1e30))
-        self.last_comm: int | None = None
+        self.last: dict[str, int | None] = {"comm": None, "gather": None}
         self.last_compute: int | None = None
 
     def collective(
-        self, name: str, collective: str, nbytes: int, deps: Sequence[int | None], it: int
+        self,
+        name: str,
+        collective: str,
+        nbytes: int,
+        deps: Sequence[int | None],
+        it: int,
+        lane: str = "comm",
     ) -> int | None:
-        """A collective submitted after `deps`, behind every earlier one (none for 0 bytes:
-        the executor skips blocks without parameters)."""
+        """A collective submitted after `deps`, behind every earlier one on its thread (none
+        for 0 bytes: the executor skips blocks without parameters)."""
         if nbytes == 0:
             return None
         algorithm = {"all_to_all": "pairwise"}.get(collective, "ring")
@@ -100,16 +121,24 @@ class _Worker:
             terms.reduce_bytes
         )
         wire = terms.wire_bytes if self.link.beta_s_per_byte > 0 else 0.0
-        self.last_comm = self.graph.add(
+        self.last[lane] = self.graph.add(
             name,
             "collective",
             resources=(self.nic,),
             duration_s=latency,
             nbytes=wire,
-            deps=[self.last_comm, *deps],
+            deps=[self.last[lane], *deps],
             iteration=it,
         )
-        return self.last_comm
+        return self.last[lane]
+
+    def comm_work(self, name: str, seconds: float, deps: Sequence[int | None], it: int) -> int:
+        """Work the communication thread does between its collectives (an early update)."""
+        task = self.graph.add(
+            name, "update", duration_s=seconds, deps=[self.last["comm"], *deps], iteration=it
+        )
+        self.last["comm"] = task
+        return task
 
     def work(
         self,
@@ -177,6 +206,9 @@ def build_zero(
     nb, pb = len(costs.forward_s), costs.param_bytes
     gather = [pb[b] * plan.gather_bytes_per_param // 4 for b in range(nb)]
     replicated = plan.replicated_blocks(pb)
+    early = plan.updates_early
+    share = plan.forward_gather_share if plan.overlap_gather and early else 0.0
+    later = front_blocks(pb, share)  # gathered after the step, in forward order
     starts: list[int] = []
     gates: list[list[int]] = [[] for _ in range(nb)]  # what each block's forward waits for
     for it in range(warmup_iterations + iterations):
@@ -195,6 +227,8 @@ def build_zero(
                 starts.append(task)
         w.work("loss", "loss", costs.loss_s, [], it)
         reductions: list[int] = []
+        updated: list[int | None] = [None] * nb  # early updates (onebit, stages 1-2)
+        gathered: list[int | None] = [None] * nb
         bwd_gather: int | None = None
         for b in reversed(range(nb)):
             after, bwd_gather_next = bwd_gather, None
@@ -204,18 +238,37 @@ def build_zero(
             seconds = costs.input_grad_s[b] + costs.weight_grad_s[b]
             done = w.work(f"B{b}", "weight_grad", seconds, [after], it, -costs.activation_bytes[b])
             bwd_gather = bwd_gather_next
-            if plan.stage > 1 and pb[b]:
+            if (plan.stage > 1 or early) and pb[b]:
                 reductions.append(_reduce(w, plan, b, pb[b], [done], it, replicated[b]))
-        if plan.stage == 1:
+                if early:
+                    stepped = pb[b] if replicated[b] else pb[b] / world_size
+                    u = w.comm_work(f"u{b}", update_s_per_byte * stepped, [reductions[-1]], it)
+                    updated[b] = u
+                    if not (replicated[b] or later[b]):
+                        gathered[b] = w.collective(
+                            f"g{b}", "allgather", gather[b], [u], it, lane="gather"
+                        )
+        if plan.stage == 1 and not early:
             backward = [w.last_compute]  # stage 1 reduces at the step, after backward
             reductions += [
                 _reduce(w, plan, b, pb[b], backward, it, replicated[b])
                 for b in reversed(range(nb))
                 if pb[b]
             ]
+        gates = [[] for _ in range(nb)]
+        if early:  # the step waits for the reductions; the updates are done or under way
+            step = w.work("step", "update", 0.0, reductions, it)
+            for b in range(nb):  # the front blocks' gathers, in forward order
+                if later[b] and not replicated[b] and pb[b]:
+                    deps = [updated[b], step]
+                    gathered[b] = w.collective(f"g{b}", "allgather", gather[b], deps, it, "gather")
+            waits = [g if g is not None else u for g, u in zip(gathered, updated, strict=True)]
+            every = [t for t in waits if t is not None]
+            own_wait = [[t] if t is not None else [] for t in waits]
+            gates = own_wait if plan.overlap_gather else [every] * nb
+            continue
         stepped = sum(n if r else n / world_size for n, r in zip(pb, replicated, strict=True))
         step = w.work("step", "update", update_s_per_byte * stepped, reductions, it)
-        gates = [[] for _ in range(nb)]
         if plan.stage < 3 and not all(replicated):
             gathers = [
                 None if replicated[b] else w.collective(f"g{b}", "allgather", gather[b], [step], it)
@@ -227,7 +280,7 @@ def build_zero(
     total = warmup_iterations + iterations
     if plan.stage == 3:  # the next step's first forward waits for its block's gather
         gates[0] = [g for g in [w.collective("g0", "allgather", gather[0], [], total)] if g]
-    ends = [w.last_compute, w.last_comm, *(g for gate in gates for g in gate)]
+    ends = [w.last_compute, *w.last.values(), *(g for gate in gates for g in gate)]
     starts.append(graph.add("next", "marker", resources=(w.compute,), deps=ends, iteration=total))
     return Built(graph, tuple(starts), warmup_iterations, f"zero{plan.stage}", world_size)
 
