@@ -29,6 +29,18 @@ def test_on_a_free_link_a_step_is_compute_plus_a_sharded_update(stage: int) -> N
     assert result.iteration_s == pytest.approx(6.0 + 0.5)
 
 
+@pytest.mark.parametrize("stage", [1, 2])
+def test_early_updates_still_charge_their_processor_time_to_the_step(stage: int) -> None:
+    # 1-bit Adam updates each block on the communication thread during the backward, but the
+    # ranks' threads share the cores: the update's time is charged as the step, a shard's
+    # (0.5 s of the whole model's 2 s at p = 4), or the whole model's when replicated.
+    cost = {"update_s_per_byte": 2.0 / (8 * MB)}
+    sharded = ZeroSimPlan(stage=stage, compression="onebit")
+    assert simulate_zero(_costs(), sharded, 4, FREE, **cost).iteration_s == pytest.approx(6.5)
+    everywhere = ZeroSimPlan(stage=stage, compression="onebit", replicated_update=True)
+    assert simulate_zero(_costs(), everywhere, 4, FREE, **cost).iteration_s == pytest.approx(8.0)
+
+
 def test_stage1_reduces_after_backward_and_gathers_after_the_step() -> None:
     ar = SLOW.time("allreduce", "ring", 4 * MB, 4)
     ag = SLOW.time("allgather", "ring", 4 * MB, 4)

@@ -55,9 +55,11 @@ def _panel(ax: Any, data: dict[str, Any]) -> set[str | None]:
 
 
 def _short(setting: str) -> str:
-    """The first two parts of a setting, e.g. "stage 3, onebit", wrapped to fit a cell."""
-    parts = [p.strip() for p in setting.split(",")][:2]
-    return "\n".join(textwrap.fill(p, 18) for p in parts)
+    """The first two parts of a setting, e.g. "stage 3, onebit", and a ZeRO replicated
+    update if any ("replicated front 30%": it changes the memory), wrapped to fit a cell."""
+    parts = [p.strip() for p in setting.split(",")]
+    parts = parts[:2] + [p for p in parts[2:] if p.startswith("replicated")]
+    return "\n".join(textwrap.fill(p, 20) for p in parts)
 
 
 def _rect(x: int, y: int, colour: str) -> Any:

@@ -13,13 +13,14 @@ program; collectives are priced for `world_size` ranks):
 - stages 1 and 2 all-gather every bucket after the step; the next forward waits for all of
   them, or with `overlap_gather` each block waits for its own;
 - with `onebit` at stages 1-2 (the executor's early update) a block's update runs on the
-  communication thread right behind its reduction, during the backward, and its gather
-  follows on a second thread and group (the gather lane, sharing the link), except the front
-  blocks within `forward_gather_share` under `overlap_gather`, gathered after the step in
-  forward order; with `replicated_update`
-  (onebit) every rank steps every piece of the front blocks within `replicated_share` of the
-  parameters (all of them by default) instead, and those are not gathered, and stage 2's
-  momentum exchange of those blocks is an all-gather of what every rank sent;
+  communication thread right behind its reduction, during the backward (its processor time
+  is charged to the compute stream as the step, since the ranks' threads share the cores),
+  and its gather follows on a second thread and group (the gather lane, sharing the link),
+  except the front blocks within `forward_gather_share` under `overlap_gather`, gathered
+  after the step in forward order; with `replicated_update` (onebit) every rank steps every
+  piece of the front blocks within `replicated_share` of the parameters (all of them by
+  default) instead, and those are not gathered, and stage 2's momentum exchange of those
+  blocks is an all-gather of what every rank sent;
 - stage 3 gathers a block before its forward (the next one is submitted as a forward starts)
   and again before its backward (submitted as the block after it starts its backward), except
   the last block, which stays gathered; a block's gathered parameters are freed after use.
@@ -132,14 +133,6 @@ class _Worker:
         )
         return self.last[lane]
 
-    def comm_work(self, name: str, seconds: float, deps: Sequence[int | None], it: int) -> int:
-        """Work the communication thread does between its collectives (an early update)."""
-        task = self.graph.add(
-            name, "update", duration_s=seconds, deps=[self.last["comm"], *deps], iteration=it
-        )
-        self.last["comm"] = task
-        return task
-
     def work(
         self,
         name: str,
@@ -240,10 +233,8 @@ def build_zero(
             bwd_gather = bwd_gather_next
             if (plan.stage > 1 or early) and pb[b]:
                 reductions.append(_reduce(w, plan, b, pb[b], [done], it, replicated[b]))
-                if early:
-                    stepped = pb[b] if replicated[b] else pb[b] / world_size
-                    u = w.comm_work(f"u{b}", update_s_per_byte * stepped, [reductions[-1]], it)
-                    updated[b] = u
+                if early:  # updated right behind it (processor time: charged to the step)
+                    updated[b] = u = reductions[-1]
                     if not (replicated[b] or later[b]):
                         gathered[b] = w.collective(
                             f"g{b}", "allgather", gather[b], [u], it, lane="gather"
@@ -255,9 +246,12 @@ def build_zero(
                 for b in reversed(range(nb))
                 if pb[b]
             ]
+        stepped = sum(n if r else n / world_size for n, r in zip(pb, replicated, strict=True))
         gates = [[] for _ in range(nb)]
         if early:  # the step waits for the reductions; the updates are done or under way
-            step = w.work("step", "update", 0.0, reductions, it)
+            # The updates run on the communication thread, but they take processor time from
+            # the compute (two ranks' threads share the cores): charged here, as a step.
+            step = w.work("step", "update", update_s_per_byte * stepped, reductions, it)
             for b in range(nb):  # the front blocks' gathers, in forward order
                 if later[b] and not replicated[b] and pb[b]:
                     deps = [updated[b], step]
@@ -267,7 +261,6 @@ def build_zero(
             own_wait = [[t] if t is not None else [] for t in waits]
             gates = own_wait if plan.overlap_gather else [every] * nb
             continue
-        stepped = sum(n if r else n / world_size for n, r in zip(pb, replicated, strict=True))
         step = w.work("step", "update", update_s_per_byte * stepped, reductions, it)
         if plan.stage < 3 and not all(replicated):
             gathers = [
