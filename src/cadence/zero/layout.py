@@ -161,9 +161,9 @@ def comm_bytes_per_step(
     """
     p = layout.world_size
     grads = params = 0
-    hot = compression == "onebit" and compressed_phase
+    replicable = compression == "onebit" and compressed_phase and stage < 3
     for b, front in zip(layout.buckets, front_buckets(layout, replicated_share), strict=True):
-        replicated = front and hot
+        replicated = front and replicable
         if replicated and stage == 2:
             grads += p * (p - 1) * wire_bytes(b.piece)
         elif compression == "onebit" and compressed_phase:
