@@ -247,29 +247,24 @@ def build_zero(
                 if pb[b]
             ]
         stepped = sum(n if r else n / world_size for n, r in zip(pb, replicated, strict=True))
-        gates = [[] for _ in range(nb)]
-        if early:  # the step waits for the reductions; the updates are done or under way
-            # The updates run on the communication thread, but they take processor time from
-            # the compute (two ranks' threads share the cores): charged here, as a step.
-            step = w.work("step", "update", update_s_per_byte * stepped, reductions, it)
+        # With early updates the step waits for the reductions and the updates are done or
+        # under way on the communication thread; their processor time is charged here all
+        # the same (two ranks' threads share the cores).
+        step = w.work("step", "update", update_s_per_byte * stepped, reductions, it)
+        if early:
             for b in range(nb):  # the front blocks' gathers, in forward order
                 if later[b] and not replicated[b] and pb[b]:
                     deps = [updated[b], step]
                     gathered[b] = w.collective(f"g{b}", "allgather", gather[b], deps, it, "gather")
+            # A replicated block waits only for its update.
             waits = [g if g is not None else u for g, u in zip(gathered, updated, strict=True)]
-            every = [t for t in waits if t is not None]
-            own_wait = [[t] if t is not None else [] for t in waits]
-            gates = own_wait if plan.overlap_gather else [every] * nb
-            continue
-        step = w.work("step", "update", update_s_per_byte * stepped, reductions, it)
-        if plan.stage < 3 and not all(replicated):
-            gathers = [
-                None if replicated[b] else w.collective(f"g{b}", "allgather", gather[b], [step], it)
-                for b in range(nb)
-            ]
-            every = [g for g in gathers if g is not None]
-            own = [[g] if g is not None else [] for g in gathers]
-            gates = own if plan.overlap_gather else [every] * nb
+        elif plan.stage < 3:  # (a replicated update is always early: onebit at stages 1-2)
+            waits = [w.collective(f"g{b}", "allgather", gather[b], [step], it) for b in range(nb)]
+        else:
+            waits = [None] * nb
+        every = [t for t in waits if t is not None]
+        own = [[t] if t is not None else [] for t in waits]
+        gates = own if plan.overlap_gather else [every] * nb
     total = warmup_iterations + iterations
     if plan.stage == 3:  # the next step's first forward waits for its block's gather
         gates[0] = [g for g in [w.collective("g0", "allgather", gather[0], [], total)] if g]
