@@ -55,16 +55,10 @@ def job_spec(name: str, base: JobSpec) -> JobSpec:
         return replace(base, name=name, kind="deepspeed", stage=2)
     parts = name.split("-")
     options = set(parts[2:])
-    shares = {
-        o: int(o[5:]) / 100 for o in options if re.fullmatch(r"front(100|[1-9]?[0-9])", o)
-    }
+    shares = _percent_options(options, "front")
     shares.update({"backorder": 0.0, "fwdorder": 1.0})
     orders = options & shares.keys()
-    replicas = {
-        o: int(o[10:] or 100) / 100
-        for o in options
-        if re.fullmatch(r"replicated(100|[1-9]?[0-9])?", o)
-    }
+    replicas = _percent_options(options, "replicated", bare=1.0)
     ok = (
         len(parts) >= 2
         and parts[0] in ("zero1", "zero2", "zero3")
@@ -94,6 +88,19 @@ def job_spec(name: str, base: JobSpec) -> JobSpec:
         replicated_update=bool(replicas),
         replicated_share=replicas.popitem()[1] if replicas else JobSpec.replicated_share,
     )
+
+
+def _percent_options(options: set[str], prefix: str, bare: float | None = None) -> dict[str, float]:
+    """The job-name options `<prefix><N>` (N percent, 0-100) with their fraction; `bare`, if
+    given, is the fraction of `<prefix>` alone."""
+    found: dict[str, float] = {}
+    for o in options:
+        match = re.fullmatch(rf"{prefix}(100|[1-9]?[0-9])?", o)
+        if match and match[1] is not None:
+            found[o] = int(match[1]) / 100
+        elif match and bare is not None:
+            found[o] = bare
+    return found
 
 
 def payload_bytes(spec: JobSpec, workers: int) -> int | None:
