@@ -86,10 +86,20 @@ def _build_job(spec: JobSpec, model: Any, world_size: int) -> Any:
         return peers.wrap_fsdp2(model, spec.lr)
     if spec.kind == "deepspeed":
         return peers.wrap_deepspeed(model, spec.lr, spec.batch_size // world_size)
-    return peers.wrap_zero(model, spec.lr, spec.stage, spec.compression, spec.freeze_steps,
-                           spec.gather_dtype, spec.overlap_gather,
-                           spec.forward_gather_share, spec.gather_lane,
-                           spec.replicated_update, spec.replicated_share)  # fmt: skip
+    from cadence.zero import ZeroConfig
+
+    config = ZeroConfig(
+        stage=spec.stage,
+        compression=spec.compression,
+        freeze_steps=spec.freeze_steps,
+        gather_dtype=spec.gather_dtype,
+        overlap_gather=spec.overlap_gather,
+        forward_gather_share=spec.forward_gather_share,
+        gather_lane=spec.gather_lane,
+        replicated_update=spec.replicated_update,
+        replicated_share=spec.replicated_share,
+    )
+    return peers.wrap_zero(model, spec.lr, config)
 
 
 def run(spec: JobSpec, out_dir: Path) -> None:

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from cadence.errors import UserError
 from cadence.models import loss_fn
+from cadence.zero.config import ZeroConfig
 from cadence.zero.layout import model_blocks
 
 Step = Callable[[Tensor, Tensor], Tensor]
@@ -100,18 +101,8 @@ def wrap_deepspeed(model: nn.Module, lr: float, micro_batch: int) -> Job:
     return Job(step, lambda: None)
 
 
-def wrap_zero(model: nn.Module, lr: float, stage: int, compression: str, freeze_steps: int,
-              gather_dtype: str, overlap_gather: bool,
-              forward_gather_share: float = 1 / 3, gather_lane: bool = True,
-              replicated_update: bool = False,
-              replicated_share: float = 1.0) -> Job:  # fmt: skip
-    from cadence.zero import ZeroConfig, zero_from_config
+def wrap_zero(model: nn.Module, lr: float, config: ZeroConfig) -> Job:
+    from cadence.zero import zero_from_config
 
-    config = ZeroConfig(stage=stage, compression=compression, freeze_steps=freeze_steps,
-                        gather_dtype=gather_dtype, overlap_gather=overlap_gather,
-                        forward_gather_share=forward_gather_share,
-                        gather_lane=gather_lane,
-                        replicated_update=replicated_update,
-                        replicated_share=replicated_share)  # fmt: skip
     model, optimizer = zero_from_config(model, config, lr=lr)
     return Job(_plain_step(model, optimizer), optimizer.engine.close)
