@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 from cadence.dp.autotune import load_result
 from cadence.dp.config import DPConfig
+from cadence.dp.heap import keep_heap
 from cadence.dp.layers import model_layout
 from cadence.dp.optimizer import ScheduledOptimizer
 from cadence.dp.plan import Chunk, DPPlan, ParamInfo, Segment, build_plan
@@ -50,6 +51,8 @@ def data_parallel(
     `profile` (from `cadence.profile.profile_model`) is needed by `autotune="guided"` only.
     """
     config = config or DPConfig()
+    if config.keep_heap:
+        keep_heap()
     if config.autotune == "guided" and profile is None and not _loadable(config):
         raise ValueError("autotune='guided' needs a profile of the model (cadence.profile)")
     world_size = dist.get_world_size() if dist.is_initialized() else 1
