@@ -40,6 +40,7 @@ from cadence.sim.engine import run
 from cadence.sim.estimates import state_bytes
 from cadence.sim.graph import LINK, STREAM, TaskGraph
 from cadence.sim.metrics import SimResult, analyse
+from cadence.zero.config import DEFAULT_FORWARD_GATHER_SHARE
 from cadence.zero.layout import front_blocks
 
 ONEBIT_RATIO = 32  # fp32 momentum -> one sign bit per element
@@ -63,7 +64,7 @@ class ZeroSimPlan:
     replicated_share: float = 1.0
     """With `replicated_update`: only the front blocks within this share of the parameter
     bytes are replicated (`ZeroConfig.replicated_share`); the others are gathered."""
-    forward_gather_share: float = 1 / 3
+    forward_gather_share: float = DEFAULT_FORWARD_GATHER_SHARE
     """With `overlap_gather` and onebit: the front blocks within this share are gathered
     after the step in forward order (`ZeroConfig.forward_gather_share`)."""
 

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch import nn
 
 from cadence.zero.checkpoint import load, save
-from cadence.zero.config import ZeroConfig
+from cadence.zero.config import DEFAULT_FORWARD_GATHER_SHARE, ZeroConfig
 from cadence.zero.engine import ZeroEngine
 from cadence.zero.layout import ZeroLayout, build_layout, comm_bytes_per_step, state_bytes
 from cadence.zero.optim import ZeroOptimizer
@@ -50,7 +50,7 @@ def zero(
     gather_dtype: str = "fp32",
     prefetch: bool = True,
     overlap_gather: bool = False,
-    forward_gather_share: float = 1 / 3,
+    forward_gather_share: float = DEFAULT_FORWARD_GATHER_SHARE,
     gather_lane: bool = True,
     replicated_update: bool = False,
     replicated_share: float = 1.0,

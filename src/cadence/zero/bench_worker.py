@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from cadence.zero.config import DEFAULT_FORWARD_GATHER_SHARE
+
 JOB_KINDS = ("ddp", "fsdp2", "deepspeed", "zero")
 
 
@@ -36,7 +38,7 @@ class JobSpec:
     """cadence.zero parameter all-gather dtype for kind "zero"."""
     overlap_gather: bool = False
     """cadence.zero stages 1-2: parameter all-gathers overlap the next forward."""
-    forward_gather_share: float = 1 / 3
+    forward_gather_share: float = DEFAULT_FORWARD_GATHER_SHARE
     """cadence.zero: `ZeroConfig.forward_gather_share` (0: gathers in backward order)."""
     gather_lane: bool = True
     """cadence.zero: `ZeroConfig.gather_lane`."""

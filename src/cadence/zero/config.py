@@ -6,6 +6,9 @@ from dataclasses import dataclass
 
 from cadence.errors import UserError
 
+DEFAULT_FORWARD_GATHER_SHARE = 1 / 3
+"""`ZeroConfig.forward_gather_share` unless given; the simulator's plan mirrors it."""
+
 STAGES = (1, 2, 3)
 COMPRESSIONS = ("none", "fp16", "onebit")
 ZERO_OPTIMIZERS = ("adam", "adamw", "sgd")
@@ -33,7 +36,7 @@ class ZeroConfig:
     own just before its next forward, so the gathers travel while earlier blocks compute.
     Parameters read outside a forward (not `state_dict()`, which waits) may then be stale
     until `optimizer.wait_gathers()`."""
-    forward_gather_share: float = 1 / 3
+    forward_gather_share: float = DEFAULT_FORWARD_GATHER_SHARE
     """With `overlap_gather` and 1-bit Adam's early update: the front blocks holding up to this
     share of the parameter bytes are gathered after the backward, in forward order, while the
     next forward runs; the others right behind their update during the backward. Gathered in
