@@ -28,3 +28,16 @@ def test_too_few_steps_after_tuning_keep_all_but_the_first() -> None:
     m = _metrics([9.0, 5.0, 5.0, 1.0], tuned=3)
     _summarise(m, 20.0)
     assert m["median_iteration_s"] == 5.0 and m["timed_from_step"] == 1
+
+
+def test_one_chunk_steps_before_a_chunked_plan_are_left_out() -> None:
+    times = [9.0, 5.0, 5.0, 5.0, 1.0, 1.0, 2.0]
+    m = _metrics(times)
+    m["dp_one_chunk_probe"] = {"iterations": 4, "one_chunk": False}
+    _summarise(m, 28.0)
+    assert m["median_iteration_s"] == 1.0 and m["timed_from_step"] == 4
+    # Kept one chunk: those steps ran the plan that stayed, so they count.
+    m = _metrics(times)
+    m["dp_one_chunk_probe"] = {"iterations": 4, "one_chunk": True}
+    _summarise(m, 28.0)
+    assert m["median_iteration_s"] == 3.5 and m["timed_from_step"] == 1

@@ -179,6 +179,16 @@ def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.b
                     for name, v in variants.items()
                     if v.engine is not None
                 },
+                # The plan each cadence-dp variant ended with, and what chose it.
+                "plans": {
+                    name: {
+                        "chunks": len(v.engine.plan.chunks),
+                        "threshold_bytes": v.engine.threshold_bytes,
+                        "one_chunk_probe": v.engine.one_chunk_probe,
+                    }
+                    for name, v in variants.items()
+                    if v.engine is not None
+                },
                 "block_steps": steps,
                 "rounds_s": rounds,
                 "lockstep_compute_rounds_s": lockstep,

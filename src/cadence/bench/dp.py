@@ -132,6 +132,15 @@ def _train(
     return train_for_bench(train_config)
 
 
+def _plan(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The plan a cadence-dp run ended with: chunks, threshold, the one-chunk probe if any."""
+    return {
+        "chunks": metrics["dp_chunks"],
+        "threshold_bytes": metrics["dp_threshold_bytes"],
+        "one_chunk_probe": metrics.get("dp_one_chunk_probe"),
+    }
+
+
 def measure_compute(
     model: str, config: DPBenchConfig, echo: Callable[[str], None]
 ) -> tuple[float, int]:
@@ -169,6 +178,7 @@ def measure_case(
     from cadence.netem import parse_bandwidth
 
     runs: dict[str, list[float]] = {}
+    plans: list[dict[str, Any]] = []  # cadence-dp's plan in each of its runs
     wire_runs: list[float] = []
     compute_runs: list[float] = []
     order = variants(config)
@@ -186,6 +196,8 @@ def measure_case(
             echo(f"  {model} @ {cap}: {variant.name} (run {repeat + 1}/{config.repeats})")
             metrics = _train(model, cap, variant, config.workers, config)
             runs.setdefault(variant.name, []).append(metrics["median_iteration_s"])
+            if "dp_chunks" in metrics:
+                plans.append(_plan(metrics))
     # Without a cap the link is the loopback, limited by the processors: no wire time.
     wire = statistics.median(wire_runs) if wire_runs else 0.0
     line_wire = 0.0
@@ -206,6 +218,7 @@ def measure_case(
         "cadence_threshold_bytes": cadence_config.threshold_for(grad_bytes),
         # And the bytes it let in flight (its default depends on the model too).
         "cadence_credit_bytes": cadence_config.credit_for(grad_bytes),
+        "cadence_plans": plans,
         "compute_s": compute_s,
         "compute_runs_s": compute_runs,
         "model_compute_s": model_compute_s,

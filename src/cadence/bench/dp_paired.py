@@ -211,6 +211,8 @@ def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
         "tuned": measured.get("tuned", {}),
         # cadence-dp's bytes in flight, as it ran (older files lack it).
         **_credit(measured.get("credit_bytes", {}).get(CADENCE)),
+        # cadence-dp's plan as it ran: chunks, threshold, the one-chunk probe (older files lack it).
+        **_plan(measured.get("plans", {}).get(CADENCE)),
         "compute_s": compute,
         "wire_s": wire_s,
         "bound_s": max(compute, wire_s),
@@ -235,6 +237,10 @@ def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
 
 def _credit(credit_bytes: int | None) -> dict[str, Any]:
     return {} if credit_bytes is None else {"cadence_credit_bytes": credit_bytes}
+
+
+def _plan(plan: dict[str, Any] | None) -> dict[str, Any]:
+    return {} if plan is None else {"cadence_plan": plan}
 
 
 def _lockstep(rounds: list[float] | None) -> dict[str, Any]:
@@ -276,7 +282,7 @@ def table_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
         lines.append(
             f"| {r['model']} | {r['cap']} | {r['compute_s']:.3f} s | {r['wire_s']:.3f} s "
             f"| {it['ddp']:.3f} s | {it[r['ddp_tuned']]:.3f} s ({r['ddp_tuned']}) "
-            f"| {it[CADENCE]:.3f} s | {r['cadence_over_ddp_paired']:.2f} ({per_round}) "
+            f"| {it[CADENCE]:.3f} s{_chunks(r)} | {r['cadence_over_ddp_paired']:.2f} ({per_round}) "
             f"| {r['cadence_over_ddp_tuned_paired']:.2f} "
             f"| {r['cadence_over_bound_paired']:.2f} ({bound_rounds}) "
             f"| {r['ddp_over_bound_paired']:.2f} |"
@@ -289,6 +295,14 @@ def table_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
                 f"{r['variant_over_cadence_paired'][name]:.2f}x cadence ({each})"
             )
     return lines
+
+
+def _chunks(row: dict[str, Any]) -> str:
+    """How many chunks cadence-dp's plan had, where the file says."""
+    plan = row.get("cadence_plan")
+    if plan is None:
+        return ""
+    return f" ({plan['chunks']} chunk{'s' if plan['chunks'] != 1 else ''})"
 
 
 def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cadence.dp.plan import default_credit, default_threshold
+from cadence.dp.plan import DEFAULT_ONE_CHUNK_WIRE_SHARE, default_credit, default_threshold
 
 
 def mb_to_bytes(mb: float | None) -> int | None:
@@ -57,6 +57,14 @@ class DPConfig:
     """Tuning is also skipped when one all-reduce of every gradient at the link rate probed
     before training would take less than this share of a warm-up iteration: communication
     is too cheap for any schedule to win much, so the host's time matters most. 0 disables."""
+    one_chunk_wire_share: float = DEFAULT_ONE_CHUNK_WIRE_SHARE
+    """With the default threshold, no K and no tuning, the first `warmup_iterations` + 3
+    iterations reduce all gradients as one chunk on the main thread, the last 3 timed. The
+    chunked plan is built from their median all-reduce time and the last one's gradient ready
+    times, and used only if its chunks could hide at least this share of an iteration (all but
+    the last chunk's share of the all-reduce, `plan.hideable_share`); else the model stays one
+    chunk, because each chunk handed to the communication thread costs a core's turn on a busy
+    host. Rank 0's timings decide for every rank. 0 disables (the chunked plan from the start)."""
     keep_heap: bool = True
     """Fix glibc's malloc trim and mmap thresholds for the process (`dp.heap.keep_heap`), so
     each iteration's activations reuse the heap's pages instead of faulting in fresh ones
@@ -90,8 +98,24 @@ class DPConfig:
                 f"autotune_cheap_wire_fraction must be in [0, 1), got "
                 f"{self.autotune_cheap_wire_fraction}"
             )
+        if not 0 <= self.one_chunk_wire_share < 1:
+            raise ValueError(
+                f"one_chunk_wire_share must be in [0, 1), got {self.one_chunk_wire_share}"
+            )
         if self.reorder_k is not None and self.reorder_k < 1:
             raise ValueError(f"reorder_k must be at least 1, got {self.reorder_k}")
+
+    def chooses_default_plan(self, world_size: int) -> bool:
+        """Whether the runtime times one-chunk iterations to choose between one chunk and the
+        default chunked plan (`one_chunk_wire_share`): only for its own default, never for a
+        threshold, K or tuning the user asked for."""
+        return (
+            world_size > 1
+            and self.one_chunk_wire_share > 0
+            and self.threshold_bytes is None
+            and self.reorder_k is None
+            and self.autotune == "off"
+        )
 
     def threshold_for(self, gradient_bytes: int) -> int:
         """The threshold for a model with this many bytes of gradients."""

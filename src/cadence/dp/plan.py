@@ -54,6 +54,28 @@ def default_credit(threshold_bytes: int, gradient_bytes: int = 0) -> int:
     return (LARGE_CREDIT_CHUNKS if large else DEFAULT_CREDIT_CHUNKS) * threshold_bytes
 
 
+DEFAULT_ONE_CHUNK_WIRE_SHARE = 0.05
+"""cadence-dp's default plan stays one chunk, synchronised by the main thread at the end of the
+backward pass, when its chunks could hide less than this share of an iteration
+(`one_chunk_suffices`)."""
+
+
+def hideable_share(wire_s: float, iteration_s: float, chunks: int) -> float:
+    """The most of an iteration that `chunks` chunks could hide of an all-reduce of every
+    gradient taking `wire_s`: all but the last chunk's, which is ready only when the backward
+    pass ends."""
+    return wire_s * (1 - 1 / max(1, chunks)) / iteration_s
+
+
+def one_chunk_suffices(wire_s: float, iteration_s: float, chunks: int, share: float) -> bool:
+    """Whether a model whose gradients all-reduce in `wire_s`, in iterations of `iteration_s`,
+    is best left one chunk rather than cut into `chunks`: when what they could hide is under
+    `share` of the iteration. Every chunk handed to the communication thread waits for a core's
+    turn on a busy host (on this 2-core machine's loopback gpt_mini's four chunks cost 6% of a
+    step against one chunk, which its all-reduce at 6% of the step could not repay)."""
+    return share > 0 and hideable_share(wire_s, iteration_s, chunks) < share
+
+
 @dataclass(frozen=True)
 class ParamInfo:
     """One parameter (shared parameters appear once)."""

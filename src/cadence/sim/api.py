@@ -96,11 +96,14 @@ def plan_dp(
     link: AlphaBeta | float,
     options: SimOptions | None = None,
     reorder_k: int | None = None,
+    one_chunk_warmup: bool = False,
 ) -> DPPlan:
     """The plan the runtime builds after its warm-up iteration, which it runs with the initial
     plan (expected order, no rates) while timing gradient ready times and the link: the
     warm-up is simulated and the same figures are read off it (ready times from backward
-    start; link rate = chunk bytes / time from the first gradient to the last update)."""
+    start; link rate = chunk bytes / time from the first gradient to the last update). With
+    `one_chunk_warmup` (the runtime's default plan), the warm-up is one chunk instead and the
+    rate its all-reduce's bytes / duration."""
     if threshold_bytes < 1 or credit_bytes < 1:
         raise UserError(
             f"threshold and credit must be >= 1 byte, got {threshold_bytes}, {credit_bytes}"
@@ -108,7 +111,12 @@ def plan_dp(
     options = options or SimOptions()
     costs = block_costs(profile, options.calibrate_compute)
     blocks = param_blocks(costs, params)
-    initial = _build(params, threshold_bytes, credit_bytes, None, None, reorder_k)
+    whole = max(1, sum(p.nbytes for p in params))
+    initial = (
+        _build(params, whole, whole, None, None, None)
+        if one_chunk_warmup
+        else _build(params, threshold_bytes, credit_bytes, None, None, reorder_k)
+    )
     one = dataclasses.replace(options, replicas=1, warmup_iterations=0)
     warm = simulate_dp(profile, initial, world_size, link, iterations=1, options=one)
     graph, schedule = warm.schedule.graph, warm.schedule
@@ -128,5 +136,8 @@ def plan_dp(
         (schedule.end_s[t.id] for t in graph.tasks if t.kind in ("complete", "update")),
         default=first,
     )
+    if one_chunk_warmup:
+        (reduce,) = (t for t in graph.tasks if t.kind == "allreduce" and t.iteration == 0)
+        first, last = schedule.start_s[reduce.id], schedule.end_s[reduce.id]
     rate = sum(c.nbytes for c in initial.chunks) / max(last - first, 1e-6)
     return _build(params, threshold_bytes, credit_bytes, ready, rate, reorder_k)

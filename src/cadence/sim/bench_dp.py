@@ -58,6 +58,18 @@ def recorded_credit(row: dict[str, Any], threshold: int | None, gradient_bytes: 
     return DEFAULT_CREDIT_CHUNKS * chunk
 
 
+def recorded_default_plan(row: dict[str, Any]) -> str:
+    """What cadence-dp's default plan was in a benchmark row: "one chunk" or "chunked" after
+    its one-chunk iterations (the choice most of the row's runs made), or "unprobed" for files
+    from before the runtime chose (they record no plan)."""
+    plans = row.get("cadence_plans") or ([row["cadence_plan"]] if "cadence_plan" in row else [])
+    probes = [p["one_chunk_probe"] for p in plans if p.get("one_chunk_probe") is not None]
+    if not probes:
+        return "unprobed"
+    kept = sum(1 for p in probes if p["one_chunk"])
+    return "one chunk" if 2 * kept > len(probes) else "chunked"
+
+
 def read_bench_dp(path: str) -> dict[str, Any]:
     """A `cadence bench dp --out` file, or a one-line UserError."""
     try:
@@ -117,6 +129,8 @@ class _Case:
     credit: int
     reorder_k: int | None
     options: SimOptions
+    default_plan: str
+    """cadence-dp's default plan as the run chose it (`recorded_default_plan`)."""
 
     slowdown: dict[str, float] = dataclasses.field(default_factory=dict)
     """Per simulated strategy, how much its runtime slows compute on a host whose cores all
@@ -145,6 +159,7 @@ class _Case:
                 DDP_BUCKET_BYTES,
                 self.options,
                 reorder_k=self.reorder_k,
+                default_plan=self.default_plan,
             )
         return out
 
@@ -203,6 +218,7 @@ def predict_bench_dp(
                 credit=recorded_credit(row, threshold, gradient_bytes),
                 reorder_k=cfg.get("reorder_k"),
                 options=options or SimOptions(),
+                default_plan=recorded_default_plan(row),
                 slowdown=slowdown,
             )
             common = {

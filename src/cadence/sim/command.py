@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from cadence.comm.cost import AlphaBeta
-from cadence.dp.plan import DPPlan, ParamInfo, default_credit, default_threshold
+from cadence.dp.plan import (
+    DEFAULT_ONE_CHUNK_WIRE_SHARE,
+    DPPlan,
+    ParamInfo,
+    default_credit,
+    default_threshold,
+    one_chunk_suffices,
+)
 from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.api import DDP_BUCKET_BYTES, plan_dp, simulate_ddp, simulate_dp
@@ -129,6 +136,10 @@ def step_cost(
     return step_s / max(1, sum(p.nbytes for p in params))
 
 
+DEFAULT_PLANS = ("choose", "one chunk", "chunked", "unprobed")
+"""How `run_strategy` settles cadence-dp's default plan (see there)."""
+
+
 def run_strategy(
     setup: Setup,
     strategy: str,
@@ -140,10 +151,16 @@ def run_strategy(
     reorder_k: int | None = None,
     zero: ZeroSimPlan | None = None,
     dp_plan: DPPlan | None = None,
+    default_plan: str = "choose",
 ) -> tuple[SimResult, DPPlan | None]:
     """Simulate one strategy; cadence-dp runs `dp_plan` (a plan a run recorded) or else is
     planned the way the runtime replans after warm-up, at `threshold_bytes` (None: the
-    runtime's default for the model); zero runs `zero` (default: stage 2, no compression)."""
+    runtime's default for the model); zero runs `zero` (default: stage 2, no compression).
+    `default_plan` (no threshold or K given): "choose" one chunk or chunks as the runtime does
+    after its one-chunk iterations, or take a run's recorded choice, "one chunk" or "chunked",
+    or "unprobed" for runs made before the runtime chose (chunks from the first iteration)."""
+    if default_plan not in DEFAULT_PLANS:
+        raise ValueError(f"default_plan must be one of {DEFAULT_PLANS}, got {default_plan!r}")
     options = dataclasses.replace(options, update_s_per_byte=setup.update_s_per_byte)
     if strategy == "zero":
         zero_result = simulate_zero(
@@ -174,6 +191,8 @@ def run_strategy(
         )
         return result, dp_plan
     gradient_bytes = sum(p.nbytes for p in setup.params)
+    # The runtime's own default plan is chosen after timed one-chunk iterations.
+    default = threshold_bytes is None and reorder_k is None and default_plan != "unprobed"
     if threshold_bytes is None:
         threshold_bytes = default_threshold(gradient_bytes)
     if credit_bytes is None:
@@ -187,8 +206,32 @@ def run_strategy(
         setup.link,
         options,
         reorder_k,
+        one_chunk_warmup=default,
     )
+    if default and default_plan != "chunked":
+        whole = max(1, gradient_bytes)
+        one = plan_dp(
+            setup.profile, setup.params, whole, whole, setup.world_size, setup.link, options
+        )
+        result = simulate_dp(setup.profile, one, setup.world_size, setup.link, iterations, options)
+        reduce_s = last_allreduce_s(result)
+        share = DEFAULT_ONE_CHUNK_WIRE_SHARE
+        if default_plan == "one chunk" or one_chunk_suffices(
+            reduce_s, result.iteration_s, len(plan.chunks), share
+        ):
+            return result, one
     return simulate_dp(setup.profile, plan, setup.world_size, setup.link, iterations, options), plan
+
+
+def last_allreduce_s(result: SimResult) -> float:
+    """How long the last simulated iteration's (one) all-reduce took: what the runtime times
+    in its one-chunk iterations."""
+    schedule = result.schedule
+    reduce = max(
+        (t for t in schedule.graph.tasks if t.kind == "allreduce"),
+        key=lambda t: (t.iteration, schedule.end_s[t.id]),
+    )
+    return schedule.end_s[reduce.id] - schedule.start_s[reduce.id]
 
 
 def result_lines(result: SimResult) -> list[str]:
@@ -328,10 +371,16 @@ def simulate_command(args: Any) -> int:
         shown += f" stage {zero.stage}, {zero.compression}"
     print(f"{shown}: {setup.description}")
     if plan is not None:
+        n = len(plan.chunks)
         print(
-            f"plan: {len(plan.chunks)} chunks, threshold {_fmt(plan.threshold_bytes)}, "
+            f"plan: {n} chunk{'s' if n != 1 else ''}, threshold {_fmt(plan.threshold_bytes)}, "
             f"credit {_fmt(plan.credit_bytes)}, reordering K {reorder_k or 'none'}"
         )
+        if n == 1 and threshold is None and reorder_k is None:
+            print(
+                f"  (the default plan stays one chunk: its chunks could hide less than "
+                f"{DEFAULT_ONE_CHUNK_WIRE_SHARE:.0%} of an iteration)"
+            )
     for line in result_lines(result):
         print(line)
     if args.trace:

@@ -199,6 +199,9 @@ def run_training(
     engine = getattr(plain, "_cadence_dp_engine", None)
     if engine is not None:  # the threshold cadence-dp ended with (given, default or tuned)
         metrics["dp_threshold_bytes"] = engine.threshold_bytes
+        metrics["dp_chunks"] = len(engine.plan.chunks)
+        if engine.one_chunk_probe is not None:  # whether the default plan stayed one chunk
+            metrics["dp_one_chunk_probe"] = engine.one_chunk_probe
     tuned = getattr(engine, "tune_result", None)
     if tuned is not None:  # what cadence-dp's autotuning chose, for the record
         metrics["dp_autotune"] = tuned.to_json()
@@ -216,8 +219,12 @@ def run_training(
 
 def _summarise(metrics: dict[str, Any], seconds: float) -> None:
     times = metrics["iteration_times_s"]
-    # The first step pays one-off set-up costs; steps spent autotuning run other settings.
+    # The first step pays one-off set-up costs; steps spent autotuning, or timing cadence-dp's
+    # one-chunk plan before switching to chunks, run other settings.
     first = max(1, int(metrics.get("dp_autotune", {}).get("iterations", 0)))
+    probe = metrics.get("dp_one_chunk_probe")
+    if probe is not None and not probe["one_chunk"]:  # it ran one chunk before its plan
+        first = max(first, int(probe["iterations"]))
     if len(times) - first < 3:  # too few left: keep every step but the first
         first = min(1, len(times) - 1)
     timed = times[first:] if len(times) > first else times

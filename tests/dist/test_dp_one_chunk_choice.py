@@ -1,0 +1,98 @@
+"""cadence-dp's default plan: the first iterations run one chunk on the main thread, the last of
+them timed; the model stays one chunk where that all-reduce is cheap, else gets the chunked
+plan. Either way the parameters equal torch DDP's after 20 steps, at world sizes 2 and 4, and
+every rank ends with the same plan."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from cadence.dp import DPConfig, data_parallel
+from cadence.testing import run_ranks
+
+STEPS = 20
+GLOBAL_BATCH = 16
+WIDTH = 512  # 3 x 512 x 512 weights: 3 MB of gradients, several chunks at the default threshold
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH), nn.ReLU(),
+        nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, 10),
+    )  # fmt: skip
+
+
+def _batches(rank: int, world_size: int):
+    gen = torch.Generator().manual_seed(7)
+    per_rank = GLOBAL_BATCH // world_size
+    for _ in range(STEPS):
+        x = torch.randn(GLOBAL_BATCH, WIDTH, generator=gen)
+        y = torch.randint(0, 10, (GLOBAL_BATCH,), generator=gen)
+        yield x[rank * per_rank : (rank + 1) * per_rank], y[rank * per_rank : (rank + 1) * per_rank]
+
+
+def _train_ddp(rank, world_size):
+    model = _model()
+    ddp = DistributedDataParallel(model)
+    opt = torch.optim.Adam(ddp.parameters(), lr=1e-3)
+    for x, y in _batches(rank, world_size):
+        opt.zero_grad()
+        F.cross_entropy(ddp(x), y).backward()
+        opt.step()
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def _train_cadence(rank, world_size, config):
+    plain = _model()
+    model, opt = data_parallel(plain, torch.optim.Adam(plain.parameters(), lr=1e-3), config)
+    for x, y in _batches(rank, world_size):
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    opt.flush()
+    engine = model._cadence_dp_engine
+    params = {n: p.detach().clone() for n, p in plain.named_parameters()}
+    return params, len(engine.plan.chunks), engine.one_chunk_probe, engine.threshold_bytes
+
+
+CASES = {
+    # Any all-reduce is under 99% of an iteration that contains it: stays one chunk.
+    "cheap": DPConfig(one_chunk_wire_share=0.99),
+    # No all-reduce is under a millionth of it: the chunked plan after the probe.
+    "dear": DPConfig(one_chunk_wire_share=1e-6),
+    "rule off": DPConfig(one_chunk_wire_share=0.0),
+    "threshold given": DPConfig(threshold_bytes=1 << 20, one_chunk_wire_share=0.99),
+}
+
+
+def _run(rank, world_size):
+    reference = _train_ddp(rank, world_size)
+    return reference, {name: _train_cadence(rank, world_size, c) for name, c in CASES.items()}
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_default_plan_choice_keeps_ddp_parity(world_size):
+    per_rank = run_ranks(_run, world_size, timeout=240)
+    gradient_bytes = sum(p.numel() * 4 for p in _model().parameters())
+    for reference, results in per_rank:
+        params, chunks, probe, threshold = results["cheap"]
+        assert chunks == 1 and probe is not None and probe["one_chunk"]
+        assert 0 < probe["wire_s"] < probe["iteration_s"]
+        assert threshold == gradient_bytes
+        params, chunks, probe, _ = results["dear"]
+        assert chunks > 1 and probe is not None and not probe["one_chunk"]
+        for name in ("rule off", "threshold given"):
+            _, chunks, probe, _ = results[name]
+            assert chunks > 1 and probe is None  # nothing probed: the plan from the start
+        for name, (params, *_) in results.items():
+            for key in reference:
+                torch.testing.assert_close(
+                    params[key], reference[key], rtol=1e-4, atol=1e-5,
+                    msg=lambda m, c=name, k=key: f"{c} {k}: {m}",
+                )  # fmt: skip
+    # Every rank read rank 0's timings: the same figures and the same plans.
+    probes = [results["dear"][2] for _, results in per_rank]
+    assert all(p == probes[0] for p in probes)
