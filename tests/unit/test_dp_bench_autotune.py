@@ -34,8 +34,9 @@ def test_exhaustive_iteration_count_matches_the_real_tuner(trials, layers):
     assert tuner.result is not None
     assert tuner.result.iterations == exhaustive_iterations(trials, layers)
     assert tuning_steps("exhaustive", trials, layers) >= exhaustive_iterations(trials, layers) + 1
-    # guided times 5 thresholds and 3 reorder points at most
-    assert tuning_steps("guided", trials, layers) == 2 + 3 * (5 + 3) + 2
+    # guided times 5 thresholds and 3 reorder points at most, then its winner and the starting
+    # setting twice each to confirm
+    assert tuning_steps("guided", trials, layers) == 2 + 3 * (5 + 3 + 2 * 2) + 2
 
 
 def test_summary_ratios_and_table():
@@ -61,3 +62,33 @@ def test_balanced_cap_makes_wire_time_equal_compute_time():
     assert cap == "421mbit"
     wire = ring_allreduce_wire_s(61_014_312, 2, parse_bandwidth(cap))
     assert wire == pytest.approx(1.16, rel=0.01)
+
+
+def test_guided_run_length_covers_the_confirmation_rounds():
+    initial, fast = Candidate(1000, None), Candidate(2000, None)
+    thresholds = [initial, fast, *(Candidate(t, None) for t in (3000, 4000, 5000))]
+    running = [initial]
+    now = [0.0]
+
+    def clock() -> float:  # every iteration of `fast` takes half as long: it wins and is confirmed
+        now[0] += 0.5 if running[0].threshold_bytes == fast.threshold_bytes else 1.0
+        return now[0]
+
+    tuner = Autotuner(
+        "guided",
+        initial,
+        thresholds,
+        lambda best: [Candidate(best.threshold_bytes, k) for k in (1, 2, 3)],
+        apply=lambda c: running.__setitem__(0, c),
+        waited_s=iter(range(0, 10**6, 10)).__next__,  # forwards always waited: not hidden
+        broadcast=False,
+        clock=clock,
+        confirm_rounds=2,
+    )
+    steps = 0
+    while not tuner.done:
+        tuner.before_forward()
+        steps += 1
+    assert tuner.result is not None and tuner.result.threshold_bytes == fast.threshold_bytes
+    assert tuner.result.trials > len(thresholds) + 3  # the confirmation rounds ran
+    assert steps + 1 <= tuning_steps("guided", 100, 10)  # as exhaustive: one step to spare

@@ -70,12 +70,17 @@ class DPAutotuneBenchConfig:
 def tuning_steps(method: str, trials: int, num_layers: int, per_trial: int = 2) -> int:
     """Steps a run needs so tuning certainly finishes: warm-up, every candidate timed (each
     settling once), plus two steps on the chosen plan. Guided times DPConfig's default
-    numbers of thresholds and reorder points only."""
+    numbers of thresholds and reorder points only, then may time its winner and the starting
+    setting again, `autotune_confirm_rounds` times each."""
     if method == "guided":
         from cadence.dp.config import DPConfig
 
         config = DPConfig()
-        candidates = config.guided_thresholds + config.guided_reorder_points
+        candidates = (
+            config.guided_thresholds
+            + config.guided_reorder_points
+            + 2 * config.autotune_confirm_rounds
+        )
     else:
         candidates = trials + num_layers
     return WARMUP + (SETTLE + per_trial) * candidates + 2
