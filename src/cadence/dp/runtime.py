@@ -69,8 +69,8 @@ class SyncEngine:
             layout.infos, self._threshold, self._credit(), reorder_k=self._k
         )
         self._replan_at = config.warmup_iterations  # rebuild the plan from this iteration
-        # Whether the default plan is worth its chunks is decided from a timed one-chunk
-        # iteration (`_choose_plan`): until then the whole model is one chunk.
+        # Whether the default plan is worth its chunks is decided from timed one-chunk
+        # iterations (`_choose_plan`): until then the whole model is one chunk.
         self._probe_at: int | None = None
         if config.chooses_default_plan(world_size) and len(self.plan.chunks) > 1:
             self._probe_at = config.warmup_iterations + ONE_CHUNK_PROBE_ITERATIONS
@@ -238,7 +238,7 @@ class SyncEngine:
                 self._probe_samples.append((wire_s, end - previous_end))
             if iteration == self._probe_at:
                 self._choose_plan(iteration)
-        elif iteration == self._replan_at and self._probe_at is None:
+        elif iteration == self._replan_at:
             self._replan(iteration, end - start)
 
     def _choose_plan(self, iteration: int) -> None:
