@@ -252,18 +252,8 @@ class SyncEngine:
         self._wait(lambda: self._synced >= iteration)
         wire_s = statistics.median(w for w, _ in self._probe_samples)
         iteration_s = statistics.median(t for _, t in self._probe_samples)
-        measured = torch.tensor([*self._last_ready_s, wire_s, iteration_s], dtype=torch.float64)
-        if self.group is not None:
-            dist.broadcast(measured, src=dist.get_global_rank(self.group, 0), group=self.group)
-        *ready, wire_s, iteration_s = measured.tolist()
-        rate = self._gradient_bytes / max(wire_s, 1e-6)
-        chunked = build_plan(
-            self.layout.infos,
-            self._threshold,
-            self._credit(),
-            ready_s=ready,
-            link_bytes_per_s=self.config.link_bytes_per_s or rate,
-        )
+        *ready, wire_s, iteration_s = self._rank0([*self._last_ready_s, wire_s, iteration_s])
+        chunked = self._measured_plan(ready, self._gradient_bytes / max(wire_s, 1e-6))
         chunks = len(chunked.chunks)
         one_chunk = one_chunk_suffices(
             wire_s, iteration_s, chunks, self.config.one_chunk_wire_share
@@ -484,16 +474,25 @@ class SyncEngine:
         """Rebuild the plan from warm-up timings; rank 0's figures, so every rank agrees."""
         rate = sum(c.nbytes for c in self.plan.chunks) / max(comm_seconds, 1e-6)
         self._wait(lambda: self._snapshot_iter >= iteration)  # that backward's ready times
-        measured = torch.tensor([*self._last_ready_s, rate], dtype=torch.float64)
+        *ready, link = self._rank0([*self._last_ready_s, rate])
+        self.plan = self._measured_plan(ready, link)
+
+    def _rank0(self, values: list[float]) -> list[float]:
+        """`values` as rank 0 measured them: every rank plans from the same figures."""
+        measured = torch.tensor(values, dtype=torch.float64)
         if self.group is not None:
             dist.broadcast(measured, src=dist.get_global_rank(self.group, 0), group=self.group)
-        ready, link = measured[:-1].tolist(), float(measured[-1])
-        self.plan = build_plan(
+        return measured.tolist()
+
+    def _measured_plan(self, ready_s: list[float], link_bytes_per_s: float) -> DPPlan:
+        """The plan at the current threshold and K from measured gradient ready times and link
+        rate (the config's rate, where given, wins)."""
+        return build_plan(
             self.layout.infos,
             self._threshold,
             self._credit(),
-            ready_s=ready,
-            link_bytes_per_s=self.config.link_bytes_per_s or link,
+            ready_s=ready_s,
+            link_bytes_per_s=self.config.link_bytes_per_s or link_bytes_per_s,
             reorder_k=self._k,
         )
 
