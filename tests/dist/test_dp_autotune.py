@@ -6,11 +6,11 @@ from collections import OrderedDict
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from cadence.dp import DPConfig, data_parallel
 from cadence.testing import run_ranks
+from tests.dist.dp_helpers import parameter_copies, rank_batches, train_classifier
 from tests.dist.test_dp_parity import TrickyNet, _make_optimizer
 
 STEPS = 32  # enough for warm-up and every trial, then some steps with the winner
@@ -18,12 +18,7 @@ BATCH = 16
 
 
 def _batches(rank, world_size):
-    gen = torch.Generator().manual_seed(99)
-    per_rank = BATCH // world_size
-    for _ in range(STEPS):
-        x = torch.randn(BATCH, 1, 8, 8, generator=gen)
-        y = torch.randint(0, 10, (BATCH,), generator=gen)
-        yield x[rank * per_rank : (rank + 1) * per_rank], y[rank * per_rank : (rank + 1) * per_rank]
+    return rank_batches(rank, world_size, STEPS, BATCH, (1, 8, 8), seed=99)
 
 
 def _train_ddp(rank, world_size):
@@ -31,11 +26,8 @@ def _train_ddp(rank, world_size):
     model = TrickyNet()
     ddp = DistributedDataParallel(model, find_unused_parameters=True)
     opt = _make_optimizer("adam", ddp.parameters())
-    for x, y in _batches(rank, world_size):
-        opt.zero_grad()
-        F.cross_entropy(ddp(x), y).backward()
-        opt.step()
-    return {n: p.detach().clone() for n, p in model.named_parameters()}
+    train_classifier(ddp, opt, _batches(rank, world_size))
+    return parameter_copies(model)
 
 
 def _tuned(rank, world_size, method, path):
@@ -60,13 +52,9 @@ def _tuned(rank, world_size, method, path):
         autotune_file=str(path),
     )
     model, opt = data_parallel(model, _make_optimizer("adam", model.parameters()), config, profile)
-    for x, y in _batches(rank, world_size):
-        opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
-    opt.flush()
+    train_classifier(model, opt, _batches(rank, world_size))
     engine = model._cadence_dp_engine
-    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    params = parameter_copies(model)
     return params, engine.tune_result, (engine.plan.threshold_bytes, engine.plan.reorder_k)
 
 

@@ -5,12 +5,12 @@ every rank ends with the same plan."""
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from cadence.dp import DPConfig, data_parallel
 from cadence.testing import run_ranks
+from tests.dist.dp_helpers import parameter_copies, rank_batches, train_classifier
 
 STEPS = 20
 GLOBAL_BATCH = 16
@@ -26,35 +26,23 @@ def _model() -> nn.Module:
 
 
 def _batches(rank: int, world_size: int):
-    gen = torch.Generator().manual_seed(7)
-    per_rank = GLOBAL_BATCH // world_size
-    for _ in range(STEPS):
-        x = torch.randn(GLOBAL_BATCH, WIDTH, generator=gen)
-        y = torch.randint(0, 10, (GLOBAL_BATCH,), generator=gen)
-        yield x[rank * per_rank : (rank + 1) * per_rank], y[rank * per_rank : (rank + 1) * per_rank]
+    return rank_batches(rank, world_size, STEPS, GLOBAL_BATCH, (WIDTH,), seed=7)
 
 
 def _train_ddp(rank, world_size):
     model = _model()
     ddp = DistributedDataParallel(model)
     opt = torch.optim.Adam(ddp.parameters(), lr=1e-3)
-    for x, y in _batches(rank, world_size):
-        opt.zero_grad()
-        F.cross_entropy(ddp(x), y).backward()
-        opt.step()
-    return {n: p.detach().clone() for n, p in model.named_parameters()}
+    train_classifier(ddp, opt, _batches(rank, world_size))
+    return parameter_copies(model)
 
 
 def _train_cadence(rank, world_size, config):
     plain = _model()
     model, opt = data_parallel(plain, torch.optim.Adam(plain.parameters(), lr=1e-3), config)
-    for x, y in _batches(rank, world_size):
-        opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
-    opt.flush()
+    train_classifier(model, opt, _batches(rank, world_size))
     engine = model._cadence_dp_engine
-    params = {n: p.detach().clone() for n, p in plain.named_parameters()}
+    params = parameter_copies(plain)
     return params, len(engine.plan.chunks), engine.one_chunk_probe, engine.threshold_bytes
 
 

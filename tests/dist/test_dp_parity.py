@@ -10,6 +10,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from cadence.dp import DPConfig, data_parallel
 from cadence.testing import run_ranks
+from tests.dist.dp_helpers import parameter_copies, rank_batches, train_classifier
 
 STEPS = 20
 GLOBAL_BATCH = 16
@@ -47,12 +48,7 @@ def _make_optimizer(name: str, params) -> torch.optim.Optimizer:
 
 
 def _batches(rank: int, world_size: int):
-    gen = torch.Generator().manual_seed(1234)
-    per_rank = GLOBAL_BATCH // world_size
-    for _ in range(STEPS):
-        x = torch.randn(GLOBAL_BATCH, 1, 8, 8, generator=gen)
-        y = torch.randint(0, 10, (GLOBAL_BATCH,), generator=gen)
-        yield x[rank * per_rank : (rank + 1) * per_rank], y[rank * per_rank : (rank + 1) * per_rank]
+    return rank_batches(rank, world_size, STEPS, GLOBAL_BATCH, (1, 8, 8), seed=1234)
 
 
 def _train_ddp(rank, world_size, optimizer_name):
@@ -60,11 +56,8 @@ def _train_ddp(rank, world_size, optimizer_name):
     model = TrickyNet()
     ddp = DistributedDataParallel(model, find_unused_parameters=True)
     opt = _make_optimizer(optimizer_name, ddp.parameters())
-    for x, y in _batches(rank, world_size):
-        opt.zero_grad()
-        F.cross_entropy(ddp(x), y).backward()
-        opt.step()
-    return {n: p.detach().clone() for n, p in model.named_parameters()}
+    train_classifier(ddp, opt, _batches(rank, world_size))
+    return parameter_copies(model)
 
 
 def _train_cadence(rank, world_size, optimizer_name, threshold, reorder_k=None):
@@ -77,16 +70,12 @@ def _train_cadence(rank, world_size, optimizer_name, threshold, reorder_k=None):
         _make_optimizer(optimizer_name, model.parameters()),
         DPConfig(threshold_bytes=threshold, credit_bytes=2 * threshold, reorder_k=reorder_k),
     )
-    for x, y in _batches(rank, world_size):
-        opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
-    opt.flush()
+    train_classifier(model, opt, _batches(rank, world_size))
     engine = model._cadence_dp_engine
     chunks = len(engine.plan.chunks)
     if reorder_k is not None:  # report what was really deferred, so the test can check it ran
         chunks = engine.reorder.deferred_layers if engine.reorder else ()
-    return {n: p.detach().clone() for n, p in model.named_parameters()}, chunks
+    return parameter_copies(model), chunks
 
 
 def _compare_all(rank, world_size):
