@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
 import sys
 import time
+
+from _local_gloo_pair import run_modes
 
 SIZES = (1024, 16384)  # bytes
 MODES = ("normal", "fifo-gloo-threads", "fifo-runloop-only", "fifo-tcp-loop-only")
@@ -58,19 +59,7 @@ def worker() -> None:
 
 def main() -> None:
     print(f"{'mode':<20}{'bytes':>7}{'median ms':>10}{'p90 ms':>10}{'max ms':>10}")
-    port = 29800
-    for _round in range(3):
-        for mode in MODES:
-            port += 1
-            env = dict(os.environ, MODE=mode, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                       MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")  # fmt: skip
-            procs = [
-                subprocess.Popen([sys.executable, __file__, "--worker"],
-                                 env=dict(env, RANK=str(r)), stderr=subprocess.DEVNULL)  # fmt: skip
-                for r in range(2)
-            ]
-            for p in procs:
-                p.wait()
+    run_modes(__file__, MODES, first_port=29800)
 
 
 if __name__ == "__main__":
