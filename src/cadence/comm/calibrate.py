@@ -198,17 +198,29 @@ def _ternary_min(f: Callable[[float], float], lo: float, hi: float, steps: int =
 
 def _fit_regimes(messages: np.ndarray, wire: np.ndarray, t: np.ndarray) -> AlphaBeta | None:
     """Alpha from the latency-bound sizes, beta from the bandwidth-bound ones (None: the sizes
-    do not reach both regimes). Each is the median over its sizes after taking off the other
-    term; a few rounds settle both (exact data gives back the exact parameters)."""
+    do not reach both regimes). Alpha is the median over its sizes after taking off the wire
+    term, beta their total time less alpha's share over their total bytes; a few rounds
+    settle both (exact data gives back the exact parameters).
+
+    A size near the floor counts for alpha only while the fitted wire term is at most half its
+    time: an emulated link's token bucket passes mid sizes (16-64 KB at 400mbit) about as fast
+    as the smallest, and taking their wire term off their time would leave alpha near zero.
+    """
     floor = float(t.min())
-    latency = t < 4 * floor
+    near_floor = t < 4 * floor
     bandwidth = t >= 8 * floor
-    if not latency.any() or not bandwidth.any():
+    if not near_floor.any() or not bandwidth.any():
         return None
+    smallest = t == floor
     alpha = beta = 0.0
     for _ in range(50):
+        latency = near_floor & (beta * wire <= 0.5 * t)
+        latency = latency if latency.any() else smallest
         alpha = max(0.0, float(np.median((t - beta * wire)[latency] / messages[latency])))
-        beta = max(0.0, float(np.median((t - alpha * messages)[bandwidth] / wire[bandwidth])))
+        # Total time over total bytes: the largest transfers, whose time alpha hardly
+        # touches, weigh most.
+        rest = (t - alpha * messages)[bandwidth].sum()
+        beta = max(0.0, float(rest / wire[bandwidth].sum()))
     return AlphaBeta(alpha_s=alpha, beta_s_per_byte=beta)
 
 
