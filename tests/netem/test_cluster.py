@@ -48,14 +48,17 @@ def assert_gone(cluster_id: str) -> None:
     assert not state_path(cluster_id).exists()
 
 
-def tbf_rate(namespace: str, dev: str) -> float:
-    out = subprocess.run(
-        ["tc", "-n", namespace, "qdisc", "show", "dev", dev],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    match = re.search(r"qdisc tbf \S+ root .*?rate (\d+(?:\.\d+)?[KMG]bit)", out)
+def shown(command: list[str], pattern: str) -> re.Match[str]:
+    """The first match of `pattern` in what `command` prints (fails the test if none)."""
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    match = re.search(pattern, out)
     assert match is not None, out
-    return parse_bandwidth(match.group(1))
+    return match
+
+
+def tbf_rate(namespace: str, dev: str) -> float:
+    qdisc = ["tc", "-n", namespace, "qdisc", "show", "dev", dev]
+    return parse_bandwidth(shown(qdisc, r"qdisc tbf \S+ root .*?rate (\d+(?:\.\d+)?[KMG]bit)")[1])
 
 
 def test_up_creates_namespaces_state_and_tears_down() -> None:
@@ -74,11 +77,44 @@ def test_up_creates_namespaces_state_and_tears_down() -> None:
     assert_gone(cid)
 
 
+def tbf_burst(namespace: str, dev: str) -> float:
+    """The tbf bucket tc reports, in bytes (tc rounds it through its time units)."""
+    qdisc = ["tc", "-n", namespace, "qdisc", "show", "dev", dev]
+    match = shown(qdisc, r" burst (\d+(?:\.\d+)?)(b|Kb|Mb) ")
+    return float(match[1]) * {"b": 1, "Kb": 1024, "Mb": 1 << 20}[match[2]]
+
+
+def gso_max_segs(namespace: str, dev: str) -> int:
+    link = ["ip", "-d", "-n", namespace, "link", "show", "dev", dev]
+    return int(shown(link, r"gso_max_segs (\d+)")[1])
+
+
+def ends(cluster: EmulatedCluster) -> list[tuple[str, str]]:
+    """(namespace, device) of both shaped ends of every link."""
+    return [
+        end
+        for host in cluster.hosts
+        for end in ((host.namespace, host.iface), (cluster.switch_namespace, f"h{host.index}"))
+    ]
+
+
 def test_tbf_on_both_ends_of_every_link() -> None:
     with EmulatedCluster(2, 400e6) as cluster:
-        for host in cluster.hosts:
-            assert tbf_rate(host.namespace, host.iface) == pytest.approx(400e6)
-            assert tbf_rate(cluster.switch_namespace, f"h{host.index}") == pytest.approx(400e6)
+        for namespace, dev in ends(cluster):
+            assert tbf_rate(namespace, dev) == pytest.approx(400e6)
+            assert tbf_burst(namespace, dev) >= 64 * 1024  # ~5 ms of traffic: 250 KB here
+            assert gso_max_segs(namespace, dev) > 1
+
+
+def test_frame_bucket_turns_gso_off_and_keeps_two_frames() -> None:
+    with EmulatedCluster(2, 400e6, frame_bucket=True) as cluster:
+        for namespace, dev in ends(cluster):
+            assert tbf_rate(namespace, dev) == pytest.approx(400e6)
+            assert 1514 < tbf_burst(namespace, dev) < 4096
+            assert gso_max_segs(namespace, dev) == 1
+        # Frame by frame, the link still carries bulk traffic near (and not above) its cap.
+        result = probe_bandwidth(cluster, 0, 1, seconds=1.0)
+        assert 0.6 <= result.ratio <= 1.1, result
 
 
 def test_hosts_reach_each_other() -> None:

@@ -104,6 +104,11 @@ def test_bad_class_settings_are_user_errors(classes: int, bw: float) -> None:
         EmulatedCluster(2, bw, priority_classes=classes)
 
 
+def test_classes_and_a_frame_bucket_are_refused_together() -> None:
+    with pytest.raises(UserError, match="frame-sized token bucket"):
+        EmulatedCluster(2, 1e8, priority_classes=2, frame_bucket=True)
+
+
 @needs_netem
 def test_ps_training_with_network_classes(tmp_path: Path) -> None:
     proc = run_cadence(

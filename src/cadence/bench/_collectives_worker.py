@@ -1,7 +1,8 @@
 """One rank of `cadence bench collectives`: `python -m cadence.bench._collectives_worker
 CONFIG.json RESULT.json`, started inside an emulated host's namespace with torchrun-style
 environment variables. Calibrates alpha-beta on gloo's all-reduce, then times every
-(size, variant) and, on rank 0, writes the slowest rank's medians to RESULT.json.
+(size, variant), both with gloo's I/O thread under SCHED_IDLE unless told otherwise, and, on
+rank 0, writes the slowest rank's medians to RESULT.json.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from cadence.bench.collectives import CollectivesBenchConfig
 from cadence.comm import collectives as ours
 from cadence.comm import destroy, init_from_env
 from cadence.comm.calibrate import calibrate, slowest
+from cadence.comm.gloo_threads import IO_THREAD_NAME, gloo_io_yields
 from cadence.launch.errors import exit_worker, worker_entry
 
 # A timed block repeats a call until ~1 MB has moved (1 to 8 calls): single calls of small
@@ -99,8 +101,12 @@ def run(config: CollectivesBenchConfig, result: Path) -> None:
     ctx = init_from_env()
     try:
         sizes = config.sizes if len(config.sizes) >= 2 else (config.sizes[0], 4 * config.sizes[0])
-        cal = calibrate(sizes=sizes, repeats=config.calibration_repeats, warmup=1)
-        measured = measure(config)
+        dist.barrier()  # gloo starts its I/O thread with the first exchange
+        with gloo_io_yields(config.yield_io_thread) as demoted:
+            if config.yield_io_thread and not demoted:
+                raise RuntimeError(f"no {IO_THREAD_NAME} thread found to run under SCHED_IDLE")
+            cal = calibrate(sizes=sizes, repeats=config.calibration_repeats, warmup=1)
+            measured = measure(config)
         if ctx.rank == 0:
             data = {"calibration": json.loads(cal.to_json()), "measured": measured}
             result.write_text(json.dumps(data, indent=2) + "\n")

@@ -43,6 +43,8 @@ def _cmd_collectives(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         calibration_repeats=args.calibration_repeats,
         threads=args.threads,
+        frame_bucket=args.link_bucket == "frames",
+        yield_io_thread=args.gloo_io_thread == "idle",
         out=args.out,
     )
     run_collectives_bench(config, _command_line())
@@ -70,6 +72,21 @@ def _add_collectives(bsub: Any) -> None:
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
     p.add_argument("--calibration-repeats", type=int, default=3, help="alpha-beta fit rounds")
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per worker")
+    p.add_argument(
+        "--link-bucket",
+        choices=("5ms", "frames"),
+        default="5ms",
+        help="token bucket of each capped link: 5ms (the other benchmarks' bucket, which "
+        "passes smaller transfers at once) or frames (two frames, GSO off: every byte "
+        "serialised at the cap, at a processor cost per frame)",
+    )
+    p.add_argument(
+        "--gloo-io-thread",
+        choices=("idle", "normal"),
+        default="idle",
+        help="scheduling of gloo's polling I/O thread while timing: idle (SCHED_IDLE, so "
+        "small collectives do not wait out its time slice) or normal (left as is)",
+    )
     p.add_argument(
         "--out", default="results/bench-collectives.json", help="JSON file; PNG next to it"
     )

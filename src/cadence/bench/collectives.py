@@ -100,6 +100,16 @@ class CollectivesBenchConfig:
     """Rounds of the all-reduce calibration that fits alpha and beta for the predictions."""
     threads: int = 1
     """Intra-op CPU threads per worker."""
+    frame_bucket: bool = False
+    """Shape links with GSO off and a token bucket of two frames
+    (`EmulatedCluster(frame_bucket=True)`), so transfers smaller than the other benchmarks'
+    ~5 ms bucket are serialised at the cap as on a real link. Off by default: on 2 shared
+    cores the per-frame packets cost so much processor time that a 2-host all-reduce at
+    400mbit moved 33 MB/s of the 50 MB/s cap, and one-way transfers more."""
+    yield_io_thread: bool = True
+    """Run gloo's polling I/O thread under SCHED_IDLE while calibrating and measuring, so a
+    woken thread never waits out its time slice (`cadence.comm.gloo_threads`): the latency
+    of small collectives is then the link's, not the scheduler's. False: leave it as is."""
     out: str = "results/bench-collectives.json"
     """JSON result file; the PNG goes next to it (same name, .png)."""
 
@@ -271,7 +281,9 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
         run_dir = Path(tmp)
         (run_dir / "config.json").write_text(config_json(config))
         result = run_dir / "result.json"
-        with cleanup_on_signals(), EmulatedCluster(config.hosts, config.bandwidth_bps) as cluster:
+        with cleanup_on_signals(), EmulatedCluster(
+            config.hosts, config.bandwidth_bps, frame_bucket=config.frame_bucket
+        ) as cluster:
             args = [str(run_dir / "config.json"), str(result)]
             run_workers(cluster, "cadence.bench._collectives_worker", args, run_dir,
                         config.threads, timeout_s)  # fmt: skip

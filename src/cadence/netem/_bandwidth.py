@@ -51,3 +51,10 @@ def tbf_burst_bytes(bps: float) -> int:
     burst negligible over a transfer of a second or more.
     """
     return max(int(bps / 8 * 0.005), 64 * 1024 + 2 * 1514)
+
+
+FRAME_BUCKET_BYTES = 2 * 1514
+"""Token bucket of two full Ethernet frames, for links shaped with GSO off
+(`EmulatedCluster(frame_bucket=True)`): nothing larger than a frame reaches the qdisc, and a
+bucket this small passes no burst, so every transfer is serialised at the cap as on a real
+link."""
