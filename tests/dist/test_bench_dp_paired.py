@@ -73,8 +73,9 @@ def test_dp_paired_times_every_variant_in_turns_and_writes_json_png_and_table(tm
     assert "| mlp | none |" in proc.stdout
     # The further cadence-dp variant (10 KB chunks) against the main one, round by round.
     ratios = row["variant_over_cadence_rounds"]["cadence-0.01mb"]
+    rounds = row["rounds_s"]
     assert ratios == pytest.approx(
-        [a / b for a, b in zip(row["rounds_s"]["cadence-0.01mb"], row["rounds_s"]["cadence"])]
+        [a / b for a, b in zip(rounds["cadence-0.01mb"], rounds["cadence"], strict=True)]
     )
     assert "mlp @ none: cadence-0.01mb" in proc.stdout
 

@@ -15,10 +15,9 @@ import torch
 
 from cadence.errors import UserError
 from cadence.models import get_model_spec, loss_fn
-from cadence.models.blocks import BlockModel
 from cadence.pipeline import even_split, model_parallel, peak_in_flight, pipeline
 from cadence.testing import run_ranks
-from tests.dist.pipeline_helpers import BATCH, batches, build, reference, sgd
+from tests.dist.pipeline_helpers import batches, build, reference, sgd
 
 STEPS = 3
 # (schedule, backend, recompute, micro-batches); "mp" is model_parallel (one micro-batch).

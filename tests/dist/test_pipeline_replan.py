@@ -19,12 +19,10 @@ import torch
 from cadence.comm import DistContext
 from cadence.comm.cost import AlphaBeta
 from cadence.config import TrainConfig
-from cadence.models import get_model_spec, loss_fn
-from cadence.models.blocks import BlockModel
 from cadence.pipeline.train import PipelineTrainer, pipeline_wrap_for
 from cadence.testing import run_ranks
-from tests.dist.pipeline_helpers import BATCH, batches, build, reference, sgd
 from tests.cli_helpers import assert_one_line_error, run_cadence
+from tests.dist.pipeline_helpers import BATCH, batches, build, reference, sgd
 
 LATENCY_BOUND = AlphaBeta(alpha_s=1.0, beta_s_per_byte=0.0)
 BANDWIDTH_BOUND = AlphaBeta(alpha_s=0.0, beta_s_per_byte=1e-3)
