@@ -56,6 +56,9 @@ def test_tiny_run_writes_sane_results(tmp_path: Path) -> None:
     assert big["measured_s"] > 0.8 * big["bound_s"] > 0.04
     assert (tmp_path / "out" / data["png"]).read_bytes().startswith(b"\x89PNG")
     assert "ours/gloo" in proc.stdout and "reduce_scatter" in proc.stdout
+    summary = data["accuracy"]  # gloo's 4 rows (2 collectives x 2 sizes) against the target
+    assert summary["rows"] == 4 and 0 <= summary["rows_within"] <= 4
+    assert f"{summary['rows_within']} of 4 rows" in proc.stdout
 
 
 @pytest.mark.parametrize(

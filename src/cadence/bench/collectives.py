@@ -215,6 +215,39 @@ def table(rows: list[BenchRow]) -> str:
     return "\n".join(lines)
 
 
+WITHIN = 0.10
+"""The cost model's target: calibrated predictions within 10% of gloo's measured times."""
+
+
+def accuracy(rows: list[BenchRow]) -> dict[str, Any]:
+    """How gloo's own rows meet the cost model's target: the count within `WITHIN` of the
+    prediction, and the worst row (largest |measured / predicted - 1|)."""
+    gloo = [r for r in rows if r.implementation == "gloo"]
+    if not gloo:
+        return {"within": WITHIN, "rows": 0, "rows_within": 0, "worst": None}
+    worst = max(gloo, key=lambda r: abs(r.measured_over_predicted - 1))
+    return {
+        "within": WITHIN,
+        "rows": len(gloo),
+        # 1e-9: a ratio printed as 1.10 is within, whatever its last float bits say.
+        "rows_within": sum(abs(r.measured_over_predicted - 1) <= WITHIN + 1e-9 for r in gloo),
+        "worst": {"collective": worst.collective, "nbytes": worst.nbytes,
+                  "measured_over_predicted": worst.measured_over_predicted},  # fmt: skip
+    }
+
+
+def accuracy_line(summary: dict[str, Any]) -> str:
+    """One line for the terminal, e.g. "gloo within 10% of the prediction: 20 of 36 rows;
+    worst all_gather 64MB at 1.54x"."""
+    head = f"gloo within {summary['within']:.0%} of the prediction: "
+    head += f"{summary['rows_within']} of {summary['rows']} rows"
+    worst = summary["worst"]
+    if worst is None:
+        return head
+    size = format_size(worst["nbytes"])
+    return f"{head}; worst {worst['collective']} {size} at {worst['measured_over_predicted']:.2f}x"
+
+
 def plot(rows: list[BenchRow], path: str, title: str) -> None:
     """One panel per collective: measured (solid, dots) and predicted (dashed) time by size."""
     import matplotlib
@@ -306,6 +339,7 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
             "rows": [asdict(r) for r in cal.rows],
         },
         "rows": [asdict(r) for r in rows],
+        "accuracy": accuracy(rows),
         "png": png.name,  # next to this file
     }
     out.write_text(json.dumps(data, indent=2) + "\n")
@@ -317,5 +351,6 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
     plot(rows, str(png), title)
     print(f"calibrated on gloo all_reduce: {title}")
     print(table(rows))
+    print(accuracy_line(data["accuracy"]))
     print(f"wrote {out} and {png}")
     return data
