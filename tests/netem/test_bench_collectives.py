@@ -59,6 +59,7 @@ def test_tiny_run_writes_sane_results(tmp_path: Path) -> None:
     summary = data["accuracy"]  # gloo's 4 rows (2 collectives x 2 sizes) against the target
     assert summary["rows"] == 4 and 0 <= summary["rows_within"] <= 4
     assert f"{summary['rows_within']} of 4 rows" in proc.stdout
+    assert proc.stdout.startswith("timing 6 variants x 2 sizes on 3 emulated hosts at 100mbit")
 
 
 @pytest.mark.parametrize(

@@ -310,6 +310,18 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
     # calibration and a loaded machine; only a hung run should ever reach it.
     traffic_s = sum(config.sizes) * 8 / config.bandwidth_bps * len(config.variants())
     timeout_s = 300 + 20 * traffic_s * (config.warmup + config.repeats + config.calibration_repeats)
+    # The workers print nothing until the end: say what is coming and roughly how long (the
+    # calibration's all-reduces, one untimed round and its own, plus every variant's rounds).
+    one_pass_s = sum(config.sizes) * 8 / config.bandwidth_bps
+    link_s = traffic_s * (config.warmup + config.repeats)
+    link_s += one_pass_s * (1 + config.calibration_repeats)
+    print(
+        f"timing {len(config.variants())} variants x {len(config.sizes)} sizes on "
+        f"{config.hosts} emulated hosts at {format_bandwidth(config.bandwidth_bps)} after a "
+        f"{config.calibration_repeats}-round calibration ({config.warmup} warm-up and "
+        f"{config.repeats} timed rounds): at least ~{link_s:.0f} s on the links",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="cadence-bench-") as tmp:
         run_dir = Path(tmp)
         (run_dir / "config.json").write_text(config_json(config))
