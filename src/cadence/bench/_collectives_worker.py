@@ -101,7 +101,6 @@ def run(config: CollectivesBenchConfig, result: Path) -> None:
     ctx = init_from_env()
     try:
         sizes = config.sizes if len(config.sizes) >= 2 else (config.sizes[0], 4 * config.sizes[0])
-        dist.barrier()  # gloo starts its I/O thread with the first exchange
         with gloo_io_yields(config.yield_io_thread) as demoted:
             if config.yield_io_thread and not demoted:
                 raise RuntimeError(f"no {IO_THREAD_NAME} thread found to run under SCHED_IDLE")

@@ -104,8 +104,8 @@ class CollectivesBenchConfig:
     """Shape links with GSO off and a token bucket of two frames
     (`EmulatedCluster(frame_bucket=True)`), so transfers smaller than the other benchmarks'
     ~5 ms bucket are serialised at the cap as on a real link. Off by default: on 2 shared
-    cores the per-frame packets cost so much processor time that a 2-host all-reduce at
-    400mbit moved 33 MB/s of the 50 MB/s cap, and one-way transfers more."""
+    cores the per-frame packets cost so much processor time that the calibration on 2 hosts
+    at 400mbit found 30 MB/s for a 50 MB/s cap, one-way transfers running faster."""
     yield_io_thread: bool = True
     """Run gloo's polling I/O thread under SCHED_IDLE while calibrating and measuring, so a
     woken thread never waits out its time slice (`cadence.comm.gloo_threads`): the latency

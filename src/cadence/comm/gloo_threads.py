@@ -15,10 +15,11 @@ thread preempts it at once: 0.31-0.42 ms at the median, 0.44-0.57 ms at the 90th
 priority is the wrong fix: a real-time thread that polls keeps its core until the kernel
 throttles it, ~1 s (README, "Why small collectives scatter here").
 
-The cost: a rank whose cores are all busy with compute starves its I/O thread, so
-communication stops overlapping computation. That is why cadence applies it only where
-collectives are timed on their own (`cadence bench collectives`, calibration included),
-never to training.
+The risk in training: a rank whose cores are all busy computing would leave its I/O thread
+no time, and communication would stop overlapping computation. One throwaway check at 400mbit
+(README, "What holds small collectives back") saw neither harm nor gain, so cadence applies it
+only where collectives are timed on their own (`cadence bench collectives`, calibration
+included), not to training.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ IO_THREAD_NAME = "gloo_tcp_loop"
 
 
 def io_thread_ids(name: str = IO_THREAD_NAME) -> list[int]:
-    """Thread ids of this process's threads called `name`. gloo starts its I/O thread with the
-    process group's first connection, so call this after a first collective."""
+    """Thread ids of this process's threads called `name`. gloo starts its I/O thread when the
+    process group connects (`init_process_group`)."""
     ids = []
     for task in Path("/proc/self/task").iterdir():
         try:
