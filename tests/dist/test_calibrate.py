@@ -56,6 +56,18 @@ def test_regimes_fit_takes_alpha_from_sizes_the_wire_term_does_not_decide():
     assert math.isclose(got.beta_s_per_byte, truth.beta_s_per_byte, rel_tol=0.01)
 
 
+def test_overlap_fit_recovers_a_token_bucket_link():
+    truth = AlphaBeta(0.2e-3, 20e-9, overlap=True)
+    sizes = [1024 * 4**i for i in range(9)]
+    seconds = [truth.time("allreduce", "ring", n, 4) for n in sizes]
+    got = fit(sizes, seconds, 4, overlap=True)
+    assert got.overlap
+    assert math.isclose(got.alpha_s, truth.alpha_s, rel_tol=1e-6)
+    assert math.isclose(got.beta_s_per_byte, truth.beta_s_per_byte, rel_tol=1e-6)
+    with pytest.raises(ValueError, match="regimes"):
+        fit(sizes, seconds, 4, "minimax", overlap=True)
+
+
 def test_fit_clamps_to_non_negative():
     # Pure bandwidth data with a slight sub-linear start would want alpha < 0.
     seconds = [n * 1e-9 * (0.9 if n == SIZES[0] else 1.0) for n in SIZES]

@@ -59,6 +59,12 @@ def test_tiny_run_writes_sane_results(tmp_path: Path) -> None:
     summary = data["accuracy"]  # gloo's 4 rows (2 collectives x 2 sizes) against the target
     assert summary["rows"] == 4 and 0 <= summary["rows_within"] <= 4
     assert f"{summary['rows_within']} of 4 rows" in proc.stdout
+    # tbf's usual bucket: priced as a token-bucket link; the serialising fit is kept beside it.
+    assert data["calibration"]["link_model"] == "token-bucket"
+    assert data["calibration"]["models"]["token-bucket"]["overlap"] is True
+    assert data["accuracy_by_link_model"]["token-bucket"] == summary
+    assert data["accuracy_by_link_model"]["serialising"]["rows"] == 4
+    assert "(token-bucket link model)" in proc.stdout and "(serialising link model)" in proc.stdout
     assert proc.stdout.startswith("timing 6 variants x 2 sizes on 3 emulated hosts at 100mbit")
 
 

@@ -35,3 +35,35 @@ def test_no_gloo_rows() -> None:
     summary = accuracy([row("all_reduce", "cadence", 1024, 1.0)])
     assert summary["rows"] == 0 and summary["worst"] is None
     assert accuracy_line(summary) == "gloo within 10% of the prediction: 0 of 0 rows"
+
+
+def test_the_link_model_follows_the_bucket_and_both_are_fitted() -> None:
+    from cadence.bench.collectives import CollectivesBenchConfig, link_kind, link_models
+    from cadence.comm.calibrate import Calibration, CalibrationRow
+    from cadence.comm.cost import AlphaBeta
+
+    assert link_kind(CollectivesBenchConfig()) == "token-bucket"
+    assert link_kind(CollectivesBenchConfig(frame_bucket=True)) == "serialising"
+    truth = AlphaBeta(0.2e-3, 20e-9, overlap=True)  # a tbf link's all-reduces, 2 ranks
+    sizes = [1024 * 4**i for i in range(9)]
+    table = tuple(
+        CalibrationRow("all_reduce", n, truth.time("allreduce", "ring", n, 2), 0.0) for n in sizes
+    )
+    cal = Calibration(truth, 2, "gloo", 3, "regimes", table, "test")
+    models = link_models(cal)
+    assert models["token-bucket"] == truth
+    serial = models["serialising"]
+    assert not serial.overlap
+    # Where latency and bytes are alike (16 KB here), only the token-bucket model fits.
+    t16k = truth.time("allreduce", "ring", 16 << 10, 2)
+    assert abs(serial.time("allreduce", "ring", 16 << 10, 2) / t16k - 1) > 0.3
+
+
+def test_sizes_of_one_regime_leave_only_the_serialising_model() -> None:
+    from cadence.bench.collectives import link_models
+    from cadence.comm.calibrate import Calibration, CalibrationRow
+    from cadence.comm.cost import AlphaBeta
+
+    table = tuple(CalibrationRow("all_reduce", n, 4e-4, 0.0) for n in (1024, 4096))  # latency
+    cal = Calibration(AlphaBeta(2e-4, 0.0), 2, "gloo", 3, "regimes", table, "test")
+    assert set(link_models(cal)) == {"serialising"}

@@ -111,3 +111,17 @@ def test_rejects_bad_parameters():
         AlphaBeta(0.0, math.nan)
     with pytest.raises(ValueError):
         MODEL.time("allreduce", "ring", -1, 2)
+
+
+@pytest.mark.parametrize("collective", ["allreduce", "allgather", "broadcast"])
+def test_token_bucket_link_pays_the_larger_of_latency_and_bytes(collective):
+    algorithm = ALGORITHMS[collective][0]
+    serial = AlphaBeta(2e-4, 2e-8, 1e-9)
+    bucket = AlphaBeta(2e-4, 2e-8, 1e-9, overlap=True)
+    for nbytes in (1024, 16 << 10, 1 << 20, 64 << 20):
+        t = serial.terms(collective, algorithm, nbytes, 4)
+        latency, transfer, reduction = 2e-4 * t.messages, 2e-8 * t.wire_bytes, 1e-9 * t.reduce_bytes
+        assert math.isclose(serial.time(collective, algorithm, nbytes, 4),
+                            latency + transfer + reduction)  # fmt: skip
+        assert math.isclose(bucket.time(collective, algorithm, nbytes, 4),
+                            max(latency, transfer) + reduction)  # fmt: skip

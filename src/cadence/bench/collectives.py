@@ -14,14 +14,18 @@ import os
 import platform
 import re
 import tempfile
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cadence.comm.cost import AlphaBeta
 from cadence.errors import UserError
 from cadence.netem import format_bandwidth
+
+if TYPE_CHECKING:
+    from cadence.comm.calibrate import Calibration
 
 SUPPORTED = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
 DEFAULT_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
@@ -215,6 +219,32 @@ def table(rows: list[BenchRow]) -> str:
     return "\n".join(lines)
 
 
+LINK_MODELS = ("token-bucket", "serialising")
+"""How a capped link prices a message: "token-bucket" (tc's tbf with its ~5 ms bucket, the
+emulated cluster's default) overlaps latency and bytes, `AlphaBeta(overlap=True)`;
+"serialising" (a real link, or the two-frame bucket) pays both."""
+
+
+def link_kind(config: CollectivesBenchConfig) -> str:
+    """The model of the links this run shapes: a two-frame bucket serialises, tbf's usual
+    bucket does not."""
+    return "serialising" if config.frame_bucket else "token-bucket"
+
+
+def link_models(cal: Calibration) -> dict[str, AlphaBeta]:
+    """Both link models fitted (alpha where latency decides, beta where bandwidth does) to the
+    calibration's all-reduce table. The token-bucket one is left out when the sizes do not
+    reach both regimes (the serialising fit then falls back to one line through all)."""
+    from cadence.comm.calibrate import FITTED, fit
+
+    table = [r for r in cal.rows if r.collective == FITTED]
+    sizes, seconds = [r.nbytes for r in table], [r.measured_s for r in table]
+    models = {"serialising": fit(sizes, seconds, cal.world_size, "regimes")}
+    with suppress(ValueError):  # one regime only: no token-bucket fit
+        models["token-bucket"] = fit(sizes, seconds, cal.world_size, "regimes", overlap=True)
+    return models
+
+
 WITHIN = 0.10
 """The cost model's target: calibrated predictions within 10% of gloo's measured times."""
 
@@ -334,7 +364,11 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
                         config.threads, timeout_s)  # fmt: skip
         raw = json.loads(result.read_text())
     cal = Calibration.from_json(json.dumps(raw["calibration"]))
-    rows = build_rows(config, raw["measured"], cal.model)
+    models = link_models(cal)
+    kind = link_kind(config) if link_kind(config) in models else "serialising"
+    model = models[kind]
+    rows = build_rows(config, raw["measured"], model)
+    by_kind = {k: accuracy(build_rows(config, raw["measured"], m)) for k, m in models.items()}
     png = out.with_suffix(".png")
     data: dict[str, Any] = {
         "benchmark": "collectives",
@@ -344,25 +378,28 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
         "torch_version": cal.torch_version,
         "config": asdict(config),
         "calibration": {
-            "alpha_s": cal.model.alpha_s,
-            "beta_s_per_byte": cal.model.beta_s_per_byte,
+            "link_model": kind,
+            "alpha_s": model.alpha_s,
+            "beta_s_per_byte": model.beta_s_per_byte,
             "objective": cal.objective,
-            "max_rel_error": cal.max_rel_error(),
-            "rows": [asdict(r) for r in cal.rows],
+            "models": {k: asdict(m) for k, m in models.items()},
+            "rows": [asdict(r) for r in cal.rows],  # predicted_s: the serialising model's
         },
         "rows": [asdict(r) for r in rows],
-        "accuracy": accuracy(rows),
+        "accuracy": by_kind[kind],
+        "accuracy_by_link_model": by_kind,
         "png": png.name,  # next to this file
     }
     out.write_text(json.dumps(data, indent=2) + "\n")
-    rate_mb_s = 1e-6 / cal.model.beta_s_per_byte if cal.model.beta_s_per_byte else math.inf
+    rate_mb_s = 1e-6 / model.beta_s_per_byte if model.beta_s_per_byte else math.inf
     title = (
-        f"{config.hosts} hosts at {format_bandwidth(config.bandwidth_bps)}; "
-        f"alpha {cal.model.alpha_s * 1e6:.0f} us, 1/beta {rate_mb_s:.0f} MB/s"
+        f"{config.hosts} hosts at {format_bandwidth(config.bandwidth_bps)}, {kind} link model; "
+        f"alpha {model.alpha_s * 1e6:.0f} us, 1/beta {rate_mb_s:.0f} MB/s"
     )
     plot(rows, str(png), title)
     print(f"calibrated on gloo all_reduce: {title}")
     print(table(rows))
-    print(accuracy_line(data["accuracy"]))
+    for k in sorted(by_kind, key=lambda k: k != kind):  # this link's model first
+        print(f"{accuracy_line(by_kind[k])} ({k} link model)")
     print(f"wrote {out} and {png}")
     return data

@@ -196,7 +196,9 @@ def _ternary_min(f: Callable[[float], float], lo: float, hi: float, steps: int =
     return (lo + hi) / 2
 
 
-def _fit_regimes(messages: np.ndarray, wire: np.ndarray, t: np.ndarray) -> AlphaBeta | None:
+def _fit_regimes(
+    messages: np.ndarray, wire: np.ndarray, t: np.ndarray, overlap: bool = False
+) -> AlphaBeta | None:
     """Alpha from the latency-bound sizes, beta from the bandwidth-bound ones (None: the sizes
     do not reach both regimes). Alpha is the median over its sizes after taking off the wire
     term, beta their total time less alpha's share over their total bytes; a few rounds
@@ -205,6 +207,9 @@ def _fit_regimes(messages: np.ndarray, wire: np.ndarray, t: np.ndarray) -> Alpha
     A size near the floor counts for alpha only while the fitted wire term is at most half its
     time: an emulated link's token bucket passes mid sizes (16-64 KB at 400mbit) about as fast
     as the smallest, and taking their wire term off their time would leave alpha near zero.
+    With `overlap` (a token-bucket link, `AlphaBeta.overlap`) a size costs the larger term
+    alone, so nothing is taken off: alpha from the sizes whose wire term is below their
+    latency, beta from the bandwidth-bound ones.
     """
     floor = float(t.min())
     near_floor = t < 4 * floor
@@ -214,20 +219,29 @@ def _fit_regimes(messages: np.ndarray, wire: np.ndarray, t: np.ndarray) -> Alpha
     smallest = t == floor
     alpha = beta = 0.0
     for _ in range(50):
-        latency = near_floor & (beta * wire <= 0.5 * t)
+        if overlap:
+            latency = near_floor & (beta * wire <= alpha * messages) if alpha else near_floor
+        else:
+            latency = near_floor & (beta * wire <= 0.5 * t)
         latency = latency if latency.any() else smallest
-        alpha = max(0.0, float(np.median((t - beta * wire)[latency] / messages[latency])))
+        taken = 0.0 if overlap else beta
+        alpha = max(0.0, float(np.median((t - taken * wire)[latency] / messages[latency])))
         # Total time over total bytes: the largest transfers, whose time alpha hardly
         # touches, weigh most.
-        rest = (t - alpha * messages)[bandwidth].sum()
+        rest = t[bandwidth].sum() - (0.0 if overlap else alpha * messages[bandwidth].sum())
         beta = max(0.0, float(rest / wire[bandwidth].sum()))
-    return AlphaBeta(alpha_s=alpha, beta_s_per_byte=beta)
+    return AlphaBeta(alpha_s=alpha, beta_s_per_byte=beta, overlap=overlap)
 
 
 def fit(
-    sizes: Sequence[int], seconds: Sequence[float], world_size: int, objective: str = "regimes"
+    sizes: Sequence[int],
+    seconds: Sequence[float],
+    world_size: int,
+    objective: str = "regimes",
+    overlap: bool = False,
 ) -> AlphaBeta:
-    """Non-negative alpha, beta for the ring all-reduce formula.
+    """Non-negative alpha, beta for the ring all-reduce formula (`overlap`: on a token-bucket
+    link, `AlphaBeta.overlap`; "regimes" only).
 
     "regimes" (default) fits alpha where latency decides and beta where bandwidth decides, so
     the large transfers that dominate training steps get the link's real rate; it falls back
@@ -237,15 +251,19 @@ def fit(
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; accepted: {', '.join(OBJECTIVES)}")
+    if overlap and objective != "regimes":
+        raise ValueError(f"an overlap fit takes objective 'regimes', not {objective!r}")
     unit = AlphaBeta(0.0, 0.0)
     terms = [unit.terms("allreduce", "ring", n, world_size) for n in sizes]
     t = np.asarray(seconds, dtype=np.float64)
     if objective == "regimes":
         messages = np.array([tm.messages for tm in terms], dtype=np.float64)
         wire = np.array([tm.wire_bytes for tm in terms], dtype=np.float64)
-        split = _fit_regimes(messages, wire, t)
+        split = _fit_regimes(messages, wire, t, overlap)
         if split is not None:
             return split
+        if overlap:
+            raise ValueError("an overlap fit needs latency- and bandwidth-bound sizes")
     # Row i of design @ (alpha, beta) is predicted_i / measured_i; the target is all ones.
     design = np.array([[tm.messages, tm.wire_bytes] for tm in terms]) / t[:, None]
     if objective == "minimax":

@@ -100,6 +100,11 @@ class AlphaBeta:
     """Transfer time per byte in seconds (1 / link bandwidth in bytes/s)."""
     gamma_s_per_byte: float = 0.0
     """Local reduction time per byte in seconds; 0 folds reduction cost into beta."""
+    overlap: bool = False
+    """True for a token-bucket link (tc's tbf, as in the emulated cluster): it holds the
+    average rate but does not serialise each message, since tokens gather while a message's
+    latency passes, so the critical path costs max(alpha * messages, beta * wire) (+ gamma *
+    reduce). False, a real link: each message pays both, alpha * messages + beta * wire."""
 
     def __post_init__(self) -> None:
         for name in ("alpha_s", "beta_s_per_byte", "gamma_s_per_byte"):
@@ -166,11 +171,9 @@ class AlphaBeta:
         return steps(k_best)
 
     def _cost(self, t: Terms) -> float:
-        return (
-            self.alpha_s * t.messages
-            + self.beta_s_per_byte * t.wire_bytes
-            + self.gamma_s_per_byte * t.reduce_bytes
-        )
+        latency, transfer = self.alpha_s * t.messages, self.beta_s_per_byte * t.wire_bytes
+        link = max(latency, transfer) if self.overlap else latency + transfer
+        return link + self.gamma_s_per_byte * t.reduce_bytes
 
     def time(self, collective: str, algorithm: str, nbytes: int, world_size: int) -> float:
         """Predicted seconds for `collective` over `nbytes` on `world_size` ranks.
