@@ -25,9 +25,13 @@ from cadence.comm.calibrate import calibrate, slowest
 from cadence.comm.gloo_threads import IO_THREAD_NAME, gloo_io_yields
 from cadence.launch.errors import exit_worker, worker_entry
 
-# A timed block repeats a call until ~1 MB has moved (1 to 8 calls): single calls of small
+# A timed block repeats a call until ~1 MB has moved (1 to 64 calls): single calls of small
 # messages are too short for the clock, and the median of several drops scheduler hiccups.
+# Up to 64, like the calibration's rounds (`calls_per_round`), so small sizes are timed the
+# same way in both: with at most 8 (before 2026-11-25), 1-16 KB all-reduces came out ~10%
+# slower here than in the same run's calibration on 4 hosts.
 _BLOCK_BYTES = 1 << 20
+_MAX_CALLS = 64
 # torch 2.13 deprecates reduce_scatter_tensor in favour of reduce_scatter_single.
 _gloo_reduce_scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
 
@@ -76,7 +80,7 @@ def measure(config: CollectivesBenchConfig) -> list[dict[str, object]]:
     for rnd in range(config.warmup + config.repeats):
         for (variant, elems), out in zip(keys, samples, strict=True):
             op = make_op(*variant, elems)
-            calls = max(1, min(8, _BLOCK_BYTES // (4 * elems)))
+            calls = max(1, min(_MAX_CALLS, _BLOCK_BYTES // (4 * elems)))
             dist.barrier()
             for _ in range(calls):
                 start = time.perf_counter()

@@ -97,7 +97,8 @@ class CollectivesBenchConfig:
     bandwidth_bps: float = 1e9
     """Link cap of every host, bits per second."""
     repeats: int = 5
-    """Timed rounds; every round times each (size, variant) 1-8 times; medians are reported."""
+    """Timed rounds; every round times each (size, variant) 1-64 times (~1 MB); medians are
+    reported."""
     warmup: int = 1
     """Untimed rounds first (connections, allocator)."""
     calibration_repeats: int = 3
