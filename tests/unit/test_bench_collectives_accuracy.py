@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from cadence.bench.collectives import BenchRow, accuracy, accuracy_line
+from cadence.bench.collectives import (
+    BenchRow,
+    CollectivesBenchConfig,
+    accuracy,
+    accuracy_line,
+    link_kind,
+    link_models,
+)
+from cadence.comm.calibrate import Calibration, CalibrationRow
+from cadence.comm.cost import AlphaBeta
 
 
 def row(collective: str, implementation: str, nbytes: int, ratio: float) -> BenchRow:
@@ -38,10 +47,6 @@ def test_no_gloo_rows() -> None:
 
 
 def test_the_link_model_follows_the_bucket_and_both_are_fitted() -> None:
-    from cadence.bench.collectives import CollectivesBenchConfig, link_kind, link_models
-    from cadence.comm.calibrate import Calibration, CalibrationRow
-    from cadence.comm.cost import AlphaBeta
-
     assert link_kind(CollectivesBenchConfig()) == "token-bucket"
     assert link_kind(CollectivesBenchConfig(frame_bucket=True)) == "serialising"
     truth = AlphaBeta(0.2e-3, 20e-9, overlap=True)  # a tbf link's all-reduces, 2 ranks
@@ -60,10 +65,6 @@ def test_the_link_model_follows_the_bucket_and_both_are_fitted() -> None:
 
 
 def test_sizes_of_one_regime_leave_only_the_serialising_model() -> None:
-    from cadence.bench.collectives import link_models
-    from cadence.comm.calibrate import Calibration, CalibrationRow
-    from cadence.comm.cost import AlphaBeta
-
     table = tuple(CalibrationRow("all_reduce", n, 4e-4, 0.0) for n in (1024, 4096))  # latency
     cal = Calibration(AlphaBeta(2e-4, 0.0), 2, "gloo", 3, "regimes", table, "test")
     assert set(link_models(cal)) == {"serialising"}

@@ -220,15 +220,10 @@ def table(rows: list[BenchRow]) -> str:
     return "\n".join(lines)
 
 
-LINK_MODELS = ("token-bucket", "serialising")
-"""How a capped link prices a message: "token-bucket" (tc's tbf with its ~5 ms bucket, the
-emulated cluster's default) overlaps latency and bytes, `AlphaBeta(overlap=True)`;
-"serialising" (a real link, or the two-frame bucket) pays both."""
-
-
 def link_kind(config: CollectivesBenchConfig) -> str:
-    """The model of the links this run shapes: a two-frame bucket serialises, tbf's usual
-    bucket does not."""
+    """The model of the links this run shapes: "token-bucket" for tbf's usual ~5 ms bucket,
+    which overlaps a message's latency and bytes (`AlphaBeta(overlap=True)`); "serialising"
+    for the two-frame bucket, which pays both, as a real link does."""
     return "serialising" if config.frame_bucket else "token-bucket"
 
 
@@ -339,11 +334,11 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
     check_netem_available()
     # Transfers of the measured data, times a generous factor for the slow algorithms, the
     # calibration and a loaded machine; only a hung run should ever reach it.
-    traffic_s = sum(config.sizes) * 8 / config.bandwidth_bps * len(config.variants())
+    one_pass_s = sum(config.sizes) * 8 / config.bandwidth_bps
+    traffic_s = one_pass_s * len(config.variants())
     timeout_s = 300 + 20 * traffic_s * (config.warmup + config.repeats + config.calibration_repeats)
     # The workers print nothing until the end: say what is coming and roughly how long (the
     # calibration's all-reduces, one untimed round and its own, plus every variant's rounds).
-    one_pass_s = sum(config.sizes) * 8 / config.bandwidth_bps
     link_s = traffic_s * (config.warmup + config.repeats)
     link_s += one_pass_s * (1 + config.calibration_repeats)
     print(
@@ -366,10 +361,12 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
         raw = json.loads(result.read_text())
     cal = Calibration.from_json(json.dumps(raw["calibration"]))
     models = link_models(cal)
-    kind = link_kind(config) if link_kind(config) in models else "serialising"
+    kind = link_kind(config)
+    kind = kind if kind in models else "serialising"
     model = models[kind]
-    rows = build_rows(config, raw["measured"], model)
-    by_kind = {k: accuracy(build_rows(config, raw["measured"], m)) for k, m in models.items()}
+    rows_by_kind = {k: build_rows(config, raw["measured"], m) for k, m in models.items()}
+    rows = rows_by_kind[kind]
+    by_kind = {k: accuracy(r) for k, r in rows_by_kind.items()}
     png = out.with_suffix(".png")
     data: dict[str, Any] = {
         "benchmark": "collectives",

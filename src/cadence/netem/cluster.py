@@ -98,7 +98,7 @@ class EmulatedCluster:
     frames instead of ~5 ms of traffic: the default bucket passes transfers smaller than it at
     veth speed (a 16 KB message in 0.02 ms where 400mbit serialises it in 0.33 ms), which no
     real link does. The price is one packet per frame through every qdisc (more CPU), which
-    is why only `cadence bench collectives`, where small messages are the point, uses it.
+    is why only `cadence bench collectives` offers it (`--link-bucket frames`, off by default).
     """
 
     def __init__(
