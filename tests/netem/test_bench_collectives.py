@@ -27,8 +27,10 @@ def test_tiny_run_writes_sane_results(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "out/b.json").read_text())
     assert data["command"].startswith("cadence bench collectives --sizes 4KB,512KB")
     assert data["config"]["hosts"] == 3 and data["config"]["bandwidth_bps"] == 100e6
-    # Defaults: gloo's I/O thread yields while timing; the links keep the usual bucket.
+    # Defaults: gloo's I/O thread yields while timing; the links keep the usual bucket; each
+    # host runs on one processor.
     assert data["config"]["yield_io_thread"] is True and data["config"]["frame_bucket"] is False
+    assert data["config"]["pin_hosts"] is True
     cal = data["calibration"]
     assert cal["alpha_s"] >= 0 and cal["beta_s_per_byte"] > 0
     rows = data["rows"]

@@ -32,8 +32,10 @@ from cadence.launch.errors import exit_worker, worker_entry
 # slower here than in the same run's calibration on 4 hosts.
 _BLOCK_BYTES = 1 << 20
 _MAX_CALLS = 64
-# torch 2.13 deprecates reduce_scatter_tensor in favour of reduce_scatter_single.
+# torch 2.13 deprecates reduce_scatter_tensor and all_gather_into_tensor in favour of the
+# *_single names, and warns on every call of the old ones.
 _gloo_reduce_scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+_gloo_all_gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
 
 
 def elements(nbytes: int, world_size: int) -> int:
@@ -58,7 +60,7 @@ def make_op(collective: str, implementation: str, algorithm: str, elems: int) ->
             lambda: ours.reduce_scatter_tensor(block, full, algorithm=algorithm))  # fmt: skip
     if collective == "all_gather":
         full, block = torch.zeros(elems), torch.zeros(elems // p)
-        return (lambda: dist.all_gather_into_tensor(full, block)) if gloo else (
+        return (lambda: _gloo_all_gather(full, block)) if gloo else (
             lambda: ours.all_gather_into_tensor(full, block, algorithm=algorithm))  # fmt: skip
     if collective == "all_to_all":
         src, dst = torch.zeros(elems), torch.zeros(elems)

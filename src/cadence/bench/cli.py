@@ -45,6 +45,7 @@ def _cmd_collectives(args: argparse.Namespace) -> int:
         threads=args.threads,
         frame_bucket=args.link_bucket == "frames",
         yield_io_thread=args.gloo_io_thread == "idle",
+        pin_hosts=args.host_cpus == "pinned",
         out=args.out,
     )
     run_collectives_bench(config, _command_line())
@@ -86,6 +87,13 @@ def _add_collectives(bsub: Any) -> None:
         default="idle",
         help="scheduling of gloo's polling I/O thread while timing: idle (SCHED_IDLE, so "
         "small collectives do not wait out its time slice) or normal (left as is)",
+    )
+    p.add_argument(
+        "--host-cpus",
+        choices=("pinned", "shared"),
+        default="pinned",
+        help="processors of the emulated hosts: pinned (each host's threads on one "
+        "processor, the hosts taking them in turn) or shared (the kernel places them)",
     )
     p.add_argument(
         "--out", default="results/bench-collectives.json", help="JSON file; PNG next to it"

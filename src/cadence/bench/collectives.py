@@ -115,6 +115,10 @@ class CollectivesBenchConfig:
     """Run gloo's polling I/O thread under SCHED_IDLE while calibrating and measuring, so a
     woken thread never waits out its time slice (`cadence.comm.gloo_threads`): the latency
     of small collectives is then the link's, not the scheduler's. False: leave it as is."""
+    pin_hosts: bool = True
+    """Run each emulated host's worker on one processor, the hosts taking the machine's
+    processors in turn, as a real host keeps its own (`_launch.run_workers`). False: the
+    kernel places every host's threads, and small collectives scatter with where they land."""
     out: str = "results/bench-collectives.json"
     """JSON result file; the PNG goes next to it (same name, .png)."""
 
@@ -357,7 +361,7 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
         ) as cluster:
             args = [str(run_dir / "config.json"), str(result)]
             run_workers(cluster, "cadence.bench._collectives_worker", args, run_dir,
-                        config.threads, timeout_s)  # fmt: skip
+                        config.threads, timeout_s, pin_hosts=config.pin_hosts)  # fmt: skip
         raw = json.loads(result.read_text())
     cal = Calibration.from_json(json.dumps(raw["calibration"]))
     models = link_models(cal)
