@@ -193,6 +193,8 @@ def run_strategy(
     gradient_bytes = sum(p.nbytes for p in setup.params)
     # The runtime's own default plan is chosen after timed one-chunk iterations.
     default = threshold_bytes is None and reorder_k is None and default_plan != "unprobed"
+    if default and default_plan == "one chunk":  # the recorded choice: no chunked plan needed
+        return _one_chunk(setup, gradient_bytes, iterations, options)
     if threshold_bytes is None:
         threshold_bytes = default_threshold(gradient_bytes)
     if credit_bytes is None:
@@ -208,19 +210,24 @@ def run_strategy(
         reorder_k,
         one_chunk_warmup=default,
     )
-    if default and default_plan != "chunked":
-        whole = max(1, gradient_bytes)
-        one = plan_dp(
-            setup.profile, setup.params, whole, whole, setup.world_size, setup.link, options
-        )
-        result = simulate_dp(setup.profile, one, setup.world_size, setup.link, iterations, options)
+    if default and default_plan == "choose":
+        result, one = _one_chunk(setup, gradient_bytes, iterations, options)
         reduce_s = last_allreduce_s(result)
         share = DEFAULT_ONE_CHUNK_WIRE_SHARE
-        if default_plan == "one chunk" or one_chunk_suffices(
-            reduce_s, result.iteration_s, len(plan.chunks), share
-        ):
+        if one_chunk_suffices(reduce_s, result.iteration_s, len(plan.chunks), share):
             return result, one
     return simulate_dp(setup.profile, plan, setup.world_size, setup.link, iterations, options), plan
+
+
+def _one_chunk(
+    setup: Setup, gradient_bytes: int, iterations: int, options: SimOptions
+) -> tuple[SimResult, DPPlan]:
+    """cadence-dp's default plan when the runtime keeps one chunk: every gradient in one
+    all-reduce, and the simulation of it."""
+    whole = max(1, gradient_bytes)
+    one = plan_dp(setup.profile, setup.params, whole, whole, setup.world_size, setup.link, options)
+    result = simulate_dp(setup.profile, one, setup.world_size, setup.link, iterations, options)
+    return result, one
 
 
 def last_allreduce_s(result: SimResult) -> float:
