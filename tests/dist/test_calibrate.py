@@ -112,3 +112,34 @@ def test_load_bad_file_is_user_error(tmp_path):
 def test_needs_process_group():
     with pytest.raises(UserError, match="process group"):
         calibrate()
+
+
+DRAIN_BYTES = 64 << 10
+
+
+def _drains_counted(rank, world_size, drain_bytes):
+    # Count the all-reduces of the drain's size that a real measurement issues: the wrapper
+    # only counts, every call still goes to gloo.
+    import torch.distributed as dist
+
+    from cadence.comm import calibrate as calibrate_module
+
+    real, seen = dist.all_reduce, []
+
+    def counting(tensor, *args, **kwargs):
+        seen.append(tensor.numel())
+        return real(tensor, *args, **kwargs)
+
+    calibrate_module.dist.all_reduce = counting
+    try:
+        seconds = calibrate_module.measure_s("broadcast", [1024, 4096], 2, 1, drain_bytes)
+    finally:
+        calibrate_module.dist.all_reduce = real
+    return seconds, seen.count(DRAIN_BYTES // 4)
+
+
+def test_drain_runs_one_all_reduce_before_every_timed_block():
+    # 2 sizes x (1 warm-up + 2 timed rounds): one drain before each of the 6 blocks.
+    for seconds, drains in run_ranks(_drains_counted, 2, DRAIN_BYTES, timeout=60):
+        assert drains == 6 and len(seconds) == 2 and all(s > 0 for s in seconds)
+    assert [drains for _, drains in run_ranks(_drains_counted, 2, 0, timeout=60)] == [0, 0]

@@ -28,9 +28,9 @@ def test_tiny_run_writes_sane_results(tmp_path: Path) -> None:
     assert data["command"].startswith("cadence bench collectives --sizes 4KB,512KB")
     assert data["config"]["hosts"] == 3 and data["config"]["bandwidth_bps"] == 100e6
     # Defaults: gloo's I/O thread yields while timing; the links keep the usual bucket; each
-    # host runs on one processor.
+    # host runs on one processor; each timed block starts with the bucket drained.
     assert data["config"]["yield_io_thread"] is True and data["config"]["frame_bucket"] is False
-    assert data["config"]["pin_hosts"] is True
+    assert data["config"]["pin_hosts"] is True and data["config"]["drain_bucket"] is True
     cal = data["calibration"]
     assert cal["alpha_s"] >= 0 and cal["beta_s_per_byte"] > 0
     rows = data["rows"]

@@ -1,4 +1,5 @@
-"""`cadence bench collectives`' accuracy summary: gloo's rows only, the 10% count, the worst."""
+"""`cadence bench collectives`' accuracy summary (gloo's rows only, the 10% count, the worst),
+its link models, and the size of the drain before each timed block."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from cadence.bench.collectives import (
 )
 from cadence.comm.calibrate import Calibration, CalibrationRow
 from cadence.comm.cost import AlphaBeta
+from cadence.netem._bandwidth import FRAME_BUCKET_BYTES, tbf_burst_bytes
 
 
 def row(collective: str, implementation: str, nbytes: int, ratio: float) -> BenchRow:
@@ -68,3 +70,11 @@ def test_sizes_of_one_regime_leave_only_the_serialising_model() -> None:
     table = tuple(CalibrationRow("all_reduce", n, 4e-4, 0.0) for n in (1024, 4096))  # latency
     cal = Calibration(AlphaBeta(2e-4, 0.0), 2, "gloo", 3, "regimes", table, "test")
     assert set(link_models(cal)) == {"serialising"}
+
+
+def test_drain_is_twice_the_bucket_the_cluster_gives_the_links() -> None:
+    config = CollectivesBenchConfig(bandwidth_bps=400e6)
+    assert config.drain_bytes() == 2 * tbf_burst_bytes(400e6) == 500_000
+    framed = CollectivesBenchConfig(bandwidth_bps=400e6, frame_bucket=True)
+    assert framed.drain_bytes() == 2 * FRAME_BUCKET_BYTES
+    assert CollectivesBenchConfig(drain_bucket=False).drain_bytes() == 0

@@ -79,10 +79,14 @@ def measure(config: CollectivesBenchConfig) -> list[dict[str, object]]:
     p = dist.get_world_size()
     keys = [(v, elements(n, p)) for n in config.sizes for v in config.variants()]
     samples: list[list[float]] = [[] for _ in keys]
+    drain_bytes = config.drain_bytes()
+    drain = torch.zeros(elements(drain_bytes, p)) if drain_bytes else None
     for rnd in range(config.warmup + config.repeats):
         for (variant, elems), out in zip(keys, samples, strict=True):
             op = make_op(*variant, elems)
             calls = max(1, min(_MAX_CALLS, _BLOCK_BYTES // (4 * elems)))
+            if drain is not None:  # start the block with the links' token bucket empty
+                dist.all_reduce(drain)
             dist.barrier()
             for _ in range(calls):
                 start = time.perf_counter()
@@ -110,7 +114,8 @@ def run(config: CollectivesBenchConfig, result: Path) -> None:
         with gloo_io_yields(config.yield_io_thread) as demoted:
             if config.yield_io_thread and not demoted:
                 raise RuntimeError(f"no {IO_THREAD_NAME} thread found to run under SCHED_IDLE")
-            cal = calibrate(sizes=sizes, repeats=config.calibration_repeats, warmup=1)
+            cal = calibrate(sizes=sizes, repeats=config.calibration_repeats, warmup=1,
+                            drain_bytes=config.drain_bytes())  # fmt: skip
             measured = measure(config)
         if ctx.rank == 0:
             data = {"calibration": json.loads(cal.to_json()), "measured": measured}

@@ -46,6 +46,7 @@ def _cmd_collectives(args: argparse.Namespace) -> int:
         frame_bucket=args.link_bucket == "frames",
         yield_io_thread=args.gloo_io_thread == "idle",
         pin_hosts=args.host_cpus == "pinned",
+        drain_bucket=args.drain_bucket == "yes",
         out=args.out,
     )
     run_collectives_bench(config, _command_line())
@@ -94,6 +95,13 @@ def _add_collectives(bsub: Any) -> None:
         default="pinned",
         help="processors of the emulated hosts: pinned (each host's threads on one "
         "processor, the hosts taking them in turn) or shared (the kernel places them)",
+    )
+    p.add_argument(
+        "--drain-bucket",
+        choices=("yes", "no"),
+        default="yes",
+        help="before each timed block, an untimed all-reduce of twice the links' token "
+        "bucket, so no block rides tokens saved up during the small ones before it",
     )
     p.add_argument(
         "--out", default="results/bench-collectives.json", help="JSON file; PNG next to it"

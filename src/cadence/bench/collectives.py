@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from cadence.comm.cost import AlphaBeta
 from cadence.errors import UserError
 from cadence.netem import format_bandwidth
+from cadence.netem._bandwidth import FRAME_BUCKET_BYTES, tbf_burst_bytes
 
 if TYPE_CHECKING:
     from cadence.comm.calibrate import Calibration
@@ -115,6 +116,11 @@ class CollectivesBenchConfig:
     """Run gloo's polling I/O thread under SCHED_IDLE while calibrating and measuring, so a
     woken thread never waits out its time slice (`cadence.comm.gloo_threads`): the latency
     of small collectives is then the link's, not the scheduler's. False: leave it as is."""
+    drain_bucket: bool = True
+    """Before each timed block (calibration's and benchmark's), an untimed all-reduce of twice
+    the links' token bucket, so every block starts with the bucket empty and runs at the
+    link's steady state, which the token-bucket model prices. False: a block starts with
+    whatever tokens the blocks before it left, up to a whole bucket after small ones."""
     pin_hosts: bool = True
     """Run each emulated host's worker on one processor, the hosts taking the machine's
     processors in turn, as a real host keeps its own (`_launch.run_workers`). False: the
@@ -134,6 +140,14 @@ class CollectivesBenchConfig:
             raise UserError("repeats, calibration repeats and threads must be >= 1, warmup >= 0")
         if not (self.bandwidth_bps > 0 and math.isfinite(self.bandwidth_bps)):
             raise UserError(f"bad bandwidth {self.bandwidth_bps}: must be positive and finite")
+
+    def drain_bytes(self) -> int:
+        """Bytes of the untimed all-reduce before each timed block (0: none): twice the token
+        bucket the emulated cluster gives these links."""
+        if not self.drain_bucket:
+            return 0
+        bucket = FRAME_BUCKET_BYTES if self.frame_bucket else tbf_burst_bytes(self.bandwidth_bps)
+        return 2 * bucket
 
     def variants(self) -> list[tuple[str, str, str]]:
         """(collective, implementation, algorithm) in measuring order; gloo first."""

@@ -156,10 +156,14 @@ def calls_per_round(nbytes: int) -> int:
 
 
 def measure_s(
-    collective: str, sizes: Sequence[int], repeats: int = 7, warmup: int = 2
+    collective: str, sizes: Sequence[int], repeats: int = 7, warmup: int = 2, drain_bytes: int = 0
 ) -> list[float]:
-    """Median seconds per `collective` call at each size, the slowest rank's, on every rank."""
+    """Median seconds per `collective` call at each size, the slowest rank's, on every rank.
+
+    `drain_bytes` > 0: an untimed all-reduce of that many bytes before each timed block (see
+    `calibrate`)."""
     world_size = dist.get_world_size()
+    drain = torch.zeros(max(world_size, drain_bytes // 4)) if drain_bytes > 0 else None
     # Sizes are interleaved round by round, so load from elsewhere on the machine lands on
     # every size alike instead of bending one part of the curve.
     runs = [_op(collective, torch.zeros(max(world_size, n // 4)), world_size) for n in sizes]
@@ -167,6 +171,8 @@ def measure_s(
     samples: list[list[float]] = [[] for _ in sizes]
     for i in range(warmup + repeats):
         for run, burst, out in zip(runs, bursts, samples, strict=True):
+            if drain is not None:
+                dist.all_reduce(drain)
             dist.barrier()
             for _ in range(burst):
                 start = time.perf_counter()
@@ -294,11 +300,18 @@ def calibrate(
     warmup: int = 2,
     collectives: Sequence[str] = (FITTED,),
     objective: str = "regimes",
+    drain_bytes: int = 0,
 ) -> Calibration:
     """Time `collectives` at `sizes` on the current process group and fit alpha, beta.
 
     Call it on every rank (it issues collectives). `all_reduce` is always measured: the fit
     uses it. Rows of other collectives show how well the fit predicts them.
+
+    `drain_bytes`: on links shaped by a token bucket (the emulated cluster's tbf), run an
+    untimed all-reduce of this many bytes (twice the bucket: every rank sends at least the
+    bucket's worth) before each timed block, so the block starts with the bucket empty and
+    is timed at the link's steady state, not on tokens saved up while earlier blocks were
+    small. A real link keeps no such credit; 0 (the default) drains nothing.
     """
     if not dist.is_initialized():
         raise UserError("calibrate() needs an initialised process group; call init first")
@@ -311,7 +324,7 @@ def calibrate(
         )
     world_size = dist.get_world_size()
     order = [FITTED] + [c for c in collectives if c != FITTED]
-    seconds = [t for c in order for t in measure_s(c, sizes, repeats, warmup)]
+    seconds = [t for c in order for t in measure_s(c, sizes, repeats, warmup, drain_bytes)]
     model = fit(sizes, seconds[: len(sizes)], world_size, objective)
     rows = []
     for i, (collective, nbytes) in enumerate((c, n) for c in order for n in sizes):
