@@ -1,8 +1,9 @@
 """One rank of `cadence bench collectives`: `python -m cadence.bench._collectives_worker
 CONFIG.json RESULT.json`, started inside an emulated host's namespace with torchrun-style
 environment variables. Calibrates alpha-beta on gloo's all-reduce, then times every
-(size, variant), both with gloo's I/O thread under SCHED_IDLE unless told otherwise, and, on
-rank 0, writes the slowest rank's medians to RESULT.json.
+(size, variant), both with gloo's I/O thread under SCHED_IDLE and every timed block started
+with the links' token bucket drained unless told otherwise, and, on rank 0, writes the
+slowest rank's medians to RESULT.json.
 """
 
 from __future__ import annotations
