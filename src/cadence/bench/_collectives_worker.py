@@ -22,7 +22,7 @@ import torch.distributed as dist
 from cadence.bench.collectives import CollectivesBenchConfig
 from cadence.comm import collectives as ours
 from cadence.comm import destroy, init_from_env
-from cadence.comm.calibrate import calibrate, slowest
+from cadence.comm.calibrate import bucket_drain, calibrate, slowest
 from cadence.comm.gloo_threads import IO_THREAD_NAME, gloo_io_yields
 from cadence.launch.errors import exit_worker, worker_entry
 
@@ -80,14 +80,12 @@ def measure(config: CollectivesBenchConfig) -> list[dict[str, object]]:
     p = dist.get_world_size()
     keys = [(v, elements(n, p)) for n in config.sizes for v in config.variants()]
     samples: list[list[float]] = [[] for _ in keys]
-    drain_bytes = config.drain_bytes()
-    drain = torch.zeros(elements(drain_bytes, p)) if drain_bytes else None
+    drain = bucket_drain(config.drain_bytes())
     for rnd in range(config.warmup + config.repeats):
         for (variant, elems), out in zip(keys, samples, strict=True):
             op = make_op(*variant, elems)
             calls = max(1, min(_MAX_CALLS, _BLOCK_BYTES // (4 * elems)))
-            if drain is not None:  # start the block with the links' token bucket empty
-                dist.all_reduce(drain)
+            drain()  # start the block with the links' token bucket empty
             dist.barrier()
             for _ in range(calls):
                 start = time.perf_counter()

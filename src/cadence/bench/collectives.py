@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from cadence.comm.cost import AlphaBeta
 from cadence.errors import UserError
 from cadence.netem import format_bandwidth
-from cadence.netem._bandwidth import FRAME_BUCKET_BYTES, tbf_burst_bytes
+from cadence.netem._bandwidth import link_bucket_bytes
 
 if TYPE_CHECKING:
     from cadence.comm.calibrate import Calibration
@@ -146,8 +146,7 @@ class CollectivesBenchConfig:
         bucket the emulated cluster gives these links."""
         if not self.drain_bucket:
             return 0
-        bucket = FRAME_BUCKET_BYTES if self.frame_bucket else tbf_burst_bytes(self.bandwidth_bps)
-        return 2 * bucket
+        return 2 * link_bucket_bytes(self.bandwidth_bps, self.frame_bucket)
 
     def variants(self) -> list[tuple[str, str, str]]:
         """(collective, implementation, algorithm) in measuring order; gloo first."""

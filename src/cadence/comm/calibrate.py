@@ -155,6 +155,15 @@ def calls_per_round(nbytes: int) -> int:
     return max(3, min(64, _BYTES_PER_ROUND // nbytes))
 
 
+def bucket_drain(drain_bytes: int) -> Callable[[], None]:
+    """What to run before each timed block: an all-reduce of `drain_bytes` (see `calibrate`),
+    or nothing at 0. Call it on every rank of the group."""
+    if drain_bytes <= 0:
+        return lambda: None
+    drain = torch.zeros(max(dist.get_world_size(), drain_bytes // 4))
+    return lambda: dist.all_reduce(drain)
+
+
 def measure_s(
     collective: str, sizes: Sequence[int], repeats: int = 7, warmup: int = 2, drain_bytes: int = 0
 ) -> list[float]:
@@ -163,7 +172,7 @@ def measure_s(
     `drain_bytes` > 0: an untimed all-reduce of that many bytes before each timed block (see
     `calibrate`)."""
     world_size = dist.get_world_size()
-    drain = torch.zeros(max(world_size, drain_bytes // 4)) if drain_bytes > 0 else None
+    drain = bucket_drain(drain_bytes)
     # Sizes are interleaved round by round, so load from elsewhere on the machine lands on
     # every size alike instead of bending one part of the curve.
     runs = [_op(collective, torch.zeros(max(world_size, n // 4)), world_size) for n in sizes]
@@ -171,8 +180,7 @@ def measure_s(
     samples: list[list[float]] = [[] for _ in sizes]
     for i in range(warmup + repeats):
         for run, burst, out in zip(runs, bursts, samples, strict=True):
-            if drain is not None:
-                dist.all_reduce(drain)
+            drain()
             dist.barrier()
             for _ in range(burst):
                 start = time.perf_counter()

@@ -58,3 +58,10 @@ FRAME_BUCKET_BYTES = 2 * 1514
 (`EmulatedCluster(frame_bucket=True)`): nothing larger than a frame reaches the qdisc, and a
 bucket this small passes no burst, so every transfer is serialised at the cap as on a real
 link."""
+
+
+def link_bucket_bytes(bps: float, frame_bucket: bool = False) -> int:
+    """The token bucket `EmulatedCluster` gives a link capped at ``bps``: two frames with
+    ``frame_bucket`` (`FRAME_BUCKET_BYTES`), else `tbf_burst_bytes`."""
+    return FRAME_BUCKET_BYTES if frame_bucket else tbf_burst_bytes(bps)
+

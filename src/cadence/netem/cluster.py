@@ -16,7 +16,7 @@ from types import FrameType, TracebackType
 
 from cadence.errors import UserError
 from cadence.netem import _iproute, _state, priority, registry
-from cadence.netem._bandwidth import FRAME_BUCKET_BYTES, tbf_burst_bytes
+from cadence.netem._bandwidth import link_bucket_bytes
 from cadence.netem._state import ClusterInfo
 
 MAX_HOSTS = 200
@@ -227,8 +227,7 @@ class EmulatedCluster:
             priority.install(namespace, dev, self.bandwidth_bps, self.priority_classes)
             return
         rate = f"{int(self.bandwidth_bps)}bit"
-        bucket = FRAME_BUCKET_BYTES if self.frame_bucket else tbf_burst_bytes(self.bandwidth_bps)
-        burst = str(bucket)
+        burst = str(link_bucket_bytes(self.bandwidth_bps, self.frame_bucket))
         _iproute.run(["tc", "-n", namespace, "qdisc", "replace", "dev", dev, "root",
                       "tbf", "rate", rate, "burst", burst, "latency", "50ms"])  # fmt: skip
 
