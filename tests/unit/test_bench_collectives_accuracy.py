@@ -59,6 +59,10 @@ def test_the_link_model_follows_the_bucket_and_both_are_fitted() -> None:
     cal = Calibration(truth, 2, "gloo", 3, "regimes", table, "test")
     models = link_models(cal)
     assert models["token-bucket"] == truth
+    # The links' bucket rides along as the token-bucket model's burst, and only there.
+    bucketed = link_models(cal, bucket_bytes=250_000)
+    assert bucketed["token-bucket"].burst_bytes == 250_000
+    assert bucketed["serialising"].burst_bytes == 0
     serial = models["serialising"]
     assert not serial.overlap
     # Where latency and bytes are alike (16 KB here), only the token-bucket model fits.

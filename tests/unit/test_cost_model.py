@@ -60,6 +60,35 @@ def test_eager_binomial_broadcast_shares_each_senders_uplink(p, hops, copies):
     assert close(MODEL.time("broadcast", "binomial_eager", N, p), hops * A + copies * N * B)
 
 
+def test_forwarding_hops_of_the_eager_broadcast_burst_from_the_bucket():
+    # A tbf link that idled until its copy arrived forwards its first `burst_bytes` at once;
+    # the root's hop starts on a busy link and pays every byte.
+    a, b, n = 1e-4, 1e-8, 1 << 20
+    bucket = AlphaBeta(a, b, overlap=True, burst_bytes=n)
+    plain = AlphaBeta(a, b, overlap=True)
+    assert close(plain.time("broadcast", "binomial_eager", n, 4), 3 * n * b)
+    assert close(bucket.time("broadcast", "binomial_eager", n, 4), 2 * n * b)  # rank 1 -> 3 free
+    small = AlphaBeta(a, b, overlap=True, burst_bytes=n // 4)  # bucket under one copy
+    assert close(small.time("broadcast", "binomial_eager", n, 4), (2 * n + 3 * n / 4) * b)
+    # p = 8, path 0 -> 1 -> 3 -> 7 posts 3, 2 and 1 copies: the forwarders' 3 n lose 2 buckets.
+    assert close(small.time("broadcast", "binomial_eager", n, 8), (3 * n + 3 * n - 2 * n / 4) * b)
+    # One hop (p = 2) has nothing to forward; latency-bound sizes still pay every hop's alpha.
+    assert close(
+        bucket.time("broadcast", "binomial_eager", n, 2),
+        plain.time("broadcast", "binomial_eager", n, 2),
+    )
+    assert close(bucket.time("broadcast", "binomial_eager", 64, 4), 2 * a)
+    # Other collectives do not use it.
+    assert close(bucket.time("allreduce", "ring", n, 4), plain.time("allreduce", "ring", n, 4))
+
+
+def test_a_serialising_link_has_no_bucket():
+    with pytest.raises(ValueError, match="burst_bytes needs overlap=True"):
+        AlphaBeta(1e-4, 1e-8, burst_bytes=1024)
+    with pytest.raises(ValueError, match="burst_bytes must be finite"):
+        AlphaBeta(1e-4, 1e-8, overlap=True, burst_bytes=-1)
+
+
 @pytest.mark.parametrize("p", [2, 5])
 def test_linear_step_collectives(p):
     spread = (p - 1) / p * N

@@ -15,7 +15,7 @@ import platform
 import re
 import tempfile
 from contextlib import suppress
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -244,17 +244,19 @@ def link_kind(config: CollectivesBenchConfig) -> str:
     return "serialising" if config.frame_bucket else "token-bucket"
 
 
-def link_models(cal: Calibration) -> dict[str, AlphaBeta]:
+def link_models(cal: Calibration, bucket_bytes: float = 0.0) -> dict[str, AlphaBeta]:
     """Both link models fitted (alpha where latency decides, beta where bandwidth does) to the
-    calibration's all-reduce table. The token-bucket one is left out when the sizes do not
-    reach both regimes (the serialising fit then falls back to one line through all)."""
+    calibration's all-reduce table, the token-bucket one with the links' `bucket_bytes` as
+    its burst (`AlphaBeta.burst_bytes`). That one is left out when the sizes do not reach both
+    regimes (the serialising fit then falls back to one line through all)."""
     from cadence.comm.calibrate import FITTED, fit
 
     table = [r for r in cal.rows if r.collective == FITTED]
     sizes, seconds = [r.nbytes for r in table], [r.measured_s for r in table]
     models = {"serialising": fit(sizes, seconds, cal.world_size, "regimes")}
     with suppress(ValueError):  # one regime only: no token-bucket fit
-        models["token-bucket"] = fit(sizes, seconds, cal.world_size, "regimes", overlap=True)
+        fitted = fit(sizes, seconds, cal.world_size, "regimes", overlap=True)
+        models["token-bucket"] = replace(fitted, burst_bytes=bucket_bytes)
     return models
 
 
@@ -377,7 +379,7 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
                         config.threads, timeout_s, pin_hosts=config.pin_hosts)  # fmt: skip
         raw = json.loads(result.read_text())
     cal = Calibration.from_json(json.dumps(raw["calibration"]))
-    models = link_models(cal)
+    models = link_models(cal, link_bucket_bytes(config.bandwidth_bps, config.frame_bucket))
     kind = link_kind(config)
     kind = kind if kind in models else "serialising"
     model = models[kind]

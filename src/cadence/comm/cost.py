@@ -59,21 +59,20 @@ def _check(collective: str, algorithm: str, nbytes: int, world_size: int) -> Non
         raise ValueError(f"need nbytes >= 0 and world_size >= 1, got {nbytes}, {world_size}")
 
 
-def _eager_binomial(p: int) -> tuple[int, int]:
-    """(hops, copies of n) along the slowest path of a binomial broadcast whose ranks post all
-    their sends at once, as gloo's does: a rank's k sends share its uplink and all land k*n*beta
-    after its own copy arrived (p = 4: 3 n beta, where sequential rounds take 2 n beta)."""
+def _eager_binomial_paths(p: int) -> list[tuple[int, ...]]:
+    """Every rank's path from the root of a binomial broadcast whose ranks post all their
+    sends at once, as gloo's does, as the copies of n each hop's sender posts together: its k
+    sends share its uplink and all land k*n*beta after it holds the data (p = 4: rank 3's path
+    is (2, 1), 3 n beta in all, where sequential rounds take 2 n beta)."""
     # Virtual rank v (root 0) receives from v - 2^h, h its highest set bit, and then sends to
     # v + 2^i for every i above h (every i for the root) that is still a rank.
-    arrival = {0: (0, 0)}  # v -> (copies of n until it holds the data, hops)
+    paths: dict[int, tuple[int, ...]] = {0: ()}
     for v in range(p):  # parents come before children: v + 2^i > v
-        copies, hops = arrival[v]
         first = v.bit_length()  # bits above v's highest set bit
         children = [v + (1 << i) for i in range(first, _log2_ceil(p)) if v + (1 << i) < p]
         for child in children:
-            arrival[child] = (copies + len(children), hops + 1)
-    copies, hops = max(arrival.values())  # the slowest arrival (most hops among equals)
-    return hops, copies
+            paths[child] = (*paths[v], len(children))
+    return [path for v, path in paths.items() if v]
 
 
 def _halving_doubling(n: float, p: int) -> Terms:
@@ -105,12 +104,19 @@ class AlphaBeta:
     average rate but does not serialise each message, since tokens gather while a message's
     latency passes, so the critical path costs max(alpha * messages, beta * wire) (+ gamma *
     reduce). False, a real link: each message pays both, alpha * messages + beta * wire."""
+    burst_bytes: float = 0.0
+    """With `overlap`: the link's token bucket. A rank that idles until its copy arrives and
+    then forwards it (gloo's broadcast tree, "binomial_eager") sends up to this many bytes at
+    once, from the tokens its link gathered while it waited. The call's first hop pays every
+    byte: it starts on a busy link, as in a stream of calls or after a drain. 0: no bucket."""
 
     def __post_init__(self) -> None:
-        for name in ("alpha_s", "beta_s_per_byte", "gamma_s_per_byte"):
+        for name in ("alpha_s", "beta_s_per_byte", "gamma_s_per_byte", "burst_bytes"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be finite and >= 0, got {value}")
+        if self.burst_bytes and not self.overlap:
+            raise ValueError("burst_bytes needs overlap=True: a serialising link has no bucket")
 
     @classmethod
     def from_bandwidth(cls, bandwidth_bps: float, alpha_s: float = 0.0) -> AlphaBeta:
@@ -122,8 +128,9 @@ class AlphaBeta:
     def terms(self, collective: str, algorithm: str, nbytes: int, world_size: int) -> Terms:
         """Critical-path message/byte counts of `collective` run with `algorithm`.
 
-        Only the pipelined chain depends on the model itself (its segment count is tuned to
-        alpha and beta); every other count is a function of (n, p) alone.
+        Only the pipelined chain (its segment count is tuned to alpha and beta) and the eager
+        binomial broadcast (its slowest path, and `burst_bytes`) depend on the model itself;
+        every other count is a function of (n, p) alone.
         """
         _check(collective, algorithm, nbytes, world_size)
         n, p = float(nbytes), world_size
@@ -137,8 +144,7 @@ class AlphaBeta:
             if algorithm == "chain":
                 return self._chain(n, p)
             if algorithm == "binomial_eager":
-                hops, copies = _eager_binomial(p)
-                return Terms(hops, copies * n, 0)
+                return self._eager_binomial(n, p)
             return Terms(rounds, rounds * n, 0)
         if collective == "reduce":
             return Terms(rounds, rounds * n, rounds * n)
@@ -155,6 +161,14 @@ class AlphaBeta:
         if collective == "reduce_scatter":
             return Terms(p - 1, spread, spread)
         return Terms(p - 1, spread, 0)  # all_to_all pairwise: p-1 exchanges of n/p
+
+    def _eager_binomial(self, n: float, p: int) -> Terms:
+        # The slowest path; a forwarding hop's first `burst_bytes` pass at once.
+        def path_terms(copies: tuple[int, ...]) -> Terms:
+            forwarded = sum(max(0.0, k * n - self.burst_bytes) for k in copies[1:])
+            return Terms(len(copies), copies[0] * n + forwarded, 0)
+
+        return max((path_terms(c) for c in _eager_binomial_paths(p)), key=self._cost)
 
     def _chain(self, n: float, p: int) -> Terms:
         # n split into k segments flows down a chain of p ranks: p - 2 + k steps of n/k each.
