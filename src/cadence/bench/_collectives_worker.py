@@ -49,7 +49,8 @@ class Buffers:
     round. A block of one large call on fresh tensors timed more than the link: with new
     buffers every round, gloo's 64 MB all-reduce on 4 hosts at 1gbit took 894-906 ms in the
     timed blocks against 843 ms in the same runs' calibration (which reuses its tensors);
-    with these, 847 ms. One set per size keeps the memory to a few of the largest size."""
+    with these, 847 and 851 ms. One set per size keeps the memory to a few of the largest
+    size."""
 
     def __init__(self, world_size: int) -> None:
         self.world_size = world_size

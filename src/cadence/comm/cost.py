@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 # collective -> accepted algorithms (the first is the default gloo/MPI choice on CPU, except
-# that gloo's own broadcast is "binomial_eager": see `_eager_binomial`).
+# that gloo's own broadcast is "binomial_eager": see `_eager_binomial_paths`).
 ALGORITHMS: dict[str, tuple[str, ...]] = {
     "p2p": ("direct",),
     "broadcast": ("binomial", "chain", "binomial_eager"),
