@@ -4,7 +4,7 @@ which bounds how close any one prediction can come on these runs.
 
     python results/dp_matrix_repeatability.py > results/dp-matrix-repeatability.txt
 
-Reads the four kept matrices since `keep_heap` (`cadence bench dp --models
+Reads the five kept matrices since `keep_heap` (`cadence bench dp --models
 cnn_lstm,resnet32,gpt_mini --caps 1gbit,400mbit --steps 12`, 2026-11-25) and their `cadence
 bench sim --contention results/contention-gpt_mini-400mbit.json` evaluations.
 """
@@ -23,6 +23,7 @@ RUNS = {  # matrix -> its simulator evaluation with the contention charge
     "bench-dp-small-one-chunk-rule-20261125b.json":
         "sim-bench-dp-small-one-chunk-rule-contention-20261125b.json",
     "bench-dp-small-20261125c.json": "sim-bench-dp-small-contention-20261125c.json",
+    "bench-dp-small-20261125d.json": "sim-bench-dp-small-contention-20261125d.json",
 }  # fmt: skip
 STRATEGY = {"ddp": "ddp", "cadence": "cadence-dp"}
 
@@ -42,10 +43,10 @@ def main() -> None:
         for row in load(sim)["rows"]:
             key = (row["model"], row["bandwidth"], row["strategy"])
             errors.setdefault(key, []).append(row["error"])
-    print("measured iteration (ms) in each of the 4 matrices, max/min, and the simulator's")
-    print("error with the contention charge on each (predicted / measured - 1)")
-    print(f"{'model':<9}{'cap':<8}{'strategy':<11}{'measured ms':>30}{'max/min':>9}"
-          f"{'simulator error %':>30}")  # fmt: skip
+    print(f"measured iteration (ms) in each of the {len(RUNS)} matrices, max/min, and the")
+    print("simulator's error with the contention charge on each (predicted / measured - 1)")
+    print(f"{'model':<9}{'cap':<8}{'strategy':<11}{'measured ms':>{7 * len(RUNS)}}"
+          f"{'max/min':>9}{'simulator error %':>{7 * len(RUNS)}}")  # fmt: skip
     spreads = []
     for key in sorted(measured):
         times, errs = measured[key], errors[key]
