@@ -14,11 +14,9 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from cadence.bench.collectives import CollectivesBenchConfig, accuracy, build_rows
 from cadence.comm.cost import AlphaBeta
-from cadence.netem._bandwidth import link_bucket_bytes
 
 HERE = Path(__file__).parent
 RUNS = [
@@ -28,24 +26,16 @@ RUNS = [
 ]
 
 
-def config_of(data: dict[str, Any]) -> CollectivesBenchConfig:
-    raw = {k: tuple(v) if isinstance(v, list) else v for k, v in data["config"].items()}
-    return CollectivesBenchConfig(**raw)
-
-
 def main() -> None:
     print(__doc__.split("\n\n")[0].replace("\n", " "))
     print()
     for name in RUNS:
         data = json.loads((HERE / name).read_text())
-        config = config_of(data)
+        config = CollectivesBenchConfig.from_json_dict(data["config"])
         before = AlphaBeta(**data["calibration"]["models"]["token-bucket"])
-        bucket = link_bucket_bytes(config.bandwidth_bps, config.frame_bucket)
+        bucket = config.bucket_bytes()
         after = replace(before, burst_bytes=bucket)
-        measured = [
-            {k: r[k] for k in ("collective", "implementation", "algorithm", "nbytes", "measured_s")}
-            for r in data["rows"]
-        ]
+        measured = data["rows"]  # each row holds the fields `build_rows` reads
         print(f"{name} (bucket {bucket / 1e3:.0f} KB)")
         sizes = sorted({r["nbytes"] for r in measured})
         print(f"  {'size':<28}" + "".join(f"{s // 1024:>7}K" for s in sizes))

@@ -82,3 +82,14 @@ def test_drain_is_twice_the_bucket_the_cluster_gives_the_links() -> None:
     framed = CollectivesBenchConfig(bandwidth_bps=400e6, frame_bucket=True)
     assert framed.drain_bytes() == 2 * FRAME_BUCKET_BYTES
     assert CollectivesBenchConfig(drain_bucket=False).drain_bytes() == 0
+
+
+def test_config_reads_back_from_the_json_the_worker_gets() -> None:
+    import json
+    from dataclasses import asdict
+
+    config = CollectivesBenchConfig(sizes=(1024, 4096), bandwidth_bps=400e6, hosts=4)
+    raw = json.loads(json.dumps(asdict(config)))
+    assert CollectivesBenchConfig.from_json_dict(raw) == config
+    assert config.bucket_bytes() == tbf_burst_bytes(400e6)
+    assert config.drain_bytes() == 2 * config.bucket_bytes()

@@ -149,8 +149,7 @@ def run(config: CollectivesBenchConfig, result: Path) -> None:
 def main(argv: list[str]) -> int:
     def body() -> None:
         raw = json.loads(Path(argv[0]).read_text())
-        raw["sizes"], raw["collectives"] = tuple(raw["sizes"]), tuple(raw["collectives"])
-        run(CollectivesBenchConfig(**raw), Path(argv[1]))
+        run(CollectivesBenchConfig.from_json_dict(raw), Path(argv[1]))
 
     return worker_entry(body)
 

@@ -141,12 +141,20 @@ class CollectivesBenchConfig:
         if not (self.bandwidth_bps > 0 and math.isfinite(self.bandwidth_bps)):
             raise UserError(f"bad bandwidth {self.bandwidth_bps}: must be positive and finite")
 
+    @classmethod
+    def from_json_dict(cls, raw: dict[str, Any]) -> CollectivesBenchConfig:
+        """The config from its `asdict` form read back from JSON (lists become tuples)."""
+        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}
+        return cls(**fields)
+
+    def bucket_bytes(self) -> int:
+        """The token bucket the emulated cluster gives these links."""
+        return link_bucket_bytes(self.bandwidth_bps, self.frame_bucket)
+
     def drain_bytes(self) -> int:
         """Bytes of the untimed all-reduce before each timed block (0: none): twice the token
         bucket the emulated cluster gives these links."""
-        if not self.drain_bucket:
-            return 0
-        return 2 * link_bucket_bytes(self.bandwidth_bps, self.frame_bucket)
+        return 2 * self.bucket_bytes() if self.drain_bucket else 0
 
     def variants(self) -> list[tuple[str, str, str]]:
         """(collective, implementation, algorithm) in measuring order; gloo first."""
@@ -379,7 +387,7 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
                         config.threads, timeout_s, pin_hosts=config.pin_hosts)  # fmt: skip
         raw = json.loads(result.read_text())
     cal = Calibration.from_json(json.dumps(raw["calibration"]))
-    models = link_models(cal, link_bucket_bytes(config.bandwidth_bps, config.frame_bucket))
+    models = link_models(cal, config.bucket_bytes())
     kind = link_kind(config)
     kind = kind if kind in models else "serialising"
     model = models[kind]

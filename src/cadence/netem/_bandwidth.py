@@ -64,4 +64,3 @@ def link_bucket_bytes(bps: float, frame_bucket: bool = False) -> int:
     """The token bucket `EmulatedCluster` gives a link capped at ``bps``: two frames with
     ``frame_bucket`` (`FRAME_BUCKET_BYTES`), else `tbf_burst_bytes`."""
     return FRAME_BUCKET_BYTES if frame_bucket else tbf_burst_bytes(bps)
-
