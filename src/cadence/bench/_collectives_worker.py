@@ -2,8 +2,9 @@
 CONFIG.json RESULT.json`, started inside an emulated host's namespace with torchrun-style
 environment variables. Calibrates alpha-beta on gloo's all-reduce, then times every
 (size, variant), both with gloo's I/O thread under SCHED_IDLE and every timed block started
-with the links' token bucket drained unless told otherwise, and, on rank 0, writes the
-slowest rank's medians to RESULT.json.
+with the links' token bucket drained unless told otherwise, then the local copies gloo's
+binding makes (`cadence.comm.local_copy`), and, on rank 0, writes the slowest rank's medians
+to RESULT.json.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from cadence.comm import collectives as ours
 from cadence.comm import destroy, init_from_env
 from cadence.comm.calibrate import bucket_drain, calibrate, slowest
 from cadence.comm.gloo_threads import IO_THREAD_NAME, gloo_io_yields
+from cadence.comm.local_copy import measure_local_copy
 from cadence.launch.errors import exit_worker, worker_entry
 
 # A timed block repeats a call until ~1 MB has moved (1 to 64 calls): single calls of small
@@ -139,8 +141,10 @@ def run(config: CollectivesBenchConfig, result: Path) -> None:
             cal = calibrate(sizes=sizes, repeats=config.calibration_repeats, warmup=1,
                             drain_bytes=config.drain_bytes())  # fmt: skip
             measured = measure(config)
+            local = measure_local_copy(config.sizes, repeats=config.repeats)
         if ctx.rank == 0:
-            data = {"calibration": json.loads(cal.to_json()), "measured": measured}
+            data = {"calibration": json.loads(cal.to_json()), "measured": measured,
+                    "local_copy": asdict(local)}  # fmt: skip
             result.write_text(json.dumps(data, indent=2) + "\n")
     finally:
         destroy()

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cadence.comm.cost import AlphaBeta
+from cadence.comm.local_copy import LocalCopyTimes
 from cadence.errors import UserError
 from cadence.netem import format_bandwidth
 from cadence.netem._bandwidth import link_bucket_bytes
@@ -199,10 +200,30 @@ class BenchRow:
     """measured_s / gloo's measured_s at the same size; None for gloo's own rows."""
 
 
+def gloo_local_s(collective: str, nbytes: int, hosts: int, local: LocalCopyTimes) -> float:
+    """Seconds of memory work torch's gloo binding adds to one call around the network
+    (`cadence.comm.local_copy`). Reduce-scatter clones the whole input before it all-reduces
+    the clone, and copies one block out after. All-gather receives into a fresh flat tensor
+    and copies all of it out after; its fresh pages fill while the rank waits on the link, so
+    only the copy out is priced. The others work on the caller's tensors: 0."""
+    if collective == "reduce_scatter":
+        return local.fresh(nbytes) + local.warm(nbytes // hosts)
+    if collective == "all_gather":
+        return local.warm(nbytes)
+    return 0.0
+
+
 def build_rows(
-    config: CollectivesBenchConfig, measured: list[dict[str, Any]], model: AlphaBeta
+    config: CollectivesBenchConfig,
+    measured: list[dict[str, Any]],
+    model: AlphaBeta,
+    local: LocalCopyTimes | None = None,
 ) -> list[BenchRow]:
-    """Rows with predictions and ratios from the workers' raw (variant, size, seconds) list."""
+    """Rows with predictions and ratios from the workers' raw (variant, size, seconds) list.
+
+    gloo's rows are priced with its binding's local copies added (`gloo_local_s`) when
+    `local` holds the run's copy times; None prices the network alone."""
+    local = local or LocalCopyTimes.none()
     wire = AlphaBeta.from_bandwidth(config.bandwidth_bps)
     gloo = {(m["collective"], m["nbytes"]): m["measured_s"] for m in measured
             if m["implementation"] == "gloo"}  # fmt: skip
@@ -210,6 +231,8 @@ def build_rows(
     for m in measured:
         name, alg = cost_key(m["collective"], m["implementation"], m["algorithm"])
         predicted = model.time(name, alg, m["nbytes"], config.hosts)
+        if m["implementation"] == "gloo":
+            predicted += gloo_local_s(m["collective"], m["nbytes"], config.hosts, local)
         base = gloo.get((m["collective"], m["nbytes"]))
         rows.append(
             BenchRow(
@@ -391,7 +414,8 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
     kind = link_kind(config)
     kind = kind if kind in models else "serialising"
     model = models[kind]
-    rows_by_kind = {k: build_rows(config, raw["measured"], m) for k, m in models.items()}
+    local = LocalCopyTimes.from_dict(raw.get("local_copy"))
+    rows_by_kind = {k: build_rows(config, raw["measured"], m, local) for k, m in models.items()}
     rows = rows_by_kind[kind]
     by_kind = {k: accuracy(r) for k, r in rows_by_kind.items()}
     png = out.with_suffix(".png")
@@ -410,6 +434,7 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
             "models": {k: asdict(m) for k, m in models.items()},
             "rows": [asdict(r) for r in cal.rows],  # predicted_s: the serialising model's
         },
+        "local_copy": asdict(local),  # seconds; added to gloo's reduce-scatter and all-gather
         "rows": [asdict(r) for r in rows],
         "accuracy": by_kind[kind],
         "accuracy_by_link_model": by_kind,
@@ -423,6 +448,11 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
     )
     plot(rows, str(png), title)
     print(f"calibrated on gloo all_reduce: {title}")
+    if local.sizes:
+        big = local.sizes[-1]
+        print(f"gloo's local copies, priced into its reduce-scatter and all-gather: a "
+              f"{format_size(big)} clone takes {local.fresh(big) * 1e3:.1f} ms, a copy into an "
+              f"existing tensor {local.warm(big) * 1e3:.1f} ms (every rank at once)")  # fmt: skip
     print(table(rows))
     for k in sorted(by_kind, key=lambda k: k != kind):  # this link's model first
         print(f"{accuracy_line(by_kind[k])} ({k} link model)")
