@@ -68,6 +68,18 @@ def test_tiny_run_writes_sane_results(tmp_path: Path) -> None:
     assert data["accuracy_by_link_model"]["serialising"]["rows"] == 4
     assert "(token-bucket link model)" in proc.stdout and "(serialising link model)" in proc.stdout
     assert proc.stdout.startswith("timing 6 variants x 2 sizes on 3 emulated hosts at 100mbit")
+    # gloo's local copies are timed at the run's sizes and priced into its reduce-scatter.
+    local = data["local_copy"]
+    assert local["sizes"] == [4096, 524288] and all(t >= 0 for t in local["fresh_s"])
+    assert "gloo's local copies" in proc.stdout
+    # The noise floor: gloo's all-reduce as the calibration and the benchmark timed it.
+    same = data["same_call"]
+    assert [p["nbytes"] for p in same["pairs"]] == [4092, 524280]
+    calibrated = sorted((r["nbytes"], r["measured_s"]) for r in cal["rows"])  # 4096, 524288
+    assert [p["calibration_s"] for p in same["pairs"]] == [t for _, t in calibrated]
+    for pair in same["pairs"]:
+        assert pair["benchmark_s"] == gloo["all_reduce", pair["nbytes"]]
+    assert f"within 10% at {same['sizes_within']} of 2 sizes" in proc.stdout
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from cadence.bench.collectives import CollectivesBenchConfig
+from cadence.bench.collectives import CollectivesBenchConfig, elements
 from cadence.comm import collectives as ours
 from cadence.comm import destroy, init_from_env
 from cadence.comm.calibrate import bucket_drain, calibrate, slowest
@@ -39,11 +39,6 @@ _MAX_CALLS = 64
 # *_single names, and warns on every call of the old ones.
 _gloo_reduce_scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
 _gloo_all_gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
-
-
-def elements(nbytes: int, world_size: int) -> int:
-    """float32 elements of a `nbytes` vector, a multiple of `world_size` (>= one per rank)."""
-    return max(world_size, nbytes // 4 // world_size * world_size)
 
 
 class Buffers:

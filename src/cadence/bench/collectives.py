@@ -77,6 +77,12 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     return tuple(sorted({parse_size(part) for part in text.split(",") if part.strip()}))
 
 
+def elements(nbytes: int, world_size: int) -> int:
+    """float32 elements the benchmark times for a `nbytes` vector: a multiple of
+    `world_size` (>= one per rank), so its rows' sizes can be a few bytes under `nbytes`."""
+    return max(world_size, nbytes // 4 // world_size * world_size)
+
+
 def format_size(nbytes: int) -> str:
     for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
         if nbytes >= scale:
@@ -376,6 +382,7 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
     """
     from cadence.bench._collectives_worker import config_json
     from cadence.bench._launch import run_workers
+    from cadence.bench.collectives_same_call import same_call, same_call_line, same_call_summary
     from cadence.comm.calibrate import Calibration
     from cadence.netem import EmulatedCluster, check_netem_available, cleanup_on_signals
 
@@ -418,6 +425,7 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
     rows_by_kind = {k: build_rows(config, raw["measured"], m, local) for k, m in models.items()}
     rows = rows_by_kind[kind]
     by_kind = {k: accuracy(r) for k, r in rows_by_kind.items()}
+    pairs = same_call(list(cal.rows), rows, config.hosts)
     png = out.with_suffix(".png")
     data: dict[str, Any] = {
         "benchmark": "collectives",
@@ -438,6 +446,8 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
         "rows": [asdict(r) for r in rows],
         "accuracy": by_kind[kind],
         "accuracy_by_link_model": by_kind,
+        # gloo's all-reduce timed by both the calibration and the benchmark: the noise floor
+        "same_call": {"pairs": pairs, **same_call_summary(pairs)},
         "png": png.name,  # next to this file
     }
     out.write_text(json.dumps(data, indent=2) + "\n")
@@ -456,5 +466,6 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
     print(table(rows))
     for k in sorted(by_kind, key=lambda k: k != kind):  # this link's model first
         print(f"{accuracy_line(by_kind[k])} ({k} link model)")
+    print(same_call_line(same_call_summary(pairs)))
     print(f"wrote {out} and {png}")
     return data
