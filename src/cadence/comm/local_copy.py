@@ -9,9 +9,9 @@ memory on every call, and each of its pages faults in. On 4 emulated hosts at 1g
 64 MB clone alone took 70 ms with every rank cloning at once (throwaway probe, 2026-11-25).
 
 `measure_local_copy()` times both kinds of copy at each size, with every rank copying at
-once as they do inside a collective (ranks of one machine share its memory bus), and keeps
-the slowest rank's medians. They are measured per size rather than priced per byte, since
-whether a size faults its pages in depends on the allocator.
+once as they do inside a collective (ranks of one machine share its processors and memory
+bus), up to the moment the last rank is done. They are measured per size rather than priced
+per byte, since whether a size faults its pages in depends on the allocator.
 """
 
 from __future__ import annotations
@@ -142,8 +142,8 @@ def measure_local_copy(
     k = len(ordered)
     empty = span[:k]
 
-    def kind_s(j: int) -> tuple[float, ...]:  # j: the kind's index in KINDS
-        cut = slice(j * k, (j + 1) * k)
+    def seconds(kind: str) -> tuple[float, ...]:
+        cut = slice(KINDS.index(kind) * k, (KINDS.index(kind) + 1) * k)
         return tuple(_copy_s(o, s, e) for o, s, e in zip(own[cut], span[cut], empty, strict=True))
 
-    return LocalCopyTimes(tuple(ordered), kind_s(1), kind_s(2))
+    return LocalCopyTimes(tuple(ordered), seconds("fresh"), seconds("warm"))
