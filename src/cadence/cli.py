@@ -41,6 +41,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         out=args.out,
         name=args.name,
         threads=args.threads,
+        device=args.device,
         emulate_bandwidth=args.emulate_bandwidth,
         master_port=args.master_port,
         ddp_bucket_mb=args.bucket_mb,
@@ -206,6 +207,12 @@ def _add_train(sub: Any) -> None:
     p.add_argument("--name", default=None, help="run name (default: model-strategy-time)")
     p.add_argument(
         "--threads", type=int, default=None, help="threads per worker (default: cores / workers)"
+    )
+    p.add_argument(
+        "--device",
+        default="auto",
+        help="auto (a GPU per worker where there are enough, else the CPU), cpu, or cuda "
+        "(fewer GPUs than workers: shared over gloo)",
     )
     p.add_argument(
         "--emulate-bandwidth",

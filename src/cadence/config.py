@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cadence.errors import UserError
+from cadence.placement import check_device
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 ZERO_COMPRESSIONS = ("none", "fp16", "onebit")
@@ -48,6 +49,9 @@ class TrainConfig:
     """Run name; None makes `<model>-<strategy>-<timestamp>`."""
     threads: int | None = None
     """Intra-op threads per worker; None shares the machine's cores evenly between workers."""
+    device: str = "auto"
+    """Where workers compute: auto (a GPU per worker over NCCL where the host has one for each,
+    else the CPU), cpu, or cuda (GPUs shared over gloo where there are fewer than workers)."""
     emulate_bandwidth: str | None = None
     """Run each worker in its own network namespace with links capped at this rate, e.g. 400mbit."""
     master_port: int | None = None
@@ -155,6 +159,7 @@ class TrainConfig:
             )
         if self.threads is not None and self.threads < 1:
             raise UserError(f"--threads must be at least 1 (got {self.threads})")
+        check_device(self.device)
         if self.master_port is not None and not 0 < self.master_port < 65536:
             raise UserError(f"--master-port must be in 1..65535 (got {self.master_port})")
         self._check_dp()

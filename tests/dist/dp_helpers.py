@@ -36,5 +36,6 @@ def train_classifier(model: nn.Module, optimizer: Any, batches: Iterator[Any]) -
 
 
 def parameter_copies(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Every named parameter, detached and copied."""
-    return {n: p.detach().clone() for n, p in model.named_parameters()}
+    """Every named parameter, detached and copied to host memory (a rank's result leaves its
+    process pickled, and CUDA tensors would need CUDA to be read back)."""
+    return {n: p.detach().cpu().clone() for n, p in model.named_parameters()}

@@ -44,6 +44,7 @@ def test_train_writes_metrics_plot_checkpoint_and_json(tmp_path):
         (["--workers", "3"], "not divisible by --workers 3"),
         (["--out", "afile/sub"], "cannot write to --out"),
         (["--emulate-bandwidth", "10gbps"], "bad bandwidth '10gbps'"),
+        (["--device", "gpu"], "unknown device 'gpu'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):

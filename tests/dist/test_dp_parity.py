@@ -13,6 +13,7 @@ from cadence.testing import run_ranks
 from tests.dist.dp_helpers import parameter_copies, rank_batches, train_classifier
 
 STEPS = 20
+CPU = torch.device("cpu")
 GLOBAL_BATCH = 16
 THRESHOLDS = [64, 1 << 30]  # split into many 16-float chunks; fuse everything into one
 
@@ -47,30 +48,32 @@ def _make_optimizer(name: str, params) -> torch.optim.Optimizer:
     return torch.optim.Adam(params, lr=3e-3)
 
 
-def _batches(rank: int, world_size: int):
-    return rank_batches(rank, world_size, STEPS, GLOBAL_BATCH, (1, 8, 8), seed=1234)
+def _batches(rank: int, world_size: int, device: torch.device):
+    for x, y in rank_batches(rank, world_size, STEPS, GLOBAL_BATCH, (1, 8, 8), seed=1234):
+        yield x.to(device), y.to(device)
 
 
-def _train_ddp(rank, world_size, optimizer_name):
+def _train_ddp(rank, world_size, optimizer_name, device=CPU):
     torch.manual_seed(0)
-    model = TrickyNet()
-    ddp = DistributedDataParallel(model, find_unused_parameters=True)
+    model = TrickyNet().to(device)
+    ids = [device.index] if device.type == "cuda" else None
+    ddp = DistributedDataParallel(model, device_ids=ids, find_unused_parameters=True)
     opt = _make_optimizer(optimizer_name, ddp.parameters())
-    train_classifier(ddp, opt, _batches(rank, world_size))
+    train_classifier(ddp, opt, _batches(rank, world_size, device))
     return parameter_copies(model)
 
 
-def _train_cadence(rank, world_size, optimizer_name, threshold, reorder_k=None):
+def _train_cadence(rank, world_size, optimizer_name, threshold, reorder_k=None, device=CPU):
     torch.manual_seed(rank)  # deliberately different: data_parallel must broadcast rank 0's start
     if rank == 0:
         torch.manual_seed(0)
-    model = TrickyNet()
+    model = TrickyNet().to(device)
     model, opt = data_parallel(
         model,
         _make_optimizer(optimizer_name, model.parameters()),
         DPConfig(threshold_bytes=threshold, credit_bytes=2 * threshold, reorder_k=reorder_k),
     )
-    train_classifier(model, opt, _batches(rank, world_size))
+    train_classifier(model, opt, _batches(rank, world_size, device))
     engine = model._cadence_dp_engine
     chunks = len(engine.plan.chunks)
     if reorder_k is not None:  # report what was really deferred, so the test can check it ran
@@ -78,19 +81,21 @@ def _train_cadence(rank, world_size, optimizer_name, threshold, reorder_k=None):
     return parameter_copies(model), chunks
 
 
-def _compare_all(rank, world_size):
+def compare_all(rank, world_size, device=CPU):
+    """DDP and cadence-dp with each optimizer and threshold on `device`, this rank's results."""
     results = []
     for optimizer_name in ("sgd", "adam"):
-        reference = _train_ddp(rank, world_size, optimizer_name)
+        reference = _train_ddp(rank, world_size, optimizer_name, device)
         for threshold in THRESHOLDS:
-            got, chunks = _train_cadence(rank, world_size, optimizer_name, threshold)
+            got, chunks = _train_cadence(
+                rank, world_size, optimizer_name, threshold, device=device
+            )
             results.append((optimizer_name, threshold, chunks, reference, got))
     return results
 
 
-@pytest.mark.parametrize("world_size", [2, 4])
-def test_cadence_dp_equals_ddp(world_size):
-    per_rank = run_ranks(_compare_all, world_size, timeout=240)
+def assert_equal_to_ddp(per_rank) -> None:
+    """What `compare_all` returned on every rank: cadence-dp ended where DDP did."""
     for rank_results in per_rank:
         assert len(rank_results) == 4
         for optimizer_name, threshold, chunks, reference, got in rank_results:
@@ -110,6 +115,11 @@ def test_cadence_dp_equals_ddp(world_size):
     # All ranks hold the same parameters.
     for name, value in per_rank[0][0][4].items():
         torch.testing.assert_close(per_rank[-1][0][4][name], value)
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_cadence_dp_equals_ddp(world_size):
+    assert_equal_to_ddp(run_ranks(compare_all, world_size, timeout=240))
 
 
 REORDER_KS = [1, 3, 6]

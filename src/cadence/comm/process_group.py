@@ -9,6 +9,9 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from cadence.errors import UserError
+from cadence.placement import place_worker
+
 
 @dataclass(frozen=True)
 class DistContext:
@@ -34,21 +37,41 @@ def _env_int(name: str, default: int) -> int:
     return int(os.environ.get(name, default))
 
 
-def init_from_env(backend: str = "auto", timeout_s: float = 300.0) -> DistContext:
+def visible_gpus() -> int:
+    """CUDA GPUs this process can use (0 without CUDA)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def init_from_env(
+    backend: str = "auto", timeout_s: float = 300.0, device: str = "auto"
+) -> DistContext:
     """Initialise torch.distributed from RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT.
 
     Without those variables it is a world of one (no process group is created), so the same
-    training code runs single-process for references and debugging.
+    training code runs single-process for references and debugging. `device` (auto, cpu or
+    cuda) and the host's GPUs pick the device and, with `backend` auto, the backend
+    (`cadence.placement`); LOCAL_WORLD_SIZE (set by torchrun and cadence's launcher) says how
+    many workers share the host.
     """
     rank = _env_int("RANK", 0)
     world_size = _env_int("WORLD_SIZE", 1)
     local_rank = _env_int("LOCAL_RANK", rank)
-    use_cuda = torch.cuda.is_available()
+    gpus = visible_gpus()
+    if "LOCAL_WORLD_SIZE" in os.environ:
+        local_workers = _env_int("LOCAL_WORLD_SIZE", 1)
+    elif device == "cpu" or local_rank < gpus or gpus == 0:
+        local_workers = local_rank + 1  # at least; every rank of this host decides alike
+    else:  # the ranks below would take a GPU each and this one the CPU: they could not talk
+        raise UserError(
+            f"local rank {local_rank} but {gpus} GPU(s) and no LOCAL_WORLD_SIZE: set it "
+            "(torchrun does), or use --device cpu"
+        )
+    placement = place_worker(device, local_rank, local_workers, gpus)
     if backend == "auto":
-        backend = "nccl" if use_cuda else "gloo"
-    device = torch.device(f"cuda:{local_rank}") if use_cuda else torch.device("cpu")
-    if use_cuda:
-        torch.cuda.set_device(device)
+        backend = placement.backend
+    where = torch.device(placement.device)
+    if where.type == "cuda":
+        torch.cuda.set_device(where)
     if world_size > 1 and not dist.is_initialized():
         dist.init_process_group(
             backend=backend,
@@ -56,7 +79,7 @@ def init_from_env(backend: str = "auto", timeout_s: float = 300.0) -> DistContex
             world_size=world_size,
             timeout=timedelta(seconds=timeout_s),
         )
-    return DistContext(rank, world_size, local_rank, backend, device)
+    return DistContext(rank, world_size, local_rank, backend, where)
 
 
 def destroy() -> None:

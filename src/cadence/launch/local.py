@@ -22,6 +22,7 @@ from cadence.config import TrainConfig
 from cadence.errors import UserError, WorkerFailed
 from cadence.launch.env import BANDWIDTH_ENV, ERROR_FILE_ENV, LOG_FILE_ENV, THREADS_ENV
 from cadence.launch.errors import RankError, read_error
+from cadence.placement import check_strategy, place_worker
 from cadence.ps.config import survives_dead_workers
 
 POLL_S = 0.2
@@ -76,6 +77,7 @@ def _worker_env(
         RANK=str(rank),
         LOCAL_RANK=str(rank),
         WORLD_SIZE=str(config.workers),
+        LOCAL_WORLD_SIZE=str(config.workers),
         MASTER_PORT=str(port),
         OMP_NUM_THREADS=str(threads),
         PYTHONUNBUFFERED="1",
@@ -146,6 +148,12 @@ def launch_local(
     config: TrainConfig, run_dir: Path, cluster: ClusterLike | None = None
 ) -> dict[str, Any]:
     """Run `config.workers` ranks here and return rank 0's metrics once all succeed."""
+    from cadence.comm.process_group import visible_gpus  # loads torch: only when launching
+
+    placement = place_worker(config.device, 0, config.workers, visible_gpus())
+    check_strategy(config.strategy, placement.device, placement.backend)
+    if placement.note:
+        print(f"cadence: {placement.note}", file=sys.stderr, flush=True)
     logs = run_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     config_path = run_dir / "config.json"

@@ -18,6 +18,7 @@ from cadence.comm import destroy, init_from_env
 from cadence.config import TrainConfig
 from cadence.launch.env import BANDWIDTH_ENV, THREADS_ENV
 from cadence.launch.errors import exit_worker, worker_entry
+from cadence.placement import check_strategy
 from cadence.ps.config import survives_dead_workers
 
 
@@ -29,8 +30,9 @@ def run_worker(config: TrainConfig, run_dir: Path | None) -> dict[str, Any]:
     if threads:
         torch.set_num_threads(threads)
     bandwidth = os.environ.get(BANDWIDTH_ENV)
-    ctx = init_from_env()
+    ctx = init_from_env(device=config.device)
     try:
+        check_strategy(config.strategy, str(ctx.device), ctx.backend)  # under torchrun too
         metrics = run_training(config, ctx, run_dir, float(bandwidth) if bandwidth else None)
         # Leave together: a rank that tears down its process group while rank 0 still writes
         # outputs can abort inside gloo ("terminate called without an active exception").

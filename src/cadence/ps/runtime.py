@@ -217,7 +217,7 @@ class PSTrainer(nn.Module):
         if grad and source.grad is None:
             tensor = torch.zeros_like(source)  # unused this step: contributes nothing
         part = tensor.detach().reshape(-1)[piece.start : piece.start + piece.length]
-        return part.contiguous().numpy().tobytes()
+        return part.contiguous().cpu().numpy().tobytes()  # a no-op on CPU
 
     def _send(self, kind: Kind, key: int, step: int, payload: bytes = b"") -> None:
         piece = self.plan.slices[key]

@@ -151,6 +151,8 @@ def run_training(
                 loss.backward()
                 optimizer.step()
             epoch_losses.append(loss.detach())
+            if ctx.device.type == "cuda":
+                torch.cuda.synchronize(ctx.device)  # the step's kernels, not their launches
             now = time.perf_counter()
             metrics["iteration_times_s"].append(now - t_prev)
             t_prev = now
