@@ -165,7 +165,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         out=args.out,
         threads=args.threads,
     )
-    _write_json(args.json, profile.to_json())
+    _write_json(args.json, profile.to_dict())
     return 0
 
 

@@ -127,3 +127,12 @@ def test_bad_arguments_are_user_errors(kwargs):
 def test_unknown_model_is_user_error():
     with pytest.raises(UserError):
         profile_command("nope", batch_size=2, iterations=1, echo=lambda _: None)
+
+
+def test_cli_json_and_out_write_the_same_loadable_profile(tmp_path):
+    from cadence.cli import main
+
+    out, js = tmp_path / "out.json", tmp_path / "summary.json"
+    args = ["profile", "--model", "cnn", "--batch-size", "4", "--iterations", "1"]
+    assert main([*args, "--out", str(out), "--json", str(js)]) == 0
+    assert Profile.load(js, expected_model="cnn") == Profile.load(out, expected_model="cnn")

@@ -104,8 +104,12 @@ class Profile:
         """(block sum + loss) / measured iteration: 1 when the per-block split adds up."""
         return (self.block_sum_s + self.loss_s) / self.iteration_s
 
+    def to_dict(self) -> dict[str, Any]:
+        """The saved form as a dict (format tag and version first)."""
+        return {"format": FORMAT, "version": VERSION, **asdict(self)}
+
     def to_json(self) -> str:
-        return json.dumps({"format": FORMAT, "version": VERSION, **asdict(self)}, indent=2)
+        return json.dumps(self.to_dict(), indent=2)
 
     @classmethod
     def from_json(cls, text: str) -> Profile:
