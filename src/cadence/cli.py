@@ -164,6 +164,8 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         iterations=args.iterations,
         out=args.out,
         threads=args.threads,
+        device=args.device,
+        block_timing=args.block_timing,
     )
     _write_json(args.json, profile.to_dict())
     return 0
@@ -179,6 +181,13 @@ def _add_profile(sub: Any) -> None:
     p.add_argument("--batch-size", type=int, default=32, help="per-worker batch")
     p.add_argument("--iterations", type=int, default=10, help="timed iterations (median)")
     p.add_argument("--threads", type=int, default=1, help="intra-op CPU threads")
+    p.add_argument("--device", default="auto", help="cpu, cuda, or auto (cuda where there is one)")
+    p.add_argument(
+        "--block-timing",
+        default="auto",
+        help="separate (each block's forward and gradients in calls of their own), in-iteration "
+        "(each block's share of whole iterations), or auto (in-iteration on CUDA)",
+    )
     p.add_argument("--out", default=None, help="save the profile JSON here")
     p.add_argument("--json", default=None, metavar="FILE", help="same as --out")
     p.set_defaults(func=_cmd_profile)

@@ -7,11 +7,14 @@ from pathlib import Path
 
 import torch
 
+from cadence.comm.process_group import visible_gpus
 from cadence.errors import UserError
+from cadence.placement import place_worker
 from cadence.profile.measure import profile_zoo_model
 from cadence.profile.record import Profile
 
 _MB = 1e6
+_TIMING_NOTE = {"separate": "", "in-iteration": ", blocks timed inside whole iterations"}
 
 
 def format_table(profile: Profile) -> str:
@@ -22,7 +25,7 @@ def format_table(profile: Profile) -> str:
     )
     lines = [
         f"{profile.model}, batch {profile.batch_size}, {profile.device}, {profile.threads} "
-        f"thread(s), median of {profile.iterations}",
+        f"thread(s), median of {profile.iterations}{_TIMING_NOTE[profile.block_timing]}",
         head,
     ]
     for b in profile.blocks:
@@ -58,21 +61,28 @@ def profile_command(
     warmup: int = 2,
     threads: int | None = 1,
     echo: Callable[[str], None] = print,
+    device: str = "cpu",
+    block_timing: str = "auto",
 ) -> Profile:
     """Profile zoo `model` on a synthetic batch, print the per-block table, save JSON to `out`.
 
     Runs with `threads` intra-op CPU threads, 1 by default: each rank of a CPU training run
     uses one thread, so per-block times then match what a rank sees (and they are steadier).
     `None` keeps torch's current setting. The previous setting is restored afterwards.
+    `device` is cpu, cuda (the current GPU) or auto (cuda where there is one); `block_timing`
+    is separate, in-iteration or auto (in-iteration on CUDA; see `profile_model`).
     Bad arguments or an unknown model raise a one-line UserError.
     """
+    where = place_worker(device, 0, 1, visible_gpus()).device
     if threads is not None and threads < 1:
         raise UserError(f"threads must be >= 1 (or unset for torch's default), got {threads}")
     previous = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        profile = profile_zoo_model(model, batch_size, iterations, warmup)
+        profile = profile_zoo_model(
+            model, batch_size, iterations, warmup, device=where, block_timing=block_timing
+        )
     finally:
         torch.set_num_threads(previous)
     echo(format_table(profile))

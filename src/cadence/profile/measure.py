@@ -9,26 +9,15 @@ the upstream gradient of the block before it, exactly as in a real backward pass
 from __future__ import annotations
 
 import statistics
-import time
-from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
 from cadence.errors import UserError
 from cadence.models import BlockModel, get_model_spec, loss_fn
-from cadence.profile.record import BlockProfile, Profile
-
-
-def _clock(device: torch.device) -> Callable[[], float]:
-    if device.type == "cuda":
-
-        def now() -> float:
-            torch.cuda.synchronize(device)  # kernels are async: wait before reading the clock
-            return time.perf_counter()
-
-        return now
-    return time.perf_counter
+from cadence.profile.clock import Stopwatch, sync
+from cadence.profile.in_iteration import block_times_in_iteration
+from cadence.profile.record import BLOCK_TIMINGS, BlockProfile, Profile
 
 
 class _SavedBytes:
@@ -89,55 +78,64 @@ def _memory_pass(model: BlockModel, x: Tensor, device: torch.device) -> tuple[li
 
 
 def _timed_pass(
-    model: BlockModel, x: Tensor, y: Tensor, now: Callable[[], float]
+    model: BlockModel, x: Tensor, y: Tensor, device: torch.device
 ) -> tuple[list[float], list[float], list[float], float]:
     """One block-by-block iteration: (forward, input-grad, weight-grad) seconds per block, loss."""
     blocks, names = model.blocks(), model.block_names()
-    fwd, igrad, wgrad = [0.0] * len(blocks), [0.0] * len(blocks), [0.0] * len(blocks)
+    clock = Stopwatch(device)
+    # (start, end) marks per block; -1 where the block had nothing to time.
+    fwd, igrad, wgrad = ([(-1, -1)] * len(blocks) for _ in range(3))
     inputs, outputs = [], []
     h = x
     for i, block in enumerate(blocks):
         inp = h.detach()
         if i > 0 and inp.is_floating_point():
             inp.requires_grad_(True)
-        start = now()
+        start = clock.mark()
         h = block(inp)
-        fwd[i] = now() - start
+        fwd[i] = (start, clock.mark())
         h = _as_tensor(h, names[i])
         inputs.append(inp)
         outputs.append(h)
-    start = now()
+    start = clock.mark()
     last = h.detach().requires_grad_(True)
     g: Tensor | None = torch.autograd.grad(loss_fn(last, y), [last])[0]
-    loss_s = now() - start
+    loss = (start, clock.mark())
     for i in reversed(range(len(blocks))):
         out, inp = outputs[i], inputs[i]
         if g is None or not out.requires_grad:
             break  # nothing upstream can be differentiated (e.g. integer activations)
         params = [p for p in blocks[i].parameters() if p.requires_grad]
         if params:
-            start = now()
+            start = clock.mark()
             torch.autograd.grad(out, params, g, retain_graph=True, allow_unused=True)
-            wgrad[i] = now() - start
+            wgrad[i] = (start, clock.mark())
         g_in = None
         if i > 0 and inp.requires_grad:
-            start = now()
+            start = clock.mark()
             (g_in,) = torch.autograd.grad(out, [inp], g, retain_graph=True, allow_unused=True)
-            igrad[i] = now() - start
+            igrad[i] = (start, clock.mark())
         g = g_in
-    return fwd, igrad, wgrad, loss_s
+
+    def seconds(marks: list[tuple[int, int]]) -> list[float]:
+        return [clock.seconds(a, b) if a >= 0 else 0.0 for a, b in marks]
+
+    return seconds(fwd), seconds(igrad), seconds(wgrad), clock.seconds(*loss)
 
 
 def _iteration_s(
-    model: BlockModel, x: Tensor, y: Tensor, now: Callable[[], float]
+    model: BlockModel, x: Tensor, y: Tensor, device: torch.device
 ) -> tuple[float, float]:
     """One whole-model iteration: (forward + loss + backward seconds, forward seconds)."""
     model.zero_grad(set_to_none=True)
-    start = now()
+    sync(device)
+    clock = Stopwatch(device)
+    start = clock.mark()
     out = model(x)
-    forward = now() - start
+    forward = clock.mark()
     loss_fn(out, y).backward()
-    return now() - start, forward
+    end = clock.mark()
+    return clock.seconds(start, end), clock.seconds(start, forward)
 
 
 def profile_model(
@@ -146,34 +144,45 @@ def profile_model(
     iterations: int = 10,
     warmup: int = 2,
     name: str = "custom",
+    block_timing: str = "auto",
 ) -> Profile:
     """Profile `model` (in training mode, on its parameters' device) on `batch`.
 
-    Medians over `iterations` timed iterations after `warmup` untimed ones. Running statistics
-    (BatchNorm) update as in training; parameters do not change. Gradients are left cleared.
+    Medians over `iterations` timed iterations after `warmup` untimed ones. Each block's
+    forward and two gradients are timed in calls of their own; with `block_timing`
+    "in-iteration" (auto: on CUDA) the times recorded are the block's share of whole
+    iterations instead (`Profile.block_timing`). Running statistics (BatchNorm) update as in
+    training; parameters do not change. Gradients are left cleared.
     """
     if iterations < 1 or warmup < 0:
         raise ValueError(f"need iterations >= 1 and warmup >= 0, got {iterations}, {warmup}")
+    if block_timing not in ("auto", *BLOCK_TIMINGS):
+        raise UserError(
+            f"unknown block timing {block_timing!r}: use auto, {', '.join(BLOCK_TIMINGS)}"
+        )
     first = next(model.parameters(), None)
     device = first.device if first is not None else torch.device("cpu")
     x, y = (t.to(device) for t in batch)
     model.train()
-    now = _clock(device)
     acts, outs, peaks = _memory_pass(model, x, device)
-    samples: list[list[list[float]]] = [[], [], []]
+    in_iteration = block_timing == "in-iteration" or (
+        block_timing == "auto" and device.type == "cuda"
+    )
+    samples: list[list[list[float]]] = [[], [], [], [], []]  # fwd, igrad, wgrad, in-iteration
     loss_samples, iteration_samples, forward_samples = [], [], []
     for it in range(warmup + iterations):
-        fwd, igrad, wgrad, loss_s = _timed_pass(model, x, y, now)
-        whole, forward = _iteration_s(model, x, y, now)
+        fwd, igrad, wgrad, loss_s = _timed_pass(model, x, y, device)
+        whole, forward = _iteration_s(model, x, y, device)
+        inside = block_times_in_iteration(model, x, y, device) if in_iteration else ([], [])
         if it >= warmup:
-            for store, values in zip(samples, (fwd, igrad, wgrad), strict=True):
+            for store, values in zip(samples, (fwd, igrad, wgrad, *inside), strict=True):
                 store.append(values)
             loss_samples.append(loss_s)
             iteration_samples.append(whole)
             forward_samples.append(forward)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-        _iteration_s(model, x, y, now)
+        _iteration_s(model, x, y, device)
         peak, peak_kind = int(torch.cuda.max_memory_allocated(device)), "cuda_max_allocated"
     else:
         peak, peak_kind = peaks[-1], "cpu_accounted"
@@ -182,25 +191,38 @@ def profile_model(
     def median(kind: int, i: int) -> float:
         return statistics.median(sample[i] for sample in samples[kind])
 
+    def times(i: int) -> tuple[float, float, float]:
+        """(forward, input-grad, weight-grad) of block i."""
+        fwd, igrad, wgrad = median(0, i), median(1, i), median(2, i)
+        if not in_iteration:
+            return fwd, igrad, wgrad
+        # The block's backward as the iteration ran it, split between its two gradients in
+        # the proportion their own calls took.
+        backward = median(4, i)
+        share = igrad / (igrad + wgrad) if igrad + wgrad > 0 else float(i > 0)
+        return median(3, i), backward * share, backward * (1 - share)
+
     owned = _owned_params(model.blocks())
-    blocks = tuple(
-        BlockProfile(
-            name=block_name,
-            forward_s=median(0, i),
-            input_grad_s=median(1, i),
-            weight_grad_s=median(2, i),
-            param_bytes=sum(p.nbytes for p in owned[i]),
-            activation_bytes=acts[i],
-            output_bytes=outs[i],
-            peak_bytes=peaks[i],
+    blocks = []
+    for i, block_name in enumerate(model.block_names()):
+        forward_s, input_grad_s, weight_grad_s = times(i)
+        blocks.append(
+            BlockProfile(
+                name=block_name,
+                forward_s=forward_s,
+                input_grad_s=input_grad_s,
+                weight_grad_s=weight_grad_s,
+                param_bytes=sum(p.nbytes for p in owned[i]),
+                activation_bytes=acts[i],
+                output_bytes=outs[i],
+                peak_bytes=peaks[i],
+            )
         )
-        for i, block_name in enumerate(model.block_names())
-    )
     return Profile(
         model=name,
         batch_size=int(x.shape[0]),
         input_shape=tuple(int(d) for d in x.shape[1:]),
-        blocks=blocks,
+        blocks=tuple(blocks),
         iteration_s=statistics.median(iteration_samples),
         loss_s=statistics.median(loss_samples),
         iterations=iterations,
@@ -211,18 +233,27 @@ def profile_model(
         peak_memory_bytes=peak,
         peak_memory_kind=peak_kind,
         forward_pass_s=statistics.median(forward_samples),
+        block_timing="in-iteration" if in_iteration else "separate",
     )
 
 
 def profile_zoo_model(
-    name: str, batch_size: int, iterations: int = 10, warmup: int = 2, seed: int = 0
+    name: str,
+    batch_size: int,
+    iterations: int = 10,
+    warmup: int = 2,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    block_timing: str = "auto",
 ) -> Profile:
-    """Profile zoo model `name` (default build, seeded) on a synthetic batch, on CPU."""
+    """Profile zoo model `name` (default build, seeded) on a synthetic batch, on `device`
+    (`profile_model` says what the other arguments do)."""
     if batch_size < 1 or iterations < 1:
         raise UserError(
             f"batch size and iterations must be >= 1, got {batch_size} and {iterations}"
         )
     spec = get_model_spec(name)
     torch.manual_seed(seed)
-    model = spec.build()
-    return profile_model(model, spec.synthetic_batch(batch_size, seed), iterations, warmup, name)
+    model = spec.build().to(device)
+    batch = spec.synthetic_batch(batch_size, seed)
+    return profile_model(model, batch, iterations, warmup, name, block_timing)

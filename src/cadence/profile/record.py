@@ -12,6 +12,7 @@ from cadence.errors import UserError
 FORMAT = "cadence-profile"
 VERSION = 1
 PEAK_KINDS = ("cuda_max_allocated", "cpu_accounted")
+BLOCK_TIMINGS = ("separate", "in-iteration")
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,11 @@ class Profile:
     before it was recorded). The per-block gradient timings count work shared by a block's
     two gradients twice and the forward timings do not, so the simulator scales forward and
     gradient times separately to this and to the rest of the iteration."""
+    block_timing: str = "separate"
+    """How the block times were taken: "separate" (each block's forward and each of its
+    gradients timed in calls of their own) or "in-iteration" (on CUDA: marks at block
+    boundaries inside whole iterations, each block's backward split between its two gradients
+    as the separate calls measured; see `cadence.profile.in_iteration`)."""
 
     @property
     def param_bytes(self) -> int:
@@ -125,6 +131,8 @@ class Profile:
         profile = cls(**fields)
         if profile.peak_memory_kind not in PEAK_KINDS:
             raise ValueError(f"peak_memory_kind {profile.peak_memory_kind!r} not in {PEAK_KINDS}")
+        if profile.block_timing not in BLOCK_TIMINGS:
+            raise ValueError(f"block_timing {profile.block_timing!r} not in {BLOCK_TIMINGS}")
         return profile
 
     def save(self, path: str | Path) -> None:

@@ -117,9 +117,12 @@ def _cadence_dp_for(config: TrainConfig) -> Wrap:
         if config.autotune == "guided":
             from cadence.profile import profile_zoo_model
 
-            # The simulator ranks candidates from this; each rank's batch share is profiled.
+            # The simulator ranks candidates from this; each rank's batch share is profiled,
+            # where the rank computes.
             profile = profile_zoo_model(
-                config.model, batch_size=max(1, config.batch_size // ctx.world_size)
+                config.model,
+                batch_size=max(1, config.batch_size // ctx.world_size),
+                device=ctx.device,
             )
         return data_parallel(model, optimizer, dp_config, profile)
 
