@@ -191,3 +191,15 @@ def test_cli_json_and_out_write_the_same_loadable_profile(tmp_path):
     assert main([*args, "--device", "cpu", "--out", str(out), "--json", str(js)]) == 0
     assert Profile.load(js, expected_model="cnn") == Profile.load(out, expected_model="cnn")
 
+
+def test_optimizer_steps_are_timed_on_copies_of_the_parameters():
+    spec = get_model_spec("mlp")
+    torch.manual_seed(0)
+    model = spec.build()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    profile = profile_model(model, spec.synthetic_batch(16), iterations=2, warmup=1, name="mlp")
+    assert profile.optimizer_step_s is not None
+    assert set(profile.optimizer_step_s) == {"sgd", "adam", "adamw"}
+    assert all(seconds > 0 for seconds in profile.optimizer_step_s.values())
+    for name, value in model.named_parameters():
+        torch.testing.assert_close(value, before[name], rtol=0, atol=0)

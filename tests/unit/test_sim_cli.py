@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -189,3 +190,18 @@ def test_calibrated_link_replaces_bandwidth_and_latency(cnn_profile: Path, tmp_p
     assert data["serial_s"] == pytest.approx(data["compute_s"] + data["wire_s"] + 14e-3)
     assert data["iteration_time_s"] == pytest.approx(data["serial_s"])
     assert data["efficiency"] == 0.0
+
+
+def test_the_optimizer_step_comes_from_the_profile_where_it_was_timed(tmp_path: Path) -> None:
+    # A GPU profile's step, not this machine's CPU's; --optimizer-step still wins.
+    path = tmp_path / "gpu.json"
+    steps = {"sgd": 0.0002, "adam": 0.0005, "adamw": 0.0006}
+    replace(zoo_profile("cnn"), device="cuda:0", optimizer_step_s=steps).save(path)
+    out = tmp_path / "r.json"
+    base = ["simulate", "--model", "cnn", "--profile", str(path), "--workers", "2",
+            "--bandwidth", "1gbit", "--strategy", "ddp", "--json", str(out)]
+    for optimizer, expected in [("adam", 0.0005), ("sgd", 0.0002)]:
+        assert main([*base, "--optimizer", optimizer]) == 0
+        assert json.loads(out.read_text())["update_s"] == pytest.approx(expected, rel=1e-9)
+    assert main([*base, "--optimizer-step", "0.003"]) == 0
+    assert json.loads(out.read_text())["update_s"] == pytest.approx(0.003, rel=1e-9)

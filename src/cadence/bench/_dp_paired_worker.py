@@ -124,7 +124,7 @@ def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.b
             from cadence.profile import profile_zoo_model
 
             share = max(1, config.batch_size // ctx.world_size)
-            profile = profile_zoo_model(config.model, batch_size=share)
+            profile = profile_zoo_model(config.model, batch_size=share, optimizer_steps=False)
         variants = {name: _build(name, base, config, profile) for name in names}
         for variant in variants.values():
             variant.model.train()

@@ -49,6 +49,9 @@ def format_table(profile: Profile) -> str:
             f"{(profile.block_sum_s - forward) * 1e3:.2f} ms vs measured rest "
             f"{(profile.iteration_s - profile.forward_pass_s - profile.loss_s) * 1e3:.2f} ms"
         )
+    if profile.optimizer_step_s:
+        steps = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in profile.optimizer_step_s.items())
+        lines.append(f"optimizer step over the whole model: {steps}")
     return "\n".join(lines)
 
 

@@ -17,6 +17,7 @@ from cadence.errors import UserError
 from cadence.models import BlockModel, get_model_spec, loss_fn
 from cadence.profile.clock import Stopwatch, sync
 from cadence.profile.in_iteration import block_times_in_iteration
+from cadence.profile.optimizer_step import STEPPED_OPTIMIZERS, optimizer_step_s
 from cadence.profile.record import BLOCK_TIMINGS, BlockProfile, Profile
 
 
@@ -145,13 +146,15 @@ def profile_model(
     warmup: int = 2,
     name: str = "custom",
     block_timing: str = "auto",
+    optimizer_steps: bool = True,
 ) -> Profile:
     """Profile `model` (in training mode, on its parameters' device) on `batch`.
 
     Medians over `iterations` timed iterations after `warmup` untimed ones. Each block's
     forward and two gradients are timed in calls of their own; with `block_timing`
     "in-iteration" (auto: on CUDA) the times recorded are the block's share of whole
-    iterations instead (`Profile.block_timing`). Running statistics (BatchNorm) update as in
+    iterations instead (`Profile.block_timing`). With `optimizer_steps`, each optimizer's step
+    is timed too, on copies of the parameters. Running statistics (BatchNorm) update as in
     training; parameters do not change. Gradients are left cleared.
     """
     if iterations < 1 or warmup < 0:
@@ -233,6 +236,11 @@ def profile_model(
         peak_memory_bytes=peak,
         peak_memory_kind=peak_kind,
         forward_pass_s=statistics.median(forward_samples),
+        optimizer_step_s=(
+            {name: optimizer_step_s(model, name) for name in STEPPED_OPTIMIZERS}
+            if optimizer_steps
+            else None
+        ),
         block_timing="in-iteration" if in_iteration else "separate",
     )
 
@@ -245,6 +253,7 @@ def profile_zoo_model(
     seed: int = 0,
     device: str | torch.device = "cpu",
     block_timing: str = "auto",
+    optimizer_steps: bool = True,
 ) -> Profile:
     """Profile zoo model `name` (default build, seeded) on a synthetic batch, on `device`
     (`profile_model` says what the other arguments do)."""
@@ -256,4 +265,4 @@ def profile_zoo_model(
     torch.manual_seed(seed)
     model = spec.build().to(device)
     batch = spec.synthetic_batch(batch_size, seed)
-    return profile_model(model, batch, iterations, warmup, name, block_timing)
+    return profile_model(model, batch, iterations, warmup, name, block_timing, optimizer_steps)

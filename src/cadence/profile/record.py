@@ -89,6 +89,10 @@ class Profile:
     before it was recorded). The per-block gradient timings count work shared by a block's
     two gradients twice and the forward timings do not, so the simulator scales forward and
     gradient times separately to this and to the rest of the iteration."""
+    optimizer_step_s: dict[str, float] | None = None
+    """Seconds of one step of each optimizer (sgd, adam, adamw) over the whole model, timed
+    where the profile was made (`cadence.profile.optimizer_step`); None in profiles made
+    before it was recorded, for which the simulator times the step on its own CPU."""
     block_timing: str = "separate"
     """How the block times were taken: "separate" (each block's forward and each of its
     gradients timed in calls of their own) or "in-iteration" (on CUDA: marks at block

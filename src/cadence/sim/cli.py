@@ -43,7 +43,8 @@ def _sim_arguments(p: Any, worker_list: bool = False) -> None:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="one optimizer step over the whole model; default: time it now",
+        help="one optimizer step over the whole model; default: as the profile timed it where "
+        "it was made, else timed now on this CPU",
     )
     p.add_argument(
         "--calibration",

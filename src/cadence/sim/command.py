@@ -24,7 +24,7 @@ from cadence.sim.api import DDP_BUCKET_BYTES, plan_dp, simulate_ddp, simulate_dp
 from cadence.sim.compute import block_costs
 from cadence.sim.metrics import SimResult
 from cadence.sim.options import SimOptions
-from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION, step_s_per_byte
+from cadence.sim.stepcost import OPTIMIZERS, TCP_PAYLOAD_FRACTION, step_s_per_byte
 from cadence.sim.zero_graph import ZeroSimPlan, simulate_zero
 from cadence.sizes import parse_size
 
@@ -87,8 +87,8 @@ def make_setup(
     if not 0 < payload_fraction <= 1:
         raise UserError(f"--payload-fraction must be in (0, 1], got {payload_fraction}")
     bps = parse_bandwidth(bandwidth)
+    check_step(optimizer, optimizer_step_s)  # before any profiling
     params = model_params(model)
-    update = step_cost(model, optimizer, optimizer_step_s, params)
     if calibration is not None:
         from cadence.comm.calibrate import Calibration
 
@@ -111,9 +111,14 @@ def make_setup(
         profile = profile_command(
             model, batch_size=batch_size, iterations=profile_iterations, echo=lambda _: None
         )
+    timed_with_profile = profile.optimizer_step_s or {}
+    if optimizer_step_s is None and optimizer in timed_with_profile:
+        # The step as it ran where the profile was made (a GPU's, not this machine's CPU's).
+        optimizer_step_s = timed_with_profile[optimizer]
+    update = step_cost(model, optimizer, optimizer_step_s, params)
     description = (
         f"{model}, batch {profile.batch_size} per worker, {workers} workers, {net}, "
-        f"{optimizer} step {update * sum(p.nbytes for p in params) * 1e3:.0f} ms"
+        f"{optimizer} step {update * sum(p.nbytes for p in params) * 1e3:.3g} ms"
     )
     return Setup(
         profile=profile,
@@ -125,14 +130,21 @@ def make_setup(
     )
 
 
+def check_step(optimizer: str, step_s: float | None) -> None:
+    """One-line UserErrors for an unknown optimizer or a bad `--optimizer-step`."""
+    if optimizer not in OPTIMIZERS:
+        raise UserError(f"unknown optimizer {optimizer!r}; accepted: {', '.join(OPTIMIZERS)}")
+    if step_s is not None and not (math.isfinite(step_s) and step_s >= 0):
+        raise UserError(f"--optimizer-step must be >= 0 seconds, got {step_s}")
+
+
 def step_cost(
     model: str, optimizer: str, step_s: float | None, params: Sequence[ParamInfo]
 ) -> float:
     """Seconds per parameter byte: from a given whole-model step time, or measured now."""
+    check_step(optimizer, step_s)
     if step_s is None:
         return step_s_per_byte(model, optimizer)
-    if not (math.isfinite(step_s) and step_s >= 0):
-        raise UserError(f"--optimizer-step must be >= 0 seconds, got {step_s}")
     return step_s / max(1, sum(p.nbytes for p in params))
 
 

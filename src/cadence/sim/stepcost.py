@@ -1,9 +1,7 @@
-"""Optimizer-step cost, which the profile does not time but training pays every iteration
-(Adam over vgg16's 61 MB costs about a third of its forward + backward on one CPU thread)."""
+"""Optimizer-step cost where no profile carries it (profiles made before they timed it): timed
+on this machine's CPU, as a training rank runs it (see `cadence.profile.optimizer_step`)."""
 
 from __future__ import annotations
-
-import time
 
 from cadence.errors import UserError
 
@@ -12,10 +10,10 @@ OPTIMIZERS = ("adam", "adamw", "sgd", "none")
 TCP_PAYLOAD_FRACTION = 1448 / 1514
 
 
-def step_s_per_byte(model: str, optimizer: str, repeats: int = 5) -> float:
-    """Seconds per parameter byte of one `optimizer` step over zoo `model`'s parameters, on one
-    thread (as a training rank runs): the least of `repeats` timed steps after an untimed one,
-    since a busy machine only ever adds time; 0 for "none"."""
+def step_s_per_byte(model_name: str, optimizer: str, repeats: int = 5) -> float:
+    """Seconds per parameter byte of one `optimizer` step over zoo `model_name`'s parameters,
+    on one CPU thread (as a training rank runs): the least of `repeats` timed steps after an
+    untimed one, since a busy machine only ever adds time; 0 for "none"."""
     if optimizer not in OPTIMIZERS:
         raise UserError(f"unknown optimizer {optimizer!r}; accepted: {', '.join(OPTIMIZERS)}")
     if optimizer == "none":
@@ -23,28 +21,14 @@ def step_s_per_byte(model: str, optimizer: str, repeats: int = 5) -> float:
     import torch
 
     from cadence.models import get_model_spec
+    from cadence.profile.optimizer_step import optimizer_step_s
 
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         torch.manual_seed(0)
-        params = list(get_model_spec(model).build().parameters())
-        for p in params:
-            p.grad = torch.randn_like(p)
-        opt: torch.optim.Optimizer
-        if optimizer == "sgd":
-            opt = torch.optim.SGD(params, lr=1e-3, momentum=0.9)
-        elif optimizer == "adamw":
-            opt = torch.optim.AdamW(params, lr=1e-3)
-        else:
-            opt = torch.optim.Adam(params, lr=1e-3)
-        samples = []
-        for i in range(repeats + 1):
-            start = time.perf_counter()
-            opt.step()
-            if i:
-                samples.append(time.perf_counter() - start)
+        model = get_model_spec(model_name).build()
+        seconds = optimizer_step_s(model, optimizer, repeats)
     finally:
         torch.set_num_threads(previous)
-    nbytes = sum(p.nbytes for p in params)
-    return min(samples) / max(nbytes, 1)
+    return seconds / max(sum(p.nbytes for p in model.parameters()), 1)

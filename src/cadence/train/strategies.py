@@ -118,11 +118,12 @@ def _cadence_dp_for(config: TrainConfig) -> Wrap:
             from cadence.profile import profile_zoo_model
 
             # The simulator ranks candidates from this; each rank's batch share is profiled,
-            # where the rank computes.
+            # where the rank computes (its ranking uses no optimizer steps).
             profile = profile_zoo_model(
                 config.model,
                 batch_size=max(1, config.batch_size // ctx.world_size),
                 device=ctx.device,
+                optimizer_steps=False,
             )
         return data_parallel(model, optimizer, dp_config, profile)
 
