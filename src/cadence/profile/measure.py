@@ -171,7 +171,8 @@ def profile_model(
     in_iteration = block_timing == "in-iteration" or (
         block_timing == "auto" and device.type == "cuda"
     )
-    samples: list[list[list[float]]] = [[], [], [], [], []]  # fwd, igrad, wgrad, in-iteration
+    # fwd, igrad, wgrad in calls of their own; fwd and backward inside whole iterations
+    samples: list[list[list[float]]] = [[], [], [], [], []]
     loss_samples, iteration_samples, forward_samples = [], [], []
     for it in range(warmup + iterations):
         fwd, igrad, wgrad, loss_s = _timed_pass(model, x, y, device)

@@ -24,7 +24,7 @@ from cadence.sim.api import DDP_BUCKET_BYTES, plan_dp, simulate_ddp, simulate_dp
 from cadence.sim.compute import block_costs
 from cadence.sim.metrics import SimResult
 from cadence.sim.options import SimOptions
-from cadence.sim.stepcost import OPTIMIZERS, TCP_PAYLOAD_FRACTION, step_s_per_byte
+from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION, check_step, step_s_per_byte
 from cadence.sim.zero_graph import ZeroSimPlan, simulate_zero
 from cadence.sizes import parse_size
 
@@ -128,14 +128,6 @@ def make_setup(
         description=description,
         update_s_per_byte=update,
     )
-
-
-def check_step(optimizer: str, step_s: float | None) -> None:
-    """One-line UserErrors for an unknown optimizer or a bad `--optimizer-step`."""
-    if optimizer not in OPTIMIZERS:
-        raise UserError(f"unknown optimizer {optimizer!r}; accepted: {', '.join(OPTIMIZERS)}")
-    if step_s is not None and not (math.isfinite(step_s) and step_s >= 0):
-        raise UserError(f"--optimizer-step must be >= 0 seconds, got {step_s}")
 
 
 def step_cost(

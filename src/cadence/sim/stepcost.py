@@ -3,6 +3,8 @@ on this machine's CPU, as a training rank runs it (see `cadence.profile.optimize
 
 from __future__ import annotations
 
+import math
+
 from cadence.errors import UserError
 
 OPTIMIZERS = ("adam", "adamw", "sgd", "none")
@@ -10,12 +12,19 @@ OPTIMIZERS = ("adam", "adamw", "sgd", "none")
 TCP_PAYLOAD_FRACTION = 1448 / 1514
 
 
+def check_step(optimizer: str, step_s: float | None) -> None:
+    """One-line UserErrors for an unknown optimizer or a bad `--optimizer-step`."""
+    if optimizer not in OPTIMIZERS:
+        raise UserError(f"unknown optimizer {optimizer!r}; accepted: {', '.join(OPTIMIZERS)}")
+    if step_s is not None and not (math.isfinite(step_s) and step_s >= 0):
+        raise UserError(f"--optimizer-step must be >= 0 seconds, got {step_s}")
+
+
 def step_s_per_byte(model_name: str, optimizer: str, repeats: int = 5) -> float:
     """Seconds per parameter byte of one `optimizer` step over zoo `model_name`'s parameters,
     on one CPU thread (as a training rank runs): the least of `repeats` timed steps after an
     untimed one, since a busy machine only ever adds time; 0 for "none"."""
-    if optimizer not in OPTIMIZERS:
-        raise UserError(f"unknown optimizer {optimizer!r}; accepted: {', '.join(OPTIMIZERS)}")
+    check_step(optimizer, None)
     if optimizer == "none":
         return 0.0
     import torch
