@@ -10,33 +10,26 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from cadence.config import OPTIMIZERS, TrainConfig
 from cadence.profile.clock import Stopwatch, sync
+from cadence.train.optim import build_optimizer
 
-STEPPED_OPTIMIZERS = ("sgd", "adam", "adamw")
-
-
-def make_optimizer(name: str, params: list[torch.Tensor]) -> torch.optim.Optimizer:
-    """The optimizer `name` (one of `STEPPED_OPTIMIZERS`) as cadence times it."""
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=1e-3, momentum=0.9)
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=1e-3)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=1e-3)
-    raise ValueError(f"unknown optimizer {name!r}; accepted: {', '.join(STEPPED_OPTIMIZERS)}")
+STEPPED_OPTIMIZERS = OPTIMIZERS
+"""The optimizers a profile times: those `cadence train` builds."""
 
 
 def optimizer_step_s(model: nn.Module, optimizer: str, repeats: int = 5) -> float:
     """Seconds of one `optimizer` step over copies of `model`'s parameters with random
-    gradients (the model itself is left as it was): the least of `repeats` timed steps after
-    an untimed one, since a busy machine only ever adds time."""
-    params = [p.detach().clone().requires_grad_(True) for p in model.parameters()]
+    gradients (the model itself is left as it was), built as `cadence train` builds it: the
+    least of `repeats` timed steps after an untimed one, since a busy machine only ever adds
+    time."""
+    params = [nn.Parameter(p.detach().clone()) for p in model.parameters()]
     if not params:
         return 0.0
     device = params[0].device
     for p in params:
         p.grad = torch.randn_like(p)
-    opt = make_optimizer(optimizer, params)
+    opt = build_optimizer(params, TrainConfig(optimizer=optimizer))
     samples = []
     for i in range(repeats + 1):
         sync(device)
