@@ -19,7 +19,7 @@ import json
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +39,8 @@ MODEL_OF: dict[str, tuple[str, str]] = {
     "broadcast": ("broadcast", "binomial_eager"),
     "all_gather": ("allgather", "ring"),
 }
+# torch 2.13 deprecates all_gather_into_tensor for all_gather_single and warns on every call.
+_gloo_all_gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
 # Calls per size per round: ~16 MB of traffic, 3..64 calls. Each call is timed on its own: on a
 # loaded machine some calls wait a scheduler tick (ms), and a median of single calls drops them
 # where a burst average would not.
@@ -143,9 +145,10 @@ def _op(collective: str, buf: torch.Tensor, world_size: int):  # noqa: ANN202 - 
     if collective == "broadcast":
         return lambda: dist.broadcast(buf, src=0)
     if collective == "all_gather":
-        outs = list(buf.split(buf.numel() // world_size))[:world_size]
-        mine = outs[0].clone()  # the input must not alias an output
-        return lambda: dist.all_gather(outs, mine)
+        # The flat form `cadence bench collectives` and ZeRO call; the list form copies
+        # differently. The input must not alias the output.
+        mine = torch.zeros(buf.numel() // world_size)
+        return lambda: _gloo_all_gather(buf[: mine.numel() * world_size], mine)
     raise ValueError(f"unknown collective {collective!r}; accepted: {', '.join(MODEL_OF)}")
 
 
@@ -300,6 +303,38 @@ def fit(
     feasible = [c for c in candidates if c[0] >= 0 and c[1] >= 0]
     best = min(feasible, key=lambda c: float(np.sum((design @ c - 1.0) ** 2)))
     return AlphaBeta(alpha_s=float(best[0]), beta_s_per_byte=float(best[1]))
+
+
+def fit_latency(
+    model: AlphaBeta,
+    collective: str,
+    algorithm: str,
+    sizes: Sequence[int],
+    seconds: Sequence[float],
+    world_size: int,
+) -> AlphaBeta:
+    """`model` with its alpha refitted to one collective's latency-bound calls, beta kept.
+
+    One alpha fitted on all-reduce prices every collective's messages alike, but a gloo call's
+    fixed cost differs by collective (the software around the messages, and on shared cores
+    how many threads each of its steps wakes): on 4 emulated hosts at 400mbit, 1-16 KB
+    all-gathers (3 messages) took 0.83-0.87 ms where all-reduce's alpha (6 messages in 1.33-1.45
+    ms) priced 0.70 ms, and broadcasts streamed from one root took 0.28-0.31 ms against 0.46
+    (`results/bench-collectives-400mbit-4hosts-localcopy-20261125b.json`).
+    Alpha is the median, over `sizes`, of each call's time less its wire term (none on a
+    token-bucket link, where the larger term alone counts) over its message count; only sizes
+    whose wire term is at most half their time count (a ValueError if none is)."""
+    if len(sizes) != len(seconds) or not sizes:
+        raise ValueError(f"need one time per size, got {len(sizes)} sizes, {len(seconds)} times")
+    per_message = []
+    for n, t in zip(sizes, seconds, strict=True):
+        terms = model.terms(collective, algorithm, n, world_size)
+        wire = model.beta_s_per_byte * terms.wire_bytes
+        if terms.messages and wire <= 0.5 * t:
+            per_message.append((t - (0.0 if model.overlap else wire)) / terms.messages)
+    if not per_message:
+        raise ValueError(f"no latency-bound {collective} size in {list(sizes)}")
+    return replace(model, alpha_s=max(0.0, float(np.median(per_message))))
 
 
 def calibrate(
