@@ -19,8 +19,8 @@ def test_tiny_run_writes_sane_results(tmp_path: Path) -> None:
     # 3 hosts (not a power of two) at 100mbit: 512KB all-reduces take ~56 ms on the wire.
     proc = run_cadence(
         "bench", "collectives", "--sizes", "4KB,512KB", "--collectives",
-        "all_reduce,reduce_scatter", "--hosts", "3", "--bandwidth", "100mbit", "--repeats", "1",
-        "--warmup", "0", "--calibration-repeats", "1", "--out", "out/b.json",
+        "all_reduce,reduce_scatter", "--hosts", "3", "--bandwidth", "100mbit", "--repeats", "2",
+        "--warmup", "0", "--out", "out/b.json",
         cwd=tmp_path, timeout=240,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -72,14 +72,18 @@ def test_tiny_run_writes_sane_results(tmp_path: Path) -> None:
     local = data["local_copy"]
     assert local["sizes"] == [4096, 524288] and all(t >= 0 for t in local["fresh_s"])
     assert "gloo's local copies" in proc.stdout
-    # The noise floor: gloo's all-reduce as the calibration and the benchmark timed it.
-    same = data["same_call"]
-    assert [p["nbytes"] for p in same["pairs"]] == [4092, 524280]
-    calibrated = sorted((r["nbytes"], r["measured_s"]) for r in cal["rows"])  # 4096, 524288
-    assert [p["calibration_s"] for p in same["pairs"]] == [t for _, t in calibrated]
-    for pair in same["pairs"]:
-        assert pair["benchmark_s"] == gloo["all_reduce", pair["nbytes"]]
-    assert f"within 10% at {same['sizes_within']} of 2 sizes" in proc.stdout
+    # The calibration: gloo's all-reduce between and beside the rows' sizes (never on one),
+    # timed in the same rounds; all-reduce's alpha prices reduce-scatter too.
+    points = [(r["collective"], r["nbytes"]) for r in cal["rows"]]
+    assert points == [("all_reduce", 2040), ("all_reduce", 46332), ("all_reduce", 1048572)]
+    assert set(cal["alpha_s_by_collective"]) == {"all_reduce"}
+    assert "calibrated on gloo all_reduce at 2.0KB, 45.2KB, 1024.0KB" in proc.stdout
+    # The noise floor: each gloo row's odd round against its even round.
+    noise = data["halves"]
+    assert noise["rows"] == 4 and len(noise["pairs"]) == 4
+    for pair in noise["pairs"]:
+        assert pair["ratio"] == pytest.approx(pair["odd_s"] / pair["even_s"])
+    assert f"within 10% at {noise['rows_within']} of 4 rows" in proc.stdout
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,8 @@ from cadence.bench.collectives import (
     accuracy,
     accuracy_line,
     link_kind,
-    link_models,
 )
-from cadence.comm.calibrate import Calibration, CalibrationRow
+from cadence.bench.collectives_fit import link_models
 from cadence.comm.cost import AlphaBeta
 from cadence.netem._bandwidth import FRAME_BUCKET_BYTES, tbf_burst_bytes
 
@@ -53,14 +52,11 @@ def test_the_link_model_follows_the_bucket_and_both_are_fitted() -> None:
     assert link_kind(CollectivesBenchConfig(frame_bucket=True)) == "serialising"
     truth = AlphaBeta(0.2e-3, 20e-9, overlap=True)  # a tbf link's all-reduces, 2 ranks
     sizes = [1024 * 4**i for i in range(9)]
-    table = tuple(
-        CalibrationRow("all_reduce", n, truth.time("allreduce", "ring", n, 2), 0.0) for n in sizes
-    )
-    cal = Calibration(truth, 2, "gloo", 3, "regimes", table, "test")
-    models = link_models(cal)
+    seconds = [truth.time("allreduce", "ring", n, 2) for n in sizes]
+    models = link_models(sizes, seconds, 2)
     assert models["token-bucket"] == truth
     # The links' bucket rides along as the token-bucket model's burst, and only there.
-    bucketed = link_models(cal, bucket_bytes=250_000)
+    bucketed = link_models(sizes, seconds, 2, bucket_bytes=250_000)
     assert bucketed["token-bucket"].burst_bytes == 250_000
     assert bucketed["serialising"].burst_bytes == 0
     serial = models["serialising"]
@@ -71,9 +67,8 @@ def test_the_link_model_follows_the_bucket_and_both_are_fitted() -> None:
 
 
 def test_sizes_of_one_regime_leave_only_the_serialising_model() -> None:
-    table = tuple(CalibrationRow("all_reduce", n, 4e-4, 0.0) for n in (1024, 4096))  # latency
-    cal = Calibration(AlphaBeta(2e-4, 0.0), 2, "gloo", 3, "regimes", table, "test")
-    assert set(link_models(cal)) == {"serialising"}
+    latency_bound = link_models([1024, 4096], [4e-4, 4e-4], 2)
+    assert set(latency_bound) == {"serialising"}
 
 
 def test_drain_is_twice_the_bucket_the_cluster_gives_the_links() -> None:

@@ -1,10 +1,10 @@
 """One rank of `cadence bench collectives`: `python -m cadence.bench._collectives_worker
 CONFIG.json RESULT.json`, started inside an emulated host's namespace with torchrun-style
-environment variables. Calibrates alpha-beta on gloo's all-reduce, then times every
-(size, variant), both with gloo's I/O thread under SCHED_IDLE and every timed block started
-with the links' token bucket drained unless told otherwise, then the local copies gloo's
-binding makes (`cadence.comm.local_copy`), and, on rank 0, writes the slowest rank's medians
-to RESULT.json.
+environment variables. Times every (size, variant) and, in the same rounds, the calibration's
+gloo calls (the parent fits alpha and beta to them), with gloo's I/O thread under SCHED_IDLE
+and every timed block started with the links' token bucket drained unless told otherwise,
+then the local copies gloo's binding makes (`cadence.comm.local_copy`), and, on rank 0,
+writes the slowest rank's medians to RESULT.json.
 """
 
 from __future__ import annotations
@@ -14,27 +14,36 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from cadence.bench.collectives import CollectivesBenchConfig, elements
+from cadence.bench.collectives import (
+    LATENCY_FITTED,
+    LATENCY_SIZES,
+    CollectivesBenchConfig,
+    elements,
+)
+from cadence.bench.collectives_fit import calibration_sizes
 from cadence.comm import collectives as ours
 from cadence.comm import destroy, init_from_env
-from cadence.comm.calibrate import bucket_drain, calibrate, slowest
+from cadence.comm.calibrate import bucket_drain, slowest
 from cadence.comm.gloo_threads import IO_THREAD_NAME, gloo_io_yields
 from cadence.comm.local_copy import measure_local_copy
 from cadence.launch.errors import exit_worker, worker_entry
 
-# A timed block repeats a call until ~1 MB has moved (1 to 64 calls): single calls of small
-# messages are too short for the clock, and the median of several drops scheduler hiccups.
-# Up to 64, like the calibration's rounds (`calls_per_round`), so small sizes are timed the
-# same way in both: with at most 8 (before 2026-11-25), 1-16 KB all-reduces came out ~10%
-# slower here than in the same run's calibration on 4 hosts.
+# A round repeats a call until ~1 MB has moved (1 to 64 calls): single calls of small
+# messages are too short for the clock, and the median of several drops scheduler hiccups
+# (with at most 8, before 2026-11-25, 1-16 KB all-reduces came out ~10% slower than the
+# calibration's 64 on 4 hosts).
 _BLOCK_BYTES = 1 << 20
 _MAX_CALLS = 64
+# A round visits the short entries this many times, between slices of the long ones; an
+# entry is split when every block keeps at least _SPLIT_CALLS calls.
+_PASSES = 4
+_SPLIT_CALLS = 4
 # torch 2.13 deprecates reduce_scatter_tensor and all_gather_into_tensor in favour of the
 # *_single names, and warns on every call of the old ones.
 _gloo_reduce_scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
@@ -90,38 +99,94 @@ def make_op(
     raise ValueError(f"unsupported collective {collective!r}")
 
 
-def measure(config: CollectivesBenchConfig) -> list[dict[str, object]]:
-    """Median seconds per call of every (variant, size), the slowest rank's, on every rank.
+@dataclass(frozen=True)
+class Timed:
+    """One (variant, size) the rounds time: a benchmark row or a calibration point."""
 
-    Rounds interleave all sizes and variants (A/B side by side), so load from elsewhere on the
-    machine lands on all of them alike instead of on whichever ran last.
+    role: str
+    """"row" (a benchmark row, predicted) or "calibration" (fits the model)."""
+    variant: tuple[str, str, str]
+    """(collective, implementation, algorithm), as `CollectivesBenchConfig.variants`."""
+    elems: int
+    """float32 elements of the vector (`elements`)."""
+
+
+def timed_list(config: CollectivesBenchConfig, world_size: int) -> list[Timed]:
+    """The benchmark's rows, then the calibration's points: gloo's all-reduce at
+    `calibration_sizes` and, with `alpha_per_collective`, all-gather and broadcast at
+    `LATENCY_SIZES`."""
+    rows = [Timed("row", v, elements(n, world_size))
+            for n in config.sizes for v in config.variants()]  # fmt: skip
+    fitted = [("all_reduce", n) for n in calibration_sizes(config.sizes)]
+    if config.alpha_per_collective:
+        fitted += [(c, n) for c in LATENCY_FITTED if c in config.collectives for n in LATENCY_SIZES]
+    gloo = [Timed("calibration", (c, "gloo", "gloo"), elements(n, world_size)) for c, n in fitted]
+    return rows + gloo
+
+
+def schedule(timed: list[Timed]) -> list[list[tuple[int, int]]]:
+    """One round as `_PASSES` passes of (entry index, calls) blocks. An entry of at least
+    `_PASSES` x `_SPLIT_CALLS` calls (the short ones, up to 64 KB) gets a block in every pass,
+    its calls shared out; the others one block each, their slice of the round in one pass. So
+    a short entry's blocks spread over the round instead of landing in one stretch of it."""
+    calls = [max(1, min(_MAX_CALLS, _BLOCK_BYTES // (4 * t.elems))) for t in timed]
+    short = [i for i, c in enumerate(calls) if c >= _PASSES * _SPLIT_CALLS]
+    long = [i for i, c in enumerate(calls) if c < _PASSES * _SPLIT_CALLS]
+    step = -(-len(long) // _PASSES)  # ceil
+    return [
+        [(i, calls[i] // _PASSES) for i in short]
+        + [(i, calls[i]) for i in long[k * step : (k + 1) * step]]
+        for k in range(_PASSES)
+    ]
+
+
+def measure(config: CollectivesBenchConfig, timed: list[Timed]) -> list[dict[str, object]]:
+    """Median seconds per call of every entry of `timed`, the slowest rank's, on every rank;
+    also the medians of its even and of its odd rounds (`halves_s`), whose ratio shows how far
+    the same call's time moves within the run.
+
+    Rounds interleave every entry (A/B side by side), calibration points included, so load
+    from elsewhere on the machine lands on the fit and on the rows it predicts alike instead
+    of on whichever ran last: with the calibration timed in rounds of its own before the rows
+    (until 2026-11-25), the same 1-16 KB all-reduce timed by both agreed within 10% in only 28
+    of 45 cases over 15 runs. Small calls get a block in each of the round's passes
+    (`schedule`): on 2 emulated hosts at 400mbit, blocks of 64 1-4 KB all-reduces had median
+    calls of 0.19-0.34 ms, moving from one block to the next
+    (`results/collectives-block-modes-20261125.txt`), so a median over one block per round
+    moves with where its few blocks land.
     """
     p = dist.get_world_size()
-    keys = [(v, elements(n, p)) for n in config.sizes for v in config.variants()]
-    samples: list[list[float]] = [[] for _ in keys]
+    samples: list[list[list[float]]] = [[[], []] for _ in timed]  # even rounds, odd rounds
     drain = bucket_drain(config.drain_bytes())
     buffers = Buffers(p)
-    ops = [make_op(*variant, elems, buffers) for variant, elems in keys]
+    ops = [make_op(*t.variant, t.elems, buffers) for t in timed]
+    passes = schedule(timed)
     for rnd in range(config.warmup + config.repeats):
-        for (_, elems), op, out in zip(keys, ops, samples, strict=True):
-            calls = max(1, min(_MAX_CALLS, _BLOCK_BYTES // (4 * elems)))
-            drain()  # start the block with the links' token bucket empty
-            dist.barrier()
-            for _ in range(calls):
-                start = time.perf_counter()
-                op()
-                if rnd >= config.warmup:
-                    out.append(time.perf_counter() - start)
-    agreed = slowest([statistics.median(s) for s in samples])
+        for blocks in passes:
+            for i, calls in blocks:
+                drain()  # start the block with the links' token bucket empty
+                dist.barrier()
+                for _ in range(calls):
+                    start = time.perf_counter()
+                    ops[i]()
+                    if rnd >= config.warmup:
+                        samples[i][(rnd - config.warmup) % 2].append(time.perf_counter() - start)
+    medians = [statistics.median(even + odd) for even, odd in samples]
+    # One round has no odd half: 0 stands in, and the record says None.
+    halves = [statistics.median(half) if half else 0.0 for s in samples for half in s]
+    agreed, agreed_halves = slowest(medians), slowest(halves)
+    split = config.repeats >= 2
     return [
         {
-            "collective": c,
-            "implementation": impl,
-            "algorithm": alg,
-            "nbytes": 4 * elems,
-            "measured_s": float(t),
+            "role": t.role,
+            "collective": t.variant[0],
+            "implementation": t.variant[1],
+            "algorithm": t.variant[2],
+            "nbytes": 4 * t.elems,
+            "measured_s": float(m),
+            "halves_s": [float(x) for x in agreed_halves[2 * i : 2 * i + 2]] if split else None,
         }
-        for ((c, impl, alg), elems), t in zip(keys, agreed, strict=True)
+        for i, (t, m) in enumerate(zip(timed, agreed, strict=True))
     ]
 
 
@@ -129,17 +194,14 @@ def run(config: CollectivesBenchConfig, result: Path) -> None:
     torch.set_num_threads(config.threads)
     ctx = init_from_env()
     try:
-        sizes = config.sizes if len(config.sizes) >= 2 else (config.sizes[0], 4 * config.sizes[0])
         with gloo_io_yields(config.yield_io_thread) as demoted:
             if config.yield_io_thread and not demoted:
                 raise RuntimeError(f"no {IO_THREAD_NAME} thread found to run under SCHED_IDLE")
-            cal = calibrate(sizes=sizes, repeats=config.calibration_repeats, warmup=1,
-                            drain_bytes=config.drain_bytes())  # fmt: skip
-            measured = measure(config)
+            timed = measure(config, timed_list(config, dist.get_world_size()))
             local = measure_local_copy(config.sizes, repeats=config.repeats)
         if ctx.rank == 0:
-            data = {"calibration": json.loads(cal.to_json()), "measured": measured,
-                    "local_copy": asdict(local)}  # fmt: skip
+            data = {"timed": timed, "local_copy": asdict(local),
+                    "torch_version": torch.__version__}  # fmt: skip
             result.write_text(json.dumps(data, indent=2) + "\n")
     finally:
         destroy()

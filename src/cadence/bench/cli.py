@@ -41,12 +41,12 @@ def _cmd_collectives(args: argparse.Namespace) -> int:
         bandwidth_bps=parse_bandwidth(args.bandwidth),
         repeats=args.repeats,
         warmup=args.warmup,
-        calibration_repeats=args.calibration_repeats,
         threads=args.threads,
         frame_bucket=args.link_bucket == "frames",
         yield_io_thread=args.gloo_io_thread == "idle",
         pin_hosts=args.host_cpus == "pinned",
         drain_bucket=args.drain_bucket == "yes",
+        alpha_per_collective=args.alpha == "per-collective",
         out=args.out,
     )
     run_collectives_bench(config, _command_line())
@@ -72,7 +72,6 @@ def _add_collectives(bsub: Any) -> None:
     p.add_argument("--bandwidth", default="1gbit", help="link cap per host, e.g. 400mbit")
     p.add_argument("--repeats", type=int, default=5, help="timed rounds (medians reported)")
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
-    p.add_argument("--calibration-repeats", type=int, default=3, help="alpha-beta fit rounds")
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per worker")
     p.add_argument(
         "--link-bucket",
@@ -81,6 +80,14 @@ def _add_collectives(bsub: Any) -> None:
         help="token bucket of each capped link: 5ms (the other benchmarks' bucket, which "
         "passes smaller transfers at once) or frames (two frames, GSO off: every byte "
         "serialised at the cap, at a processor cost per frame)",
+    )
+    p.add_argument(
+        "--alpha",
+        choices=("per-collective", "all-reduce"),
+        default="per-collective",
+        help="latency of gloo's all-gather and broadcast: per-collective (each fitted on "
+        "calls of its own at 2 KB and 8 KB, sizes the default rows leave out) or all-reduce "
+        "(every collective priced with the all-reduce fit's alpha)",
     )
     p.add_argument(
         "--gloo-io-thread",

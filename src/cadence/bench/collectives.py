@@ -14,11 +14,10 @@ import os
 import platform
 import re
 import tempfile
-from contextlib import suppress
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cadence.comm.cost import AlphaBeta
 from cadence.comm.local_copy import LocalCopyTimes
@@ -26,13 +25,17 @@ from cadence.errors import UserError
 from cadence.netem import format_bandwidth
 from cadence.netem._bandwidth import link_bucket_bytes
 
-if TYPE_CHECKING:
-    from cadence.comm.calibrate import Calibration
-
 SUPPORTED = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
 DEFAULT_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 DEFAULT_SIZES: tuple[int, ...] = tuple(1024 * 4**i for i in range(9))  # 1 KB .. 64 MB
 MAX_BYTES = 1 << 30
+LATENCY_SIZES: tuple[int, ...] = (2048, 8192)
+"""Sizes at which the calibration times all-gather and broadcast for their own alpha
+(`CollectivesBenchConfig.alpha_per_collective`): latency-bound at every cap the benchmark is
+run at, and between the default sizes, so no benchmark row is a fitted point."""
+# gloo collectives whose latency the calibration fits on their own calls
+# (`cadence.comm.calibrate.MODEL_OF` has their cost-model names); the others take all-reduce's.
+LATENCY_FITTED = ("all_gather", "broadcast")
 
 # cadence algorithm names per collective (cadence.comm.collectives.ALGORITHMS, repeated here so
 # the CLI validates input without importing torch).
@@ -105,12 +108,10 @@ class CollectivesBenchConfig:
     bandwidth_bps: float = 1e9
     """Link cap of every host, bits per second."""
     repeats: int = 5
-    """Timed rounds; every round times each (size, variant) 1-64 times (~1 MB); medians are
-    reported."""
+    """Timed rounds; every round times each (size, variant) 1-64 times (~1 MB), and the
+    calibration's gloo calls beside them; medians are reported."""
     warmup: int = 1
     """Untimed rounds first (connections, allocator)."""
-    calibration_repeats: int = 3
-    """Rounds of the all-reduce calibration that fits alpha and beta for the predictions."""
     threads: int = 1
     """Intra-op CPU threads per worker."""
     frame_bucket: bool = False
@@ -132,6 +133,11 @@ class CollectivesBenchConfig:
     """Run each emulated host's worker on one processor, the hosts taking the machine's
     processors in turn, as a real host keeps its own (`_launch.run_workers`). False: the
     kernel places every host's threads, and small collectives scatter with where they land."""
+    alpha_per_collective: bool = True
+    """Fit gloo's all-gather and broadcast latency (alpha) on calls of their own, timed at
+    `LATENCY_SIZES`, which the default sizes leave out, so every row stays a prediction; beta
+    and reduce-scatter's alpha come from the all-reduce fit. False: every collective is
+    priced with all-reduce's alpha."""
     out: str = "results/bench-collectives.json"
     """JSON result file; the PNG goes next to it (same name, .png)."""
 
@@ -143,8 +149,8 @@ class CollectivesBenchConfig:
             raise UserError(f"bad sizes {list(self.sizes)}: use 4 B to 1 GB")
         if not 2 <= self.hosts <= 16:
             raise UserError(f"bad host count {self.hosts}: use 2 to 16")
-        if self.repeats < 1 or self.warmup < 0 or self.calibration_repeats < 1 or self.threads < 1:
-            raise UserError("repeats, calibration repeats and threads must be >= 1, warmup >= 0")
+        if self.repeats < 1 or self.warmup < 0 or self.threads < 1:
+            raise UserError("repeats and threads must be >= 1, warmup >= 0")
         if not (self.bandwidth_bps > 0 and math.isfinite(self.bandwidth_bps)):
             raise UserError(f"bad bandwidth {self.bandwidth_bps}: must be positive and finite")
 
@@ -224,19 +230,25 @@ def build_rows(
     measured: list[dict[str, Any]],
     model: AlphaBeta,
     local: LocalCopyTimes | None = None,
+    gloo_models: dict[str, AlphaBeta] | None = None,
 ) -> list[BenchRow]:
     """Rows with predictions and ratios from the workers' raw (variant, size, seconds) list.
 
     gloo's rows are priced with its binding's local copies added (`gloo_local_s`) when
-    `local` holds the run's copy times; None prices the network alone."""
+    `local` holds the run's copy times; None prices the network alone. `gloo_models`: the
+    model of each gloo collective with an alpha of its own (`collectives_fit.latency_models`);
+    `model` prices the rest, and cadence's own algorithms."""
     local = local or LocalCopyTimes.none()
+    gloo_models = gloo_models or {}
     wire = AlphaBeta.from_bandwidth(config.bandwidth_bps)
     gloo = {(m["collective"], m["nbytes"]): m["measured_s"] for m in measured
             if m["implementation"] == "gloo"}  # fmt: skip
     rows = []
     for m in measured:
         name, alg = cost_key(m["collective"], m["implementation"], m["algorithm"])
-        predicted = model.time(name, alg, m["nbytes"], config.hosts)
+        gloo_model = gloo_models.get(m["collective"], model)
+        priced = gloo_model if m["implementation"] == "gloo" else model
+        predicted = priced.time(name, alg, m["nbytes"], config.hosts)
         if m["implementation"] == "gloo":
             predicted += gloo_local_s(m["collective"], m["nbytes"], config.hosts, local)
         base = gloo.get((m["collective"], m["nbytes"]))
@@ -279,22 +291,6 @@ def link_kind(config: CollectivesBenchConfig) -> str:
     which overlaps a message's latency and bytes (`AlphaBeta(overlap=True)`); "serialising"
     for the two-frame bucket, which pays both, as a real link does."""
     return "serialising" if config.frame_bucket else "token-bucket"
-
-
-def link_models(cal: Calibration, bucket_bytes: float = 0.0) -> dict[str, AlphaBeta]:
-    """Both link models fitted (alpha where latency decides, beta where bandwidth does) to the
-    calibration's all-reduce table, the token-bucket one with the links' `bucket_bytes` as
-    its burst (`AlphaBeta.burst_bytes`). That one is left out when the sizes do not reach both
-    regimes (the serialising fit then falls back to one line through all)."""
-    from cadence.comm.calibrate import FITTED, fit
-
-    table = [r for r in cal.rows if r.collective == FITTED]
-    sizes, seconds = [r.nbytes for r in table], [r.measured_s for r in table]
-    models = {"serialising": fit(sizes, seconds, cal.world_size, "regimes")}
-    with suppress(ValueError):  # one regime only: no token-bucket fit
-        fitted = fit(sizes, seconds, cal.world_size, "regimes", overlap=True)
-        models["token-bucket"] = replace(fitted, burst_bytes=bucket_bytes)
-    return models
 
 
 WITHIN = 0.10
@@ -382,27 +378,26 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
     """
     from cadence.bench._collectives_worker import config_json
     from cadence.bench._launch import run_workers
-    from cadence.bench.collectives_same_call import same_call, same_call_line, same_call_summary
-    from cadence.comm.calibrate import Calibration
+    from cadence.bench.collectives_fit import fit_run
+    from cadence.bench.collectives_halves import halves, halves_line, halves_summary
     from cadence.netem import EmulatedCluster, check_netem_available, cleanup_on_signals
 
     out = Path(config.out)
     _check_writable(out)
     check_netem_available()
-    # Transfers of the measured data, times a generous factor for the slow algorithms, the
-    # calibration and a loaded machine; only a hung run should ever reach it.
+    # Transfers of the measured data (the calibration's all-reduces move about as much as one
+    # variant), times a generous factor for the slow algorithms and a loaded machine; only a
+    # hung run should ever reach it.
     one_pass_s = sum(config.sizes) * 8 / config.bandwidth_bps
-    traffic_s = one_pass_s * len(config.variants())
-    timeout_s = 300 + 20 * traffic_s * (config.warmup + config.repeats + config.calibration_repeats)
-    # The workers print nothing until the end: say what is coming and roughly how long (the
-    # calibration's all-reduces, one untimed round and its own, plus every variant's rounds).
+    traffic_s = one_pass_s * (len(config.variants()) + 1)
+    timeout_s = 300 + 20 * traffic_s * (config.warmup + config.repeats)
+    # The workers print nothing until the end: say what is coming and roughly how long.
     link_s = traffic_s * (config.warmup + config.repeats)
-    link_s += one_pass_s * (1 + config.calibration_repeats)
     print(
         f"timing {len(config.variants())} variants x {len(config.sizes)} sizes on "
-        f"{config.hosts} emulated hosts at {format_bandwidth(config.bandwidth_bps)} after a "
-        f"{config.calibration_repeats}-round calibration ({config.warmup} warm-up and "
-        f"{config.repeats} timed rounds): at least ~{link_s:.0f} s on the links",
+        f"{config.hosts} emulated hosts at {format_bandwidth(config.bandwidth_bps)}, the "
+        f"calibration's gloo calls in the same rounds ({config.warmup} warm-up and "
+        f"{config.repeats} timed): at least ~{link_s:.0f} s on the links",
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="cadence-bench-") as tmp:
@@ -416,38 +411,42 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
             run_workers(cluster, "cadence.bench._collectives_worker", args, run_dir,
                         config.threads, timeout_s, pin_hosts=config.pin_hosts)  # fmt: skip
         raw = json.loads(result.read_text())
-    cal = Calibration.from_json(json.dumps(raw["calibration"]))
-    models = link_models(cal, config.bucket_bytes())
-    kind = link_kind(config)
-    kind = kind if kind in models else "serialising"
-    model = models[kind]
     local = LocalCopyTimes.from_dict(raw.get("local_copy"))
-    rows_by_kind = {k: build_rows(config, raw["measured"], m, local) for k, m in models.items()}
+    measured = [t for t in raw["timed"] if t["role"] == "row"]
+    fitted = fit_run(config, [t for t in raw["timed"] if t["role"] == "calibration"], local)
+    kind = link_kind(config)
+    kind = kind if kind in fitted.models else "serialising"
+    model = fitted.models[kind]
+    rows_by_kind = {k: build_rows(config, measured, m, local, fitted.by_collective[k])
+                    for k, m in fitted.models.items()}  # fmt: skip
     rows = rows_by_kind[kind]
     by_kind = {k: accuracy(r) for k, r in rows_by_kind.items()}
-    pairs = same_call(list(cal.rows), rows, config.hosts)
+    pairs = halves(measured)
     png = out.with_suffix(".png")
     data: dict[str, Any] = {
         "benchmark": "collectives",
         "command": command,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"host": platform.node(), "cpus": os.cpu_count(), "system": platform.platform()},
-        "torch_version": cal.torch_version,
+        "torch_version": raw["torch_version"],
         "config": asdict(config),
         "calibration": {
             "link_model": kind,
             "alpha_s": model.alpha_s,
             "beta_s_per_byte": model.beta_s_per_byte,
-            "objective": cal.objective,
-            "models": {k: asdict(m) for k, m in models.items()},
-            "rows": [asdict(r) for r in cal.rows],  # predicted_s: the serialising model's
+            "objective": "regimes",
+            "models": {k: asdict(m) for k, m in fitted.models.items()},
+            # gloo collective -> the alpha its rows are priced with (this link's model)
+            "alpha_s_by_collective": fitted.alphas(kind),
+            # the timed gloo calls the models were fitted to, each with this link's prediction
+            "rows": fitted.rows(kind),
         },
         "local_copy": asdict(local),  # seconds; added to gloo's reduce-scatter and all-gather
         "rows": [asdict(r) for r in rows],
         "accuracy": by_kind[kind],
         "accuracy_by_link_model": by_kind,
-        # gloo's all-reduce timed by both the calibration and the benchmark: the noise floor
-        "same_call": {"pairs": pairs, **same_call_summary(pairs)},
+        # each gloo row's even rounds against its odd rounds: the noise floor
+        "halves": {"pairs": pairs, **halves_summary(pairs)},
         "png": png.name,  # next to this file
     }
     out.write_text(json.dumps(data, indent=2) + "\n")
@@ -457,7 +456,12 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
         f"alpha {model.alpha_s * 1e6:.0f} us, 1/beta {rate_mb_s:.0f} MB/s"
     )
     plot(rows, str(png), title)
-    print(f"calibrated on gloo all_reduce: {title}")
+    sizes = ", ".join(format_size(n) for n in fitted.all_reduce_sizes)
+    print(f"calibrated on gloo all_reduce at {sizes}: {title}")
+    probe_sizes = ", ".join(map(format_size, LATENCY_SIZES))
+    for c, alpha in fitted.alphas(kind).items():
+        if c != "all_reduce":
+            print(f"  {c}'s own alpha, from its calls at {probe_sizes}: {alpha * 1e6:.0f} us")
     if local.sizes:
         big = local.sizes[-1]
         print(f"gloo's local copies, priced into its reduce-scatter and all-gather: a "
@@ -466,6 +470,6 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
     print(table(rows))
     for k in sorted(by_kind, key=lambda k: k != kind):  # this link's model first
         print(f"{accuracy_line(by_kind[k])} ({k} link model)")
-    print(same_call_line(same_call_summary(pairs)))
+    print(halves_line(halves_summary(pairs)))
     print(f"wrote {out} and {png}")
     return data
