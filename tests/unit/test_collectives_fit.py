@@ -85,14 +85,15 @@ def test_rows_are_priced_with_each_collective_s_own_alpha() -> None:
     gather = AlphaBeta(0.3e-3, 20e-9, overlap=True)
 
     def point(collective: str, n: int, model: AlphaBeta, name: str) -> dict[str, object]:
-        return {"collective": collective, "nbytes": n, "measured_s": model.time(name, "ring", n, 2)}
+        # a gloo call as the worker records it
+        return {"collective": collective, "implementation": "gloo", "algorithm": "gloo",
+                "nbytes": n, "measured_s": model.time(name, "ring", n, 2)}  # fmt: skip
 
     points = [point("all_reduce", n, link, "allreduce") for n in calibration_sizes(DEFAULT_SIZES)]
     points += [point("all_gather", n, gather, "allgather") for n in (2048, 8192)]
     fitted = fit_run(config, points, LocalCopyTimes.none())
     assert math.isclose(fitted.alphas("token-bucket")["all_gather"], 0.3e-3, rel_tol=1e-6)
-    measured = [{**point("all_gather", 1024, gather, "allgather"), "implementation": "gloo",
-                 "algorithm": "gloo"}]  # fmt: skip
+    measured = [point("all_gather", 1024, gather, "allgather")]
     own = build_rows(
         config, measured, fitted.models["token-bucket"], None, fitted.by_collective["token-bucket"]
     )

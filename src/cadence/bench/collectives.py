@@ -34,8 +34,8 @@ LATENCY_SIZES: tuple[int, ...] = (2048, 8192)
 (`CollectivesBenchConfig.alpha_per_collective`), between the default sizes, so no benchmark
 row is a fitted point. A size whose wire term is over half its time is left out of the fit
 (`cadence.comm.calibrate.fit_latency`): on 2 hosts at 400mbit, broadcast's 8 KB."""
-# gloo collectives whose latency the calibration fits on their own calls
-# (`cadence.comm.calibrate.MODEL_OF` has their cost-model names); the others take all-reduce's.
+# gloo collectives whose latency the calibration fits on their own calls (`_GLOO_MODEL` has
+# their cost-model names); the others take all-reduce's.
 LATENCY_FITTED = ("all_gather", "broadcast")
 
 # cadence algorithm names per collective (cadence.comm.collectives.ALGORITHMS, repeated here so

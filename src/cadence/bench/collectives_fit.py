@@ -16,6 +16,7 @@ from typing import Any
 from cadence.bench.collectives import (
     _GLOO_MODEL,
     CollectivesBenchConfig,
+    build_rows,
     gloo_local_s,
 )
 from cadence.comm.calibrate import fit, fit_latency
@@ -80,9 +81,10 @@ class RunFit:
     """Link model -> gloo collective -> its own latency fit (`latency_models`); collectives
     absent here are priced with `models`."""
     points: tuple[dict[str, Any], ...]
-    """The calibration's timed gloo calls: collective, nbytes, measured_s (worker records)."""
-    hosts: int
-    """Ranks of the run."""
+    """The calibration's timed gloo calls, as the worker records them (collective,
+    implementation, algorithm, nbytes, measured_s)."""
+    config: CollectivesBenchConfig
+    """The run's configuration (hosts, link)."""
     local: LocalCopyTimes
     """The run's local copy times (priced into all-gather)."""
 
@@ -90,26 +92,18 @@ class RunFit:
     def all_reduce_sizes(self) -> list[int]:
         return sorted(p["nbytes"] for p in self.points if p["collective"] == "all_reduce")
 
-    def model_for(self, kind: str, collective: str) -> AlphaBeta:
-        """The model that prices gloo's `collective` on link model `kind`."""
-        return self.by_collective[kind].get(collective, self.models[kind])
-
     def alphas(self, kind: str) -> dict[str, float]:
         """gloo collective -> the alpha its rows are priced with, all-reduce's first."""
         return {"all_reduce": self.models[kind].alpha_s,
                 **{c: m.alpha_s for c, m in self.by_collective[kind].items()}}  # fmt: skip
 
     def rows(self, kind: str) -> list[dict[str, Any]]:
-        """The timed calibration calls, each with what link model `kind` predicts for it."""
-        out = []
-        for p in self.points:
-            name, alg = _GLOO_MODEL[p["collective"]]
-            model = self.model_for(kind, p["collective"])
-            predicted = model.time(name, alg, p["nbytes"], self.hosts)
-            predicted += gloo_local_s(p["collective"], p["nbytes"], self.hosts, self.local)
-            out.append({"collective": p["collective"], "nbytes": p["nbytes"],
-                        "measured_s": p["measured_s"], "predicted_s": predicted})  # fmt: skip
-        return out
+        """The timed calibration calls, each with what link model `kind` predicts for it,
+        priced as the benchmark's rows are (`build_rows`)."""
+        priced = build_rows(self.config, list(self.points), self.models[kind], self.local,
+                            self.by_collective[kind])  # fmt: skip
+        return [{"collective": r.collective, "nbytes": r.nbytes, "measured_s": r.measured_s,
+                 "predicted_s": r.predicted_s} for r in priced]  # fmt: skip
 
 
 def fit_run(
@@ -126,5 +120,5 @@ def fit_run(
         if p["collective"] != "all_reduce":
             own.setdefault(p["collective"], []).append((p["nbytes"], p["measured_s"]))
     by_collective = {k: latency_models(m, own, config.hosts, local) for k, m in models.items()}
-    return RunFit(models, by_collective, tuple(points), config.hosts, local)
+    return RunFit(models, by_collective, tuple(points), config, local)
 
