@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from cadence.comm.calibrate import Calibration, calibrate, fit
+from cadence.comm.calibrate import Calibration, calibrate, fit, with_collective_alphas
 from cadence.comm.cost import AlphaBeta
 from cadence.errors import UserError
 from cadence.testing import run_ranks
@@ -76,8 +76,42 @@ def test_fit_clamps_to_non_negative():
         assert got.alpha_s >= 0 and got.beta_s_per_byte > 0
 
 
+def test_other_collectives_get_alphas_of_their_own_from_their_latency_bound_sizes():
+    # All-gather costs 3x all-reduce's alpha per message, broadcast is timed only where the
+    # wire decides (no latency-bound size): all-gather gets its own, broadcast keeps the base.
+    base = AlphaBeta(50e-6, 20e-9)
+    sizes = [1 << 10, 1 << 12, 64 << 20]
+    gather = [AlphaBeta(150e-6, 20e-9).time("allgather", "ring", n, 4) for n in sizes]
+    wire_only = [AlphaBeta(0.0, 20e-9).time("broadcast", "binomial_eager", n, 4) for n in sizes]
+    got = with_collective_alphas(
+        base, ["all_gather", "broadcast"], sizes, [*gather, *wire_only], 4
+    )
+    assert dict(got.collective_alphas) == {"allgather": pytest.approx(150e-6)}
+    assert got.alpha_s == base.alpha_s and got.beta_s_per_byte == base.beta_s_per_byte
+    assert got.time("allgather", "ring", 1 << 10, 4) == pytest.approx(gather[0])
+
+
 def _calibrate(rank, world_size, sizes):
     return calibrate(sizes=sizes, repeats=5, warmup=1)
+
+
+def _calibrate_gather(rank, world_size, sizes):
+    return calibrate(sizes=sizes, repeats=3, warmup=1, collectives=("all_reduce", "all_gather"))
+
+
+def test_live_all_gather_rows_are_priced_with_its_own_alpha(tmp_path):
+    cal, cal1 = run_ranks(_calibrate_gather, 2, [1 << 10, 1 << 12, 1 << 20, 1 << 22], timeout=60)
+    assert cal == cal1
+    alphas = dict(cal.model.collective_alphas)
+    assert set(alphas) == {"allgather"} and alphas["allgather"] > 0
+    own = cal.model.for_collective("allgather")
+    for row in cal.rows:
+        if row.collective == "all_gather":
+            assert row.predicted_s == own.time("allgather", "ring", row.nbytes, 2)
+    assert "allgather alpha" in cal.table().splitlines()[0]
+    path = tmp_path / "cal.json"
+    cal.save(path)
+    assert Calibration.load(path) == cal
 
 
 def test_gloo_fit_predicts_held_out_size(tmp_path):

@@ -154,3 +154,36 @@ def test_token_bucket_link_pays_the_larger_of_latency_and_bytes(collective):
                             latency + transfer + reduction)  # fmt: skip
         assert math.isclose(bucket.time(collective, algorithm, nbytes, 4),
                             max(latency, transfer) + reduction)  # fmt: skip
+
+
+def test_a_collective_alpha_prices_only_that_collectives_messages():
+    own = AlphaBeta(A, B, G, collective_alphas=(("allgather", 3 * A),))
+    t = own.terms("allgather", "ring", N, 4)
+    assert close(own.time("allgather", "ring", N, 4), 3 * A * t.messages + B * t.wire_bytes)
+    assert own.alpha_for("allgather") == 3 * A and own.alpha_for("broadcast") == A
+    for collective in ("allreduce", "broadcast", "reduce_scatter", "p2p"):
+        algorithm = ALGORITHMS[collective][0]
+        assert close(own.time(collective, algorithm, N, 4), MODEL.time(collective, algorithm, N, 4))
+    assert own.for_collective("allgather") == AlphaBeta(3 * A, B, G)
+    assert own.for_collective("allreduce") is own
+
+
+def test_a_broadcasts_own_alpha_also_sets_its_chain_segments():
+    # The chain's segment count is tuned to alpha: its own alpha must tune it.
+    base = AlphaBeta(1e-5, 1e-8)
+    own = AlphaBeta(1e-5, 1e-8, collective_alphas=(("broadcast", 1e-3),))
+    assert own.terms("broadcast", "chain", 10_000, 6) == AlphaBeta(1e-3, 1e-8).terms(
+        "broadcast", "chain", 10_000, 6
+    )
+    assert own.terms("broadcast", "chain", 10_000, 6) != base.terms("broadcast", "chain", 10_000, 6)
+
+
+def test_collective_alphas_come_back_from_json_lists_and_are_checked():
+    # A saved calibration stores the pairs as JSON lists.
+    loaded = AlphaBeta(A, B, collective_alphas=[["allgather", 2e-4]])  # type: ignore[arg-type]
+    assert loaded == AlphaBeta(A, B, collective_alphas=(("allgather", 2e-4),))
+    hash(loaded)
+    with pytest.raises(ValueError, match="accepted: .*allgather"):
+        AlphaBeta(A, B, collective_alphas=(("all_gather", 2e-4),))
+    with pytest.raises(ValueError, match="alpha of allgather"):
+        AlphaBeta(A, B, collective_alphas=(("allgather", -1.0),))

@@ -140,3 +140,34 @@ def test_simulate_command_runs_zero(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert stage1["strategy"] == "zero1" and "zero stage 1, none" in capsys.readouterr().out
     assert onebit["wire_bytes"] < stage1["wire_bytes"] / 2
     assert onebit["iteration_time_s"] < stage1["iteration_time_s"]
+
+
+def test_gathers_are_priced_with_the_all_gathers_own_alpha() -> None:
+    # Stage 1 on 4 ranks: 2 all-reduces and 2 all-gathers of one block each per step, all
+    # exposed. An all-gather's own alpha (3 messages each) moves the step by exactly its share.
+    link = AlphaBeta(alpha_s=0.01, beta_s_per_byte=1e-6)
+    own = AlphaBeta(alpha_s=0.01, beta_s_per_byte=1e-6, collective_alphas=(("allgather", 0.05),))
+    messages = link.terms("allgather", "ring", 4 * MB, 4).messages
+    assert _period(1, own, 4) - _period(1, link, 4) == pytest.approx(2 * messages * 0.04)
+
+
+def test_simulate_takes_the_all_gathers_alpha_from_a_calibration(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import torch
+
+    from cadence.comm.calibrate import Calibration
+
+    profile = tmp_path / "cnn.json"
+    zoo_profile("cnn").save(profile)
+    args = ["simulate", "--model", "cnn", "--profile", str(profile), "--workers", "4"]
+    args += ["--optimizer", "none", "--strategy", "zero", "--zero-stage", "3"]
+    times = []
+    for name, alphas in (("one", ()), ("own", (("allgather", 5e-3),))):
+        link = AlphaBeta(alpha_s=1e-3, beta_s_per_byte=1e-6, collective_alphas=alphas)
+        Calibration(link, 4, "gloo", 1, "regimes", (), torch.__version__).save(tmp_path / name)
+        out = tmp_path / f"{name}.out.json"
+        assert main([*args, "--calibration", str(tmp_path / name), "--json", str(out)]) == 0
+        times.append(json.loads(out.read_text())["iteration_time_s"])
+    assert "allgather alpha 5000 us" in capsys.readouterr().out
+    assert times[1] > times[0]  # stage 3 gathers every block: each pays the larger alpha

@@ -101,7 +101,10 @@ class Calibration:
         lines = [
             f"alpha {self.model.alpha_s * 1e6:.2f} us, beta {self.model.beta_s_per_byte * 1e9:.4f}"
             f" ns/B ({1e-9 / max(self.model.beta_s_per_byte, 1e-30):.2f} GB/s), "
-            f"world {self.world_size}, {self.backend}",
+            f"world {self.world_size}, {self.backend}"
+            + "".join(
+                f"; {c} alpha {a * 1e6:.2f} us" for c, a in self.model.collective_alphas
+            ),
             f"{'collective':<11}{'bytes':>10}{'measured ms':>13}{'predicted ms':>14}{'error':>8}",
         ]
         for r in self.rows:
@@ -337,6 +340,28 @@ def fit_latency(
     return replace(model, alpha_s=max(0.0, float(np.median(per_message))))
 
 
+def with_collective_alphas(
+    model: AlphaBeta,
+    collectives: Sequence[str],
+    sizes: Sequence[int],
+    seconds: Sequence[float],
+    world_size: int,
+) -> AlphaBeta:
+    """`model` with an alpha of their own for `collectives` (torch.distributed names, timed at
+    `sizes` each, `seconds` collective by collective), fitted by `fit_latency`; one with no
+    latency-bound size keeps the model's alpha. All-reduce's own alpha stays `alpha_s`."""
+    pairs = []
+    for i, collective in enumerate(c for c in collectives if c != FITTED):
+        name, algorithm = MODEL_OF[collective]
+        times = seconds[i * len(sizes) : (i + 1) * len(sizes)]
+        try:
+            own = fit_latency(model, name, algorithm, sizes, times, world_size)
+        except ValueError:
+            continue
+        pairs.append((name, own.alpha_s))
+    return replace(model, collective_alphas=tuple(pairs))
+
+
 def calibrate(
     sizes: Sequence[int] = DEFAULT_SIZES,
     repeats: int = 7,
@@ -344,11 +369,15 @@ def calibrate(
     collectives: Sequence[str] = (FITTED,),
     objective: str = "regimes",
     drain_bytes: int = 0,
+    alpha_per_collective: bool = True,
 ) -> Calibration:
     """Time `collectives` at `sizes` on the current process group and fit alpha, beta.
 
     Call it on every rank (it issues collectives). `all_reduce` is always measured: the fit
-    uses it. Rows of other collectives show how well the fit predicts them.
+    uses it. With `alpha_per_collective`, every other collective timed gets an alpha of its own
+    (`fit_latency` on its latency-bound sizes, beta kept; `AlphaBeta.collective_alphas`), which
+    the simulator then uses for that collective; a collective with no latency-bound size keeps
+    all-reduce's. Without it, rows of other collectives show how far all-reduce's fit carries.
 
     `drain_bytes`: on links shaped by a token bucket (the emulated cluster's tbf), run an
     untimed all-reduce of this many bytes (twice the bucket: every rank sends at least the
@@ -369,6 +398,8 @@ def calibrate(
     order = [FITTED] + [c for c in collectives if c != FITTED]
     seconds = [t for c in order for t in measure_s(c, sizes, repeats, warmup, drain_bytes)]
     model = fit(sizes, seconds[: len(sizes)], world_size, objective)
+    if alpha_per_collective:
+        model = with_collective_alphas(model, order[1:], sizes, seconds[len(sizes) :], world_size)
     rows = []
     for i, (collective, nbytes) in enumerate((c, n) for c in order for n in sizes):
         name, algorithm = MODEL_OF[collective]

@@ -10,7 +10,7 @@ all-to-all: each rank's block is n / p), so one `n` compares algorithms of the s
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # collective -> accepted algorithms (the first is the default gloo/MPI choice on CPU, except
 # that gloo's own broadcast is "binomial_eager": see `_eager_binomial_paths`).
@@ -109,6 +109,11 @@ class AlphaBeta:
     then forwards it (gloo's broadcast tree, "binomial_eager") sends up to this many bytes at
     once, from the tokens its link gathered while it waited. The call's first hop pays every
     byte: it starts on a busy link, as in a stream of calls or after a drain. 0: no bucket."""
+    collective_alphas: tuple[tuple[str, float], ...] = ()
+    """(collective, alpha in seconds) pairs that replace `alpha_s` for those collectives (names
+    as in `ALGORITHMS`). A gloo call's fixed cost per message differs by collective (the
+    software around the messages); `calibrate()` fits all-gather's and broadcast's here when
+    it times them. Empty: `alpha_s` prices every collective's messages."""
 
     def __post_init__(self) -> None:
         for name in ("alpha_s", "beta_s_per_byte", "gamma_s_per_byte", "burst_bytes"):
@@ -117,6 +122,25 @@ class AlphaBeta:
                 raise ValueError(f"{name} must be finite and >= 0, got {value}")
         if self.burst_bytes and not self.overlap:
             raise ValueError("burst_bytes needs overlap=True: a serialising link has no bucket")
+        # Saved models come back from JSON as lists: keep the field hashable either way.
+        pairs = tuple((str(c), float(a)) for c, a in self.collective_alphas)
+        object.__setattr__(self, "collective_alphas", pairs)
+        for collective, alpha in pairs:
+            if collective not in ALGORITHMS:
+                accepted = ", ".join(ALGORITHMS)
+                raise ValueError(f"unknown collective {collective!r}; accepted: {accepted}")
+            if not (math.isfinite(alpha) and alpha >= 0):
+                raise ValueError(f"alpha of {collective} must be finite and >= 0, got {alpha}")
+
+    def alpha_for(self, collective: str) -> float:
+        """Seconds per message of `collective`: its own alpha if it has one, else `alpha_s`."""
+        return dict(self.collective_alphas).get(collective, self.alpha_s)
+
+    def for_collective(self, collective: str) -> AlphaBeta:
+        """This model with `collective`'s alpha as `alpha_s` (itself when it has none)."""
+        if collective not in dict(self.collective_alphas):
+            return self
+        return replace(self, alpha_s=self.alpha_for(collective), collective_alphas=())
 
     @classmethod
     def from_bandwidth(cls, bandwidth_bps: float, alpha_s: float = 0.0) -> AlphaBeta:
@@ -133,6 +157,11 @@ class AlphaBeta:
         every other count is a function of (n, p) alone.
         """
         _check(collective, algorithm, nbytes, world_size)
+        if self.collective_alphas:  # the chain's segments and the eager tree's path use alpha
+            return self.for_collective(collective)._terms(collective, algorithm, nbytes, world_size)
+        return self._terms(collective, algorithm, nbytes, world_size)
+
+    def _terms(self, collective: str, algorithm: str, nbytes: int, world_size: int) -> Terms:
         n, p = float(nbytes), world_size
         if p == 1:
             return Terms(0.0, 0.0, 0.0)
@@ -194,4 +223,5 @@ class AlphaBeta:
 
         Collectives and algorithms are listed in `ALGORITHMS`; anything else is a ValueError.
         """
-        return self._cost(self.terms(collective, algorithm, nbytes, world_size))
+        model = self.for_collective(collective)
+        return model._cost(model.terms(collective, algorithm, nbytes, world_size))

@@ -93,7 +93,8 @@ def make_setup(
         from cadence.comm.calibrate import Calibration
 
         link = Calibration.load(calibration).model
-        net = f"calibrated link ({calibration})"
+        own = "".join(f", {c} alpha {a * 1e6:.0f} us" for c, a in link.collective_alphas)
+        net = f"calibrated link ({calibration}{own})"
     else:
         link = AlphaBeta.from_bandwidth(bps * payload_fraction, alpha_s=latency_s)
         net = f"{format_bandwidth(bps)} links" + (

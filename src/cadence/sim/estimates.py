@@ -106,7 +106,7 @@ def ps_estimate(
     share = [pb / max(1, sum(costs.param_bytes)) for pb in costs.param_bytes]
 
     def transfer_s(b: int) -> float:
-        return link.alpha_s + costs.param_bytes[b] * link.beta_s_per_byte * factor
+        return link.alpha_for("p2p") + costs.param_bytes[b] * link.beta_s_per_byte * factor
 
     order = list(range(nb)) if front_first else list(reversed(range(nb)))
     pulled = [0.0] * nb

@@ -267,7 +267,7 @@ def build_pipeline(
                 f"{action}>{peer}",
                 "activation" if forward else "gradient",
                 resources=(tx[s], rx[peer]),
-                duration_s=link.alpha_s,
+                duration_s=link.alpha_for("p2p"),
                 nbytes=nbytes,
                 deps=[last_task[s]],
                 worker=s,

@@ -59,7 +59,7 @@ def build_ps(
     def wire(w: int, nbytes: float) -> float:
         if colocated and w == workers - 1:
             return 0.0
-        return link.alpha_s + nbytes * link.beta_s_per_byte
+        return link.alpha_for("p2p") + nbytes * link.beta_s_per_byte
 
     total = options.warmup_iterations + iterations
     starts: list[int] = []
