@@ -424,10 +424,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_netem(sub)
     _add_profile(sub)
     from cadence.bench.cli import add_bench  # `cadence bench ...` lives in cadence.bench
-    from cadence.sim.cli import add_bench_sim, add_plan, add_simulate
+    from cadence.sim.cli import add_bench_sim, add_calibrate, add_plan, add_simulate
 
     add_simulate(sub)
     add_plan(sub)
+    add_calibrate(sub)
     add_bench_sim(add_bench(sub))
     models = sub.add_parser("models", help="list the model zoo")
     models.add_argument("--json", default=None, metavar="FILE")

@@ -1,4 +1,5 @@
-"""The simulator's commands: `cadence simulate`, `cadence plan dp` and `cadence bench sim`.
+"""The simulator's commands: `cadence simulate`, `cadence plan dp`, `cadence bench sim` and
+`cadence calibrate` (the measured link model `simulate --calibration` reads).
 
 Parsers only; the work is imported lazily so `cadence --help` stays fast.
 """
@@ -50,7 +51,8 @@ def _sim_arguments(p: Any, worker_list: bool = False) -> None:
         "--calibration",
         default=None,
         metavar="FILE",
-        help="fitted alpha-beta from a calibration JSON (overrides the two above)",
+        help="`cadence calibrate` JSON: the links' measured alpha-beta, each collective's own "
+        "alpha included (replaces --bandwidth, --latency and --payload-fraction)",
     )
     p.add_argument(
         "--profile",
@@ -232,3 +234,38 @@ def add_bench_sim(bsub: Any) -> None:
         "predictions by each strategy's measured runtime cost (default: none)",
     )
     p.set_defaults(func=_cmd_bench_sim)
+
+
+def add_calibrate(sub: Any) -> None:
+    """Register `cadence calibrate`."""
+    p = sub.add_parser(
+        "calibrate",
+        help="time gloo collectives on real or emulated links; save alpha-beta for simulate",
+        description="Time gloo's collectives at message sizes from 1 KB to 64 MB and fit the "
+        "alpha-beta model (`cadence simulate --calibration FILE`). Under torchrun it times the "
+        "cluster's own links; otherwise --workers processes on the loopback, or on emulated "
+        "hosts with --bandwidth (needs root).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--out", default="calibration.json", help="calibration JSON to write")
+    p.add_argument("--workers", type=int, default=2, help="ranks (not under torchrun)")
+    p.add_argument(
+        "--bandwidth", default="none", help="emulated link cap, e.g. 400mbit; none: loopback"
+    )
+    p.add_argument(
+        "--collectives", default="all_reduce,all_gather,broadcast",
+        help="comma-separated, from all_reduce, all_gather, broadcast (all-reduce always)",
+    )  # fmt: skip
+    p.add_argument(
+        "--sizes", default="1KB,4KB,16KB,64KB,256KB,1MB,4MB,16MB,64MB",
+        help="comma-separated message sizes",
+    )  # fmt: skip
+    p.add_argument("--repeats", type=int, default=5, help="timed rounds per size")
+    p.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
+    p.set_defaults(func=_cmd_calibrate)
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from cadence.comm.calibrate_command import calibrate_command
+
+    return calibrate_command(args)
