@@ -155,7 +155,9 @@ def _launch(config: CalibrateConfig, out: Path) -> int:
         run_workers_on_link(bps, config.workers, "cadence.comm._calibrate_worker",
                             [str(run_dir / "config.json")], run_dir, 1, timeout_s)  # fmt: skip
         calibration = Calibration.load(staged)
-    calibration.save(out)
+    partial = out.with_name(out.name + ".tmp")  # an interrupted write leaves the old file whole
+    calibration.save(partial)
+    partial.replace(out)
     print(calibration.table())
     print(f"wrote {out}")
     return 0
