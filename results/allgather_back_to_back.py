@@ -1,8 +1,12 @@
-"""gloo's 16 MB all-gather and all-reduce on 2 emulated hosts at 400mbit, timed call by call
-in blocks of 3 back-to-back calls, each block after a drained token bucket and a barrier (as
-`cadence.comm.calibrate.measure_s` times them): does a call's place in its block change it?
+"""gloo's all-gather and all-reduce (16 MB on 2 emulated hosts unless told otherwise) at
+400mbit, timed call by call in blocks of 3 back-to-back calls, each block after a drained
+token bucket and a barrier (as `cadence.comm.calibrate.measure_s` times them): does a call's
+place in its block change it?
 
     sudo python results/allgather_back_to_back.py > results/allgather-back-to-back.txt
+    sudo python results/allgather_back_to_back.py 4 64 > results/allgather-back-to-back-4hosts.txt
+
+The optional arguments are the hosts (default 2) and the message size in MB (default 16).
 
 Run from the repository root (the workers start as `python -m results.allgather_back_to_back`).
 Hosts are pinned to one processor each and gloo's I/O thread runs under SCHED_IDLE, as in
@@ -24,7 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-NBYTES = 16 << 20
+HOSTS = int(os.environ.get("AG_HOSTS", "2"))
+NBYTES = int(os.environ.get("AG_MB", "16")) << 20  # the workers read both from the environment
 CALLS, BLOCKS = 3, 8
 BANDWIDTH_BPS = 400e6
 WMEM_MAX = (4 << 20, 1 << 20, 256 << 10)  # bytes
@@ -79,7 +84,7 @@ def main() -> None:
     for wmem in WMEM_MAX:
         print(f"== hosts' TCP send buffer at most {wmem >> 10} KB", flush=True)
         with tempfile.TemporaryDirectory() as tmp, cleanup_on_signals(), EmulatedCluster(
-            2, BANDWIDTH_BPS
+            HOSTS, BANDWIDTH_BPS
         ) as cluster:
             for host in cluster.hosts:
                 subprocess.run([*cluster.exec_prefix(host.index), "sysctl", "-q", "-w",
@@ -95,8 +100,9 @@ def main() -> None:
                       for h in cluster.hosts]  # fmt: skip
             stats = {label: tbf_counters(ns, dev) for ns, dev, label in links}
         for name, flat in agreed.items():
-            link_ms = wire.time(*model[name], NBYTES, 2) * 1e3
-            print(f"{name} of {NBYTES >> 20} MB on 2 hosts at 400mbit, link time {link_ms:.1f} ms")
+            link_ms = wire.time(*model[name], NBYTES, HOSTS) * 1e3
+            print(f"{name} of {NBYTES >> 20} MB on {HOSTS} hosts at 400mbit, link time "
+                  f"{link_ms:.1f} ms")  # fmt: skip
             print(f"  block  {'  '.join(f'call {i + 1:<3}' for i in range(CALLS))}  (ms)")
             for b in range(BLOCKS):
                 calls = flat[b * CALLS : (b + 1) * CALLS]
@@ -127,4 +133,7 @@ if __name__ == "__main__":
         worker(Path(sys.argv[2]))
     else:
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+        if sys.argv[1:]:  # hosts and MB, passed on to the workers through the environment
+            os.environ["AG_HOSTS"], os.environ["AG_MB"] = sys.argv[1], sys.argv[2]
+            HOSTS, NBYTES = int(sys.argv[1]), int(sys.argv[2]) << 20
         main()
