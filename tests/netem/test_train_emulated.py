@@ -51,6 +51,10 @@ def test_failed_emulated_run_leaves_no_namespace(tmp_path):
     assert _cadence_namespaces() == before
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @needs_netem
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, None)])
 def test_interrupted_emulated_run_leaves_no_namespace(tmp_path, sig, code):
@@ -60,6 +64,9 @@ def test_interrupted_emulated_run_leaves_no_namespace(tmp_path, sig, code):
         [sys.executable, "-m", "cadence", "train", "--model", "mlp", "--steps", "100000",
          "--emulate-bandwidth", "1gbit", "--out", str(tmp_path)],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # As from a terminal: a suite started in the background of a non-interactive shell
+        # inherits SIGINT ignored, and the run would then never see the Ctrl-C sent below.
+        preexec_fn=_default_sigint,
     )
     deadline = time.monotonic() + 60
     while not (_cadence_namespaces() - before) and time.monotonic() < deadline:
