@@ -83,9 +83,9 @@ def test_other_collectives_get_alphas_of_their_own_from_their_latency_bound_size
     sizes = [1 << 10, 1 << 12, 64 << 20]
     gather = [AlphaBeta(150e-6, 20e-9).time("allgather", "ring", n, 4) for n in sizes]
     wire_only = [AlphaBeta(0.0, 20e-9).time("broadcast", "binomial_eager", n, 4) for n in sizes]
-    got = with_collective_alphas(
-        base, ["all_gather", "broadcast"], sizes, [*gather, *wire_only], 4
-    )
+    timed = {"all_gather": list(zip(sizes, gather, strict=True)),
+             "broadcast": list(zip(sizes, wire_only, strict=True))}  # fmt: skip
+    got = with_collective_alphas(base, timed, 4)
     assert dict(got.collective_alphas) == {"allgather": pytest.approx(150e-6)}
     assert got.alpha_s == base.alpha_s and got.beta_s_per_byte == base.beta_s_per_byte
     assert got.time("allgather", "ring", 1 << 10, 4) == pytest.approx(gather[0])

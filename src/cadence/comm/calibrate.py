@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -341,21 +341,20 @@ def fit_latency(
 
 
 def with_collective_alphas(
-    model: AlphaBeta,
-    collectives: Sequence[str],
-    sizes: Sequence[int],
-    seconds: Sequence[float],
-    world_size: int,
+    model: AlphaBeta, timed: Mapping[str, Sequence[tuple[int, float]]], world_size: int
 ) -> AlphaBeta:
-    """`model` with an alpha of their own for `collectives` (torch.distributed names, timed at
-    `sizes` each, `seconds` collective by collective), fitted by `fit_latency`; one with no
-    latency-bound size keeps the model's alpha. All-reduce's own alpha stays `alpha_s`."""
+    """`model` with an alpha of their own (`AlphaBeta.collective_alphas`) for the collectives
+    in `timed` (torch.distributed name -> (bytes, seconds) of its calls), each fitted by
+    `fit_latency`; one with no latency-bound size keeps the model's alpha. All-reduce's own
+    alpha stays `alpha_s`."""
     pairs = []
-    for i, collective in enumerate(c for c in collectives if c != FITTED):
+    for collective, points in timed.items():
+        if collective == FITTED:
+            continue
         name, algorithm = MODEL_OF[collective]
-        times = seconds[i * len(sizes) : (i + 1) * len(sizes)]
+        sizes, seconds = [n for n, _ in points], [t for _, t in points]
         try:
-            own = fit_latency(model, name, algorithm, sizes, times, world_size)
+            own = fit_latency(model, name, algorithm, sizes, seconds, world_size)
         except ValueError:
             continue
         pairs.append((name, own.alpha_s))
@@ -399,7 +398,9 @@ def calibrate(
     seconds = [t for c in order for t in measure_s(c, sizes, repeats, warmup, drain_bytes)]
     model = fit(sizes, seconds[: len(sizes)], world_size, objective)
     if alpha_per_collective:
-        model = with_collective_alphas(model, order[1:], sizes, seconds[len(sizes) :], world_size)
+        timed = {c: list(zip(sizes, seconds[i * len(sizes) : (i + 1) * len(sizes)], strict=True))
+                 for i, c in enumerate(order)}  # fmt: skip
+        model = with_collective_alphas(model, timed, world_size)
     rows = []
     for i, (collective, nbytes) in enumerate((c, n) for c in order for n in sizes):
         name, algorithm = MODEL_OF[collective]
