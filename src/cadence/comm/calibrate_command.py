@@ -18,7 +18,6 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from cadence.comm.calibrate import DEFAULT_SIZES, MODEL_OF, calls_per_round
 from cadence.errors import UserError
@@ -95,7 +94,7 @@ class CalibrateConfig:
 
 def calibrate_command(args: argparse.Namespace) -> int:
     """Parse, run on the chosen links, print the table and write `--out`."""
-    from cadence.bench.collectives import parse_sizes
+    from cadence.bench.collectives import _check_writable, parse_sizes
     from cadence.launch import torchrun_env_present
 
     collectives = tuple(c.strip() for c in args.collectives.split(",") if c.strip())
@@ -148,31 +147,15 @@ def _launch(config: CalibrateConfig, out: Path) -> int:
     )
     with tempfile.TemporaryDirectory(prefix="cadence-calibrate-") as tmp:
         run_dir = Path(tmp)
-        staged = run_dir / "calibration.json"
-        (run_dir / "config.json").write_text(json.dumps(_config_dict(config, staged)))
+        # Rank 0 writes --out itself (through a temporary file); the path is absolute because
+        # the workers need not share this process's working directory.
+        worker_config = {**asdict(config), "out": str(out.resolve())}
+        (run_dir / "config.json").write_text(json.dumps(worker_config))
         # Only a hung run reaches this: the links' floor, many times over, plus start-up.
         timeout_s = 300 + 20 * link_s
         run_workers_on_link(bps, config.workers, "cadence.comm._calibrate_worker",
                             [str(run_dir / "config.json")], run_dir, 1, timeout_s)  # fmt: skip
-        calibration = Calibration.load(staged)
-    partial = out.with_name(out.name + ".tmp")  # an interrupted write leaves the old file whole
-    calibration.save(partial)
-    partial.replace(out)
-    print(calibration.table())
+    print(Calibration.load(out).table())
     print(f"wrote {out}")
     return 0
 
-
-def _config_dict(config: CalibrateConfig, staged: Path) -> dict[str, Any]:
-    return {**asdict(config), "out": str(staged)}
-
-
-def _check_writable(path: Path) -> None:
-    """A one-line error before minutes of timing, not a lost calibration after them."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        probe = path.with_name(path.name + ".write-test")
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as exc:
-        raise UserError(f"cannot write --out '{path}': {exc.strerror or exc}") from None
