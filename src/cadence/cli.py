@@ -112,6 +112,7 @@ def _cmd_netem(args: argparse.Namespace) -> int:
         data = netem.netem_up(
             args.hosts, netem.parse_bandwidth(args.bandwidth),
             priority_classes=args.priority_classes,
+            congestion_control=args.congestion_control,
         ).to_json()  # fmt: skip
     elif args.netem_cmd == "down":
         netem.netem_down(args.cluster, all=args.all)
@@ -376,6 +377,11 @@ def _add_netem(sub: Any) -> None:
         "--priority-classes", type=int, default=0, metavar="N",
         help="N (2-4) htb priority classes on every port, by the TOS byte the parameter "
         "server's channels mark (default 0: one tbf per port)",
+    )  # fmt: skip
+    up.add_argument(
+        "--congestion-control", default="cubic", metavar="NAME",
+        help="TCP congestion control of every host (default cubic, Linux's default; "
+        "e.g. bbr or reno: what the kernel offers)",
     )  # fmt: skip
     up.add_argument("--json", default=None, metavar="FILE")
     down = nsub.add_parser("down", help="remove an emulated cluster")

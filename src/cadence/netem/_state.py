@@ -60,6 +60,9 @@ class ClusterInfo:
     """True when left running on purpose (``cadence netem up``); never auto-removed."""
     priority_classes: int = 0
     """TOS-based priority classes on every port (0: none, one tbf per port)."""
+    congestion_control: str = ""
+    """TCP congestion control of every host (empty: the machine's default, as in state files
+    written before the cluster set one)."""
     present_namespaces: tuple[str, ...] = field(default=())
     """Namespaces of the cluster that exist right now (filled in by ``list_clusters``)."""
 
@@ -100,6 +103,7 @@ class ClusterInfo:
             created=float(data.get("created", 0.0)),
             persistent=bool(data.get("persistent", False)),
             priority_classes=int(data.get("priority_classes", 0)),
+            congestion_control=str(data.get("congestion_control", "")),
             present_namespaces=tuple(data.get("present_namespaces", ())),
         )
 

@@ -17,6 +17,11 @@ from types import FrameType, TracebackType
 from cadence.errors import UserError
 from cadence.netem import _iproute, _state, priority, registry
 from cadence.netem._bandwidth import link_bucket_bytes
+from cadence.netem._congestion import (
+    DEFAULT_CONGESTION_CONTROL,
+    check_congestion_control,
+    set_congestion_control,
+)
 from cadence.netem._state import ClusterInfo
 
 MAX_HOSTS = 200
@@ -99,6 +104,10 @@ class EmulatedCluster:
     veth speed (a 16 KB message in 0.02 ms where 400mbit serialises it in 0.33 ms), which no
     real link does. The price is one packet per frame through every qdisc (more CPU), which
     is why only `cadence bench collectives` offers it (`--link-bucket frames`, off by default).
+
+    ``congestion_control`` is the TCP congestion control every host runs (cubic, Linux's
+    default, unless told): a namespace would otherwise take this machine's default, and BBR's
+    (`cadence.netem._congestion`) stalls long transfers every 10 s.
     """
 
     def __init__(
@@ -109,6 +118,7 @@ class EmulatedCluster:
         persistent: bool = False,
         priority_classes: int = 0,
         frame_bucket: bool = False,
+        congestion_control: str = DEFAULT_CONGESTION_CONTROL,
     ) -> None:
         if not 1 <= hosts <= MAX_HOSTS:
             raise UserError(f"bad host count {hosts}: use 1 to {MAX_HOSTS}")
@@ -119,8 +129,10 @@ class EmulatedCluster:
             raise UserError("priority classes need a bandwidth cap (e.g. --bandwidth 400mbit)")
         if frame_bucket and priority_classes:
             raise UserError("a frame-sized token bucket shapes with tbf: no priority classes")
+        check_congestion_control(congestion_control)
         self.priority_classes = priority_classes
         self.frame_bucket = frame_bucket
+        self.congestion_control = congestion_control
         cluster_id = name if name is not None else secrets.token_hex(3)
         if not _ID_PATTERN.match(cluster_id):
             raise UserError(f"bad cluster name {cluster_id!r}: use 1-12 of a-z, 0-9")
@@ -148,6 +160,7 @@ class EmulatedCluster:
             info.bandwidth_bps,
             name=info.cluster_id,
             priority_classes=info.priority_classes,
+            congestion_control=info.congestion_control or DEFAULT_CONGESTION_CONTROL,
         )
         cluster.persistent = info.persistent
         cluster._owner = False
@@ -172,6 +185,7 @@ class EmulatedCluster:
             created=self._created,
             persistent=self.persistent,
             priority_classes=self.priority_classes,
+            congestion_control=self.congestion_control,
         )
 
     def up(self) -> None:
@@ -202,6 +216,7 @@ class EmulatedCluster:
         for host in self.hosts:
             port = f"h{host.index}"
             _iproute.add_namespace(host.namespace)
+            set_congestion_control(host.namespace, self.congestion_control)
             # Both ends are created directly in their namespaces: no name clash in ours.
             run(["ip", "link", "add", "name", host.iface, "netns", host.namespace,
                  "type", "veth", "peer", "name", port, "netns", sw])  # fmt: skip

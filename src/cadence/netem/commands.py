@@ -11,13 +11,14 @@ import time
 from cadence.errors import UserError
 from cadence.netem import _iproute, registry
 from cadence.netem._bandwidth import format_bandwidth
+from cadence.netem._congestion import DEFAULT_CONGESTION_CONTROL
 from cadence.netem._state import ClusterInfo
 from cadence.netem.cluster import EmulatedCluster, cleanup_on_signals
 from cadence.netem.probe import ProbeResult, probe_bandwidth
 
 
 def describe(info: ClusterInfo) -> str:
-    """One line about a cluster, e.g. ``3f9a1c  4 hosts  400mbit  persistent  up``."""
+    """One line about a cluster, e.g. ``3f9a1c  4 hosts  400mbit  tcp cubic  persistent  up``."""
     expected = len(info.host_namespaces) + 1
     if len(info.present_namespaces) == expected:
         health = "up"
@@ -27,6 +28,8 @@ def describe(info: ClusterInfo) -> str:
     stale = "  STALE (owner gone)" if info.stale else ""
     if info.priority_classes:
         kind = f"{info.priority_classes} priority classes  {kind}"
+    if info.congestion_control:
+        kind = f"tcp {info.congestion_control}  {kind}"
     age = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.created)) if info.created else "?"
     return (
         f"{info.cluster_id}  {len(info.host_namespaces)} hosts  "
@@ -35,14 +38,20 @@ def describe(info: ClusterInfo) -> str:
 
 
 def netem_up(
-    hosts: int, bandwidth_bps: float, echo: bool = True, priority_classes: int = 0
+    hosts: int,
+    bandwidth_bps: float,
+    echo: bool = True,
+    priority_classes: int = 0,
+    congestion_control: str = DEFAULT_CONGESTION_CONTROL,
 ) -> ClusterInfo:
     """Create a persistent cluster that outlives this process (remove with ``netem_down``);
-    ``priority_classes`` > 0 installs that many TOS priority classes on every port."""
+    ``priority_classes`` > 0 installs that many TOS priority classes on every port, and every
+    host runs TCP with ``congestion_control``."""
     _iproute.check_netem_available()
     cluster = EmulatedCluster(
-        hosts, bandwidth_bps, persistent=True, priority_classes=priority_classes
-    )
+        hosts, bandwidth_bps, persistent=True, priority_classes=priority_classes,
+        congestion_control=congestion_control,
+    )  # fmt: skip
     with cleanup_on_signals():
         cluster.up()
     info = next(i for i in registry.list_clusters() if i.cluster_id == cluster.cluster_id)

@@ -1,0 +1,34 @@
+"""Naming the emulated hosts' TCP congestion control: checks that need no root."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cadence.errors import UserError
+from cadence.netem import EmulatedCluster
+from cadence.netem._congestion import check_congestion_control, with_allowed
+
+AVAILABLE = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+
+
+def test_with_allowed_appends_only_what_is_missing() -> None:
+    assert with_allowed(("reno", "bbr"), "cubic") == ("reno", "bbr", "cubic")
+    assert with_allowed(("reno", "cubic"), "cubic") == ("reno", "cubic")
+
+
+@pytest.mark.parametrize("name", ["vegasx", "cubic; reboot", "", "BBR"])
+def test_a_control_the_kernel_lacks_is_one_line_naming_what_it_offers(name: str) -> None:
+    if not AVAILABLE.exists():
+        pytest.skip("no /proc/sys/net/ipv4 on this machine")
+    offers = r"bad TCP congestion control .*: this kernel offers .*reno"
+    with pytest.raises(UserError, match=offers):
+        EmulatedCluster(2, 400e6, congestion_control=name)
+
+
+def test_what_the_kernel_offers_passes() -> None:
+    if not AVAILABLE.exists():
+        pytest.skip("no /proc/sys/net/ipv4 on this machine")
+    for name in AVAILABLE.read_text().split():
+        check_congestion_control(name)
