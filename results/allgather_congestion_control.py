@@ -1,8 +1,8 @@
 """gloo's all-gather on emulated hosts at 400mbit under each TCP congestion control: 16 MB on 2
 hosts (8 blocks of 3 back-to-back calls) and 64 MB on 4 hosts (40 calls, one per block), each
 block after a drained token bucket and a barrier, as `cadence.comm.calibrate.measure_s` times
-them. Shows why `EmulatedCluster` names the hosts' congestion control (cubic by default)
-instead of leaving them this machine's default (BBR here).
+them. Shows what BBR, the hosts' default (`EmulatedCluster(congestion_control=...)`), costs
+the all-gather against cubic: PROBE_RTT stalls.
 
     sudo python results/allgather_congestion_control.py > results/allgather-congestion-control.txt
 

@@ -18,16 +18,18 @@ def test_with_allowed_appends_only_what_is_missing() -> None:
     assert with_allowed(("reno", "cubic"), "cubic") == ("reno", "cubic")
 
 
-@pytest.mark.parametrize("name", ["vegasx", "cubic; reboot", "", "BBR"])
-def test_a_control_the_kernel_lacks_is_one_line_naming_what_it_offers(name: str) -> None:
+@pytest.mark.parametrize("name", ["cubic; reboot", "", "BBR", "x" * 17])
+def test_a_name_no_congestion_control_has_is_one_line_naming_what_the_machine_offers(
+    name: str,
+) -> None:
+    offers = r"bad TCP congestion control .*: this machine offers .*reno"
     if not AVAILABLE.exists():
-        pytest.skip("no /proc/sys/net/ipv4 on this machine")
-    offers = r"bad TCP congestion control .*: this kernel offers .*reno"
+        offers = r"bad TCP congestion control"
     with pytest.raises(UserError, match=offers):
         EmulatedCluster(2, 400e6, congestion_control=name)
 
 
-def test_what_the_kernel_offers_passes() -> None:
+def test_the_names_the_kernel_offers_pass() -> None:
     if not AVAILABLE.exists():
         pytest.skip("no /proc/sys/net/ipv4 on this machine")
     for name in AVAILABLE.read_text().split():

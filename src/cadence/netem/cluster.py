@@ -105,9 +105,9 @@ class EmulatedCluster:
     real link does. The price is one packet per frame through every qdisc (more CPU), which
     is why only `cadence bench collectives` offers it (`--link-bucket frames`, off by default).
 
-    ``congestion_control`` is the TCP congestion control every host runs (cubic, Linux's
-    default, unless told): a namespace would otherwise take this machine's default, and BBR's
-    (`cadence.netem._congestion`) stalls long transfers every 10 s.
+    ``congestion_control`` is the TCP congestion control every host runs (BBR unless told):
+    a namespace would otherwise take this machine's default, and BBR shares the FIFO ports
+    fairly, as the simulator assumes (`cadence.netem._congestion` has the measurements).
     """
 
     def __init__(
