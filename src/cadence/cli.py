@@ -379,9 +379,9 @@ def _add_netem(sub: Any) -> None:
         "server's channels mark (default 0: one tbf per port)",
     )  # fmt: skip
     up.add_argument(
-        "--congestion-control", default="bbr", metavar="NAME",
-        help="TCP congestion control of every host (default bbr: it shares the emulated "
-        "FIFO ports fairly; e.g. cubic, Linux's default, or reno)",
+        "--congestion-control", default=None, metavar="NAME",
+        help="TCP congestion control of every host (default bbr, which shares the emulated "
+        "FIFO ports fairly, or $CADENCE_NETEM_CONGESTION_CONTROL; e.g. cubic or reno)",
     )  # fmt: skip
     up.add_argument("--json", default=None, metavar="FILE")
     down = nsub.add_parser("down", help="remove an emulated cluster")

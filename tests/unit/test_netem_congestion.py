@@ -18,7 +18,7 @@ def test_with_allowed_appends_only_what_is_missing() -> None:
     assert with_allowed(("reno", "cubic"), "cubic") == ("reno", "cubic")
 
 
-@pytest.mark.parametrize("name", ["cubic; reboot", "", "BBR", "x" * 17])
+@pytest.mark.parametrize("name", ["cubic; reboot", "BBR", "x" * 17])
 def test_a_name_no_congestion_control_has_is_one_line_naming_what_the_machine_offers(
     name: str,
 ) -> None:
@@ -34,3 +34,14 @@ def test_the_names_the_kernel_offers_pass() -> None:
         pytest.skip("no /proc/sys/net/ipv4 on this machine")
     for name in AVAILABLE.read_text().split():
         check_congestion_control(name)
+
+
+def test_bbr_unless_named_or_set_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CADENCE_NETEM_CONGESTION_CONTROL", raising=False)
+    assert EmulatedCluster(2, 400e6).congestion_control == "bbr"
+    assert EmulatedCluster(2, 400e6, congestion_control="reno").congestion_control == "reno"
+    monkeypatch.setenv("CADENCE_NETEM_CONGESTION_CONTROL", "cubic")
+    assert EmulatedCluster(2, 400e6).congestion_control == "cubic"
+    monkeypatch.setenv("CADENCE_NETEM_CONGESTION_CONTROL", "no such")
+    with pytest.raises(UserError, match="bad TCP congestion control 'no such'"):
+        EmulatedCluster(2, 400e6)

@@ -24,7 +24,7 @@ from cadence.comm.local_copy import LocalCopyTimes
 from cadence.errors import UserError
 from cadence.netem import format_bandwidth
 from cadence.netem._bandwidth import link_bucket_bytes
-from cadence.netem._congestion import DEFAULT_CONGESTION_CONTROL
+from cadence.netem._congestion import default_congestion_control
 
 SUPPORTED = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
 DEFAULT_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
@@ -430,7 +430,7 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
         "command": command,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"host": platform.node(), "cpus": os.cpu_count(), "system": platform.platform(),
-                    "hosts_tcp_congestion_control": DEFAULT_CONGESTION_CONTROL},  # fmt: skip
+                    "hosts_tcp_congestion_control": default_congestion_control()},  # fmt: skip
         "torch_version": raw["torch_version"],
         "config": asdict(config),
         "calibration": {

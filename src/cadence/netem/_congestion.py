@@ -21,6 +21,7 @@ link of the ring idles for most of an 8 MB half of gloo's 64 MB all-gather on 4 
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from cadence.errors import UserError
 from cadence.netem import _iproute
 
 DEFAULT_CONGESTION_CONTROL = "bbr"
+ENV_VAR = "CADENCE_NETEM_CONGESTION_CONTROL"
 _SYSCTL = Path("/proc/sys/net/ipv4")
 _NAME = re.compile(r"^[a-z0-9_]{1,16}$")
 
@@ -45,6 +47,13 @@ def _unavailable(name: str) -> UserError:
         f"bad TCP congestion control {name!r}: this machine offers {offered} "
         "(--congestion-control picks one)"
     )
+
+
+def default_congestion_control() -> str:
+    """What a cluster's hosts run when the caller names nothing: $CADENCE_NETEM_CONGESTION_CONTROL
+    if set (so any command that builds a cluster, `cadence bench dp` included, can run under
+    another), else BBR."""
+    return os.environ.get(ENV_VAR) or DEFAULT_CONGESTION_CONTROL
 
 
 def with_allowed(allowed: tuple[str, ...], name: str) -> tuple[str, ...]:

@@ -18,8 +18,8 @@ from cadence.errors import UserError
 from cadence.netem import _iproute, _state, priority, registry
 from cadence.netem._bandwidth import link_bucket_bytes
 from cadence.netem._congestion import (
-    DEFAULT_CONGESTION_CONTROL,
     check_congestion_control,
+    default_congestion_control,
     set_congestion_control,
 )
 from cadence.netem._state import ClusterInfo
@@ -105,7 +105,8 @@ class EmulatedCluster:
     real link does. The price is one packet per frame through every qdisc (more CPU), which
     is why only `cadence bench collectives` offers it (`--link-bucket frames`, off by default).
 
-    ``congestion_control`` is the TCP congestion control every host runs (BBR unless told):
+    ``congestion_control`` is the TCP congestion control every host runs (BBR unless told, or
+    $CADENCE_NETEM_CONGESTION_CONTROL):
     a namespace would otherwise take this machine's default, and BBR shares the FIFO ports
     fairly, as the simulator assumes (`cadence.netem._congestion` has the measurements).
     """
@@ -118,7 +119,7 @@ class EmulatedCluster:
         persistent: bool = False,
         priority_classes: int = 0,
         frame_bucket: bool = False,
-        congestion_control: str = DEFAULT_CONGESTION_CONTROL,
+        congestion_control: str | None = None,
     ) -> None:
         if not 1 <= hosts <= MAX_HOSTS:
             raise UserError(f"bad host count {hosts}: use 1 to {MAX_HOSTS}")
@@ -129,10 +130,10 @@ class EmulatedCluster:
             raise UserError("priority classes need a bandwidth cap (e.g. --bandwidth 400mbit)")
         if frame_bucket and priority_classes:
             raise UserError("a frame-sized token bucket shapes with tbf: no priority classes")
-        check_congestion_control(congestion_control)
+        self.congestion_control = congestion_control or default_congestion_control()
+        check_congestion_control(self.congestion_control)
         self.priority_classes = priority_classes
         self.frame_bucket = frame_bucket
-        self.congestion_control = congestion_control
         cluster_id = name if name is not None else secrets.token_hex(3)
         if not _ID_PATTERN.match(cluster_id):
             raise UserError(f"bad cluster name {cluster_id!r}: use 1-12 of a-z, 0-9")
@@ -160,7 +161,7 @@ class EmulatedCluster:
             info.bandwidth_bps,
             name=info.cluster_id,
             priority_classes=info.priority_classes,
-            congestion_control=info.congestion_control or DEFAULT_CONGESTION_CONTROL,
+            congestion_control=info.congestion_control or None,
         )
         cluster.persistent = info.persistent
         cluster._owner = False

@@ -11,7 +11,6 @@ import time
 from cadence.errors import UserError
 from cadence.netem import _iproute, registry
 from cadence.netem._bandwidth import format_bandwidth
-from cadence.netem._congestion import DEFAULT_CONGESTION_CONTROL
 from cadence.netem._state import ClusterInfo
 from cadence.netem.cluster import EmulatedCluster, cleanup_on_signals
 from cadence.netem.probe import ProbeResult, probe_bandwidth
@@ -42,11 +41,11 @@ def netem_up(
     bandwidth_bps: float,
     echo: bool = True,
     priority_classes: int = 0,
-    congestion_control: str = DEFAULT_CONGESTION_CONTROL,
+    congestion_control: str | None = None,
 ) -> ClusterInfo:
     """Create a persistent cluster that outlives this process (remove with ``netem_down``);
     ``priority_classes`` > 0 installs that many TOS priority classes on every port, and every
-    host runs TCP with ``congestion_control``."""
+    host runs TCP with ``congestion_control`` (None: `default_congestion_control()`)."""
     _iproute.check_netem_available()
     cluster = EmulatedCluster(
         hosts, bandwidth_bps, persistent=True, priority_classes=priority_classes,
