@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cadence.comm.cost import AlphaBeta
+from cadence.comm.cost import GLOO_ALGORITHMS, AlphaBeta
 from cadence.comm.local_copy import LocalCopyTimes
 from cadence.errors import UserError
 from cadence.netem import format_bandwidth
@@ -35,7 +35,7 @@ LATENCY_SIZES: tuple[int, ...] = (2048, 8192)
 (`CollectivesBenchConfig.alpha_per_collective`), between the default sizes, so no benchmark
 row is a fitted point. A size whose wire term is over half its time is left out of the fit
 (`cadence.comm.calibrate.fit_latency`): on 2 hosts at 400mbit, broadcast's 8 KB."""
-# gloo collectives whose latency the calibration fits on their own calls (`_GLOO_MODEL` has
+# gloo collectives whose latency the calibration fits on their own calls (`GLOO_ALGORITHMS` has
 # their cost-model names); the others take all-reduce's.
 LATENCY_FITTED = ("all_gather", "broadcast")
 
@@ -47,17 +47,6 @@ OURS: dict[str, tuple[str, ...]] = {
     "all_gather": ("ring", "bruck"),
     "broadcast": ("binomial", "ring"),
     "all_to_all": ("pairwise",),
-}
-# gloo's CPU algorithm in cost-model terms. Its reduce-scatter all-reduces the whole input and
-# keeps one block, so it costs a ring all-reduce of the full vector. Its broadcast measures like
-# a flat one (the root sends p - 1 copies: 1.68 s for 64 MB at 1 gbit, 4 hosts, where binomial
-# predicts 1.07 s); the cost model has no flat broadcast yet, so binomial stands in.
-_GLOO_MODEL: dict[str, tuple[str, str]] = {
-    "all_reduce": ("allreduce", "ring"),
-    "reduce_scatter": ("allreduce", "ring"),
-    "all_gather": ("allgather", "ring"),
-    "broadcast": ("broadcast", "binomial_eager"),
-    "all_to_all": ("all_to_all", "pairwise"),
 }
 # cadence (collective, algorithm) -> cost model (collective, algorithm) where the names differ.
 _OURS_MODEL: dict[tuple[str, str], tuple[str, str]] = {
@@ -183,7 +172,7 @@ class CollectivesBenchConfig:
 def cost_key(collective: str, implementation: str, algorithm: str) -> tuple[str, str]:
     """The cost model's (collective, algorithm) that prices a measured variant."""
     if implementation == "gloo":
-        return _GLOO_MODEL[collective]
+        return GLOO_ALGORITHMS[collective]
     if (collective, algorithm) in _OURS_MODEL:
         return _OURS_MODEL[(collective, algorithm)]
     return _COST_NAME.get(collective, collective), algorithm

@@ -14,13 +14,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cadence.bench.collectives import (
-    _GLOO_MODEL,
     CollectivesBenchConfig,
     build_rows,
     gloo_local_s,
 )
 from cadence.comm.calibrate import fit, with_collective_alphas
-from cadence.comm.cost import AlphaBeta
+from cadence.comm.cost import GLOO_ALGORITHMS, AlphaBeta
 from cadence.comm.local_copy import LocalCopyTimes
 
 
@@ -65,8 +64,8 @@ def latency_models(
     network = {c: [(n, t - gloo_local_s(c, n, hosts, local)) for n, t in points]
                for c, points in timed.items()}  # fmt: skip
     own = dict(with_collective_alphas(model, network, hosts).collective_alphas)
-    return {c: replace(model, alpha_s=own[_GLOO_MODEL[c][0]])
-            for c in timed if _GLOO_MODEL[c][0] in own}  # fmt: skip
+    return {c: replace(model, alpha_s=own[GLOO_ALGORITHMS[c][0]])
+            for c in timed if GLOO_ALGORITHMS[c][0] in own}  # fmt: skip
 
 
 @dataclass(frozen=True)

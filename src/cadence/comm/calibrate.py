@@ -26,18 +26,16 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from cadence.comm.cost import AlphaBeta
+from cadence.comm.cost import GLOO_ALGORITHMS, AlphaBeta
 from cadence.errors import UserError
 
 DEFAULT_SIZES: tuple[int, ...] = tuple(1024 * 4**i for i in range(9))  # 1 KB .. 64 MB
 """Message sizes in bytes: 1 KB to 64 MB, a factor of 4 apart."""
 FITTED = "all_reduce"
 OBJECTIVES = ("regimes", "minimax", "relative_ls")
-# torch.distributed name -> (cost-model collective, gloo's CPU algorithm).
+# The collectives `calibrate` times -> (cost-model collective, gloo's CPU algorithm).
 MODEL_OF: dict[str, tuple[str, str]] = {
-    "all_reduce": ("allreduce", "ring"),
-    "broadcast": ("broadcast", "binomial_eager"),
-    "all_gather": ("allgather", "ring"),
+    c: GLOO_ALGORITHMS[c] for c in ("all_reduce", "broadcast", "all_gather")
 }
 # torch 2.13 deprecates all_gather_into_tensor for all_gather_single and warns on every call.
 _gloo_all_gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)

@@ -25,6 +25,17 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
     "reduce_scatter": ("ring",),
     "all_to_all": ("pairwise",),
 }
+# torch.distributed collective -> (collective, algorithm) above of gloo's CPU implementation,
+# to price gloo's own calls. Its reduce-scatter all-reduces the whole input and keeps one block,
+# so it costs a ring all-reduce of the full vector; its broadcast posts all of a rank's sends at
+# once ("binomial_eager"); its all-gather and all-reduce are rings.
+GLOO_ALGORITHMS: dict[str, tuple[str, str]] = {
+    "all_reduce": ("allreduce", "ring"),
+    "reduce_scatter": ("allreduce", "ring"),
+    "all_gather": ("allgather", "ring"),
+    "broadcast": ("broadcast", "binomial_eager"),
+    "all_to_all": ("all_to_all", "pairwise"),
+}
 
 
 def ring_allreduce_wire_s(num_bytes: int, world_size: int, bandwidth_bps: float) -> float:
