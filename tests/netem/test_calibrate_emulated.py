@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cadence.comm.calibrate import Calibration
+from cadence.netem._congestion import default_congestion_control
 from tests.cli_helpers import run_cadence
 from tests.conftest import needs_netem
 
@@ -17,7 +18,7 @@ def test_emulated_links_calibrate_to_their_cap(tmp_path: Path) -> None:
         "--out", "c.json", cwd=tmp_path, timeout=240,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert "3 emulated hosts at 100mbit" in proc.stdout
+    assert f"3 emulated hosts at 100mbit (TCP {default_congestion_control()})" in proc.stdout
     cal = Calibration.load(tmp_path / "c.json")
     assert cal.world_size == 3 and cal.collectives() == ["all_reduce", "all_gather"]
     # Payload at 100mbit is 12.5 MB/s less TCP/IP framing: the fitted rate sits a little below.

@@ -386,7 +386,8 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
     link_s = traffic_s * (config.warmup + config.repeats)
     print(
         f"timing {len(config.variants())} variants x {len(config.sizes)} sizes on "
-        f"{config.hosts} emulated hosts at {format_bandwidth(config.bandwidth_bps)}, the "
+        f"{config.hosts} emulated hosts at {format_bandwidth(config.bandwidth_bps)} (TCP "
+        f"{default_congestion_control()}), the "
         f"calibration's gloo calls in the same rounds ({config.warmup} warm-up and "
         f"{config.repeats} timed): at least ~{link_s:.0f} s on the links",
         flush=True,

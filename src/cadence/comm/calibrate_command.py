@@ -131,12 +131,14 @@ def _launch(config: CalibrateConfig, out: Path) -> int:
     from cadence.bench._launch import run_workers_on_link
     from cadence.comm.calibrate import Calibration
     from cadence.netem import check_netem_available, format_bandwidth
+    from cadence.netem._congestion import default_congestion_control
 
     bps = config.bandwidth_bps
     if bps is not None:
         check_netem_available()
     where = "this machine's loopback" if bps is None else (
-        f"{config.workers} emulated hosts at {format_bandwidth(bps)}"
+        f"{config.workers} emulated hosts at {format_bandwidth(bps)} (TCP "
+        f"{default_congestion_control()})"
     )  # fmt: skip
     link_s = config.link_seconds()
     print(
