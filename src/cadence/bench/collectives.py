@@ -24,7 +24,6 @@ from cadence.comm.local_copy import LocalCopyTimes
 from cadence.errors import UserError
 from cadence.netem import format_bandwidth
 from cadence.netem._bandwidth import link_bucket_bytes
-from cadence.netem._congestion import default_congestion_control
 
 SUPPORTED = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
 DEFAULT_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
@@ -384,10 +383,11 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
     timeout_s = 300 + 20 * traffic_s * (config.warmup + config.repeats)
     # The workers print nothing until the end: say what is coming and roughly how long.
     link_s = traffic_s * (config.warmup + config.repeats)
+    cluster = EmulatedCluster(config.hosts, config.bandwidth_bps, frame_bucket=config.frame_bucket)
     print(
         f"timing {len(config.variants())} variants x {len(config.sizes)} sizes on "
         f"{config.hosts} emulated hosts at {format_bandwidth(config.bandwidth_bps)} (TCP "
-        f"{default_congestion_control()}), the "
+        f"{cluster.congestion_control}), the "
         f"calibration's gloo calls in the same rounds ({config.warmup} warm-up and "
         f"{config.repeats} timed): at least ~{link_s:.0f} s on the links",
         flush=True,
@@ -396,9 +396,7 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
         run_dir = Path(tmp)
         (run_dir / "config.json").write_text(config_json(config))
         result = run_dir / "result.json"
-        with cleanup_on_signals(), EmulatedCluster(
-            config.hosts, config.bandwidth_bps, frame_bucket=config.frame_bucket
-        ) as cluster:
+        with cleanup_on_signals(), cluster:
             args = [str(run_dir / "config.json"), str(result)]
             run_workers(cluster, "cadence.bench._collectives_worker", args, run_dir,
                         config.threads, timeout_s, pin_hosts=config.pin_hosts)  # fmt: skip
@@ -420,7 +418,7 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
         "command": command,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"host": platform.node(), "cpus": os.cpu_count(), "system": platform.platform(),
-                    "hosts_tcp_congestion_control": default_congestion_control()},  # fmt: skip
+                    "hosts_tcp_congestion_control": cluster.congestion_control},  # fmt: skip
         "torch_version": raw["torch_version"],
         "config": asdict(config),
         "calibration": {

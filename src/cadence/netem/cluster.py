@@ -105,10 +105,10 @@ class EmulatedCluster:
     real link does. The price is one packet per frame through every qdisc (more CPU), which
     is why only `cadence bench collectives` offers it (`--link-bucket frames`, off by default).
 
-    ``congestion_control`` is the TCP congestion control every host runs (BBR unless told, or
-    $CADENCE_NETEM_CONGESTION_CONTROL):
-    a namespace would otherwise take this machine's default, and BBR shares the FIFO ports
-    fairly, as the simulator assumes (`cadence.netem._congestion` has the measurements).
+    ``congestion_control`` is the TCP congestion control every host runs (None: BBR, or
+    $CADENCE_NETEM_CONGESTION_CONTROL): a namespace would otherwise take this machine's
+    default, and BBR shares the FIFO ports fairly, as the simulator assumes
+    (`cadence.netem._congestion` has the measurements).
     """
 
     def __init__(
