@@ -6,12 +6,13 @@ Each host namespace now gets one named explicitly: BBR unless told otherwise.
 
 Why BBR (measured 2026-11-26, 4 emulated hosts): the ports are FIFO queues (tbf; this kernel
 has no fair-queueing qdisc, where a real host would run fq_codel), and under cubic a flow that
-joins one already filling a port's 50 ms queue gets only 0.17-0.27 of the port in its first
-1-3 s, where BBR gives it half. The simulator and the cost model share a link fairly between
-its flows, and gloo's broadcast sends its copies side by side: under cubic its 1-16 MB rows ran
-0.77-0.86 of the fair-share prediction (`results/bench-collectives-*-cubic-20261126.json`), under
-BBR 0.83-1.04, 11 of 12 within 10% (the four `*-4hosts-interleaved-20261125*` runs). Every
-benchmark in the README ran under BBR too.
+joins one already filling a port's 50 ms queue gets only 0.17-0.21 of the port over 1-3 s,
+where BBR gives it 0.49-0.53 (`results/shared-port-congestion-control.txt`). The simulator and
+the cost model share a link fairly between its flows, and gloo's broadcast sends its copies side
+by side: under cubic its 1-16 MB rows ran 0.77-0.86 of the fair-share prediction
+(`results/bench-collectives-*-cubic-20261126.json`), under BBR 0.83-1.04, 11 of 12 within 10%
+(the four `*-4hosts-interleaved-20261125*` runs). Every benchmark in the README ran under BBR
+too.
 
 What BBR costs: PROBE_RTT holds a long flow's window at 4 packets for ~200 ms every 10 s, so one
 link of the ring idles for most of an 8 MB half of gloo's 64 MB all-gather on 4 hosts at
