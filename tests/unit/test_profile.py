@@ -150,6 +150,10 @@ def test_profiles_on_cuda_inside_whole_iterations(name):
         profile.block_sum_ratio, separate.block_sum_ratio,
     )
     assert profile.block_sum_ratio <= 1.4
+    # The loop's own work: the batch's copy to the GPU, the step as the loop pays it.
+    assert profile.optimizer_step_timing == "in-loop" and profile.input_s is not None
+    assert profile.input_s > 0 and profile.optimizer_step_s is not None
+    assert profile.optimizer_step_s["adam"] > 0
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without a GPU")

@@ -51,7 +51,10 @@ def format_table(profile: Profile) -> str:
         )
     if profile.optimizer_step_s:
         steps = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in profile.optimizer_step_s.items())
-        lines.append(f"optimizer step over the whole model: {steps}")
+        how = " (what it adds to a training step)" * (profile.optimizer_step_timing == "in-loop")
+        lines.append(f"optimizer step over the whole model{how}: {steps}")
+    if profile.input_s is not None:
+        lines.append(f"batch from host memory to {profile.device}: {profile.input_s * 1e3:.3f} ms")
     return "\n".join(lines)
 
 

@@ -17,6 +17,7 @@ from cadence.errors import UserError
 from cadence.models import BlockModel, get_model_spec, loss_fn
 from cadence.profile.clock import Stopwatch, sync
 from cadence.profile.in_iteration import block_times_in_iteration
+from cadence.profile.in_loop import LOOP_STEPS_CUDA, batch_input_s, steps_in_loop, warm_up
 from cadence.profile.optimizer_step import STEPPED_OPTIMIZERS, optimizer_step_s
 from cadence.profile.record import BLOCK_TIMINGS, BlockProfile, Profile
 
@@ -154,8 +155,10 @@ def profile_model(
     forward and two gradients are timed in calls of their own; with `block_timing`
     "in-iteration" (auto: on CUDA) the times recorded are the block's share of whole
     iterations instead (`Profile.block_timing`). With `optimizer_steps`, each optimizer's step
-    is timed too, on copies of the parameters. Running statistics (BatchNorm) update as in
-    training; parameters do not change. Gradients are left cleared.
+    is timed too, on copies of the parameters: alone, or on CUDA inside whole training steps
+    (`cadence.profile.in_loop`). The batch's way from host memory to the device is timed as
+    the training loop takes it. Running statistics (BatchNorm) update as in training;
+    parameters do not change. Gradients are left cleared.
     """
     if iterations < 1 or warmup < 0:
         raise ValueError(f"need iterations >= 1 and warmup >= 0, got {iterations}, {warmup}")
@@ -191,6 +194,20 @@ def profile_model(
     else:
         peak, peak_kind = peaks[-1], "cpu_accounted"
     model.zero_grad(set_to_none=True)
+    input_s = batch_input_s(x, y, device, iterations, warmup)
+    iteration_s = statistics.median(iteration_samples)
+    in_loop = device.type == "cuda"
+    steps: dict[str, float] | None = None
+    if in_loop:
+        # On a GPU the loop's steps are timed as training times them, once warm: the
+        # iteration from them too, and each optimizer's step as what it adds.
+        warm_up(model, x, y)
+        stepped = STEPPED_OPTIMIZERS if optimizer_steps else ()
+        loop = steps_in_loop(model, x, y, stepped, max(iterations, LOOP_STEPS_CUDA), warmup)
+        iteration_s = loop.iteration_s
+        steps = loop.optimizer_step_s if optimizer_steps else None
+    elif optimizer_steps:
+        steps = {name: optimizer_step_s(model, name) for name in STEPPED_OPTIMIZERS}
 
     def median(kind: int, i: int) -> float:
         return statistics.median(sample[i] for sample in samples[kind])
@@ -227,7 +244,7 @@ def profile_model(
         batch_size=int(x.shape[0]),
         input_shape=tuple(int(d) for d in x.shape[1:]),
         blocks=tuple(blocks),
-        iteration_s=statistics.median(iteration_samples),
+        iteration_s=iteration_s,
         loss_s=statistics.median(loss_samples),
         iterations=iterations,
         warmup=warmup,
@@ -237,12 +254,10 @@ def profile_model(
         peak_memory_bytes=peak,
         peak_memory_kind=peak_kind,
         forward_pass_s=statistics.median(forward_samples),
-        optimizer_step_s=(
-            {name: optimizer_step_s(model, name) for name in STEPPED_OPTIMIZERS}
-            if optimizer_steps
-            else None
-        ),
+        optimizer_step_s=steps,
+        optimizer_step_timing="in-loop" if in_loop else "alone",
         block_timing="in-iteration" if in_iteration else "separate",
+        input_s=input_s,
     )
 
 

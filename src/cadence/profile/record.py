@@ -13,6 +13,7 @@ FORMAT = "cadence-profile"
 VERSION = 1
 PEAK_KINDS = ("cuda_max_allocated", "cpu_accounted")
 BLOCK_TIMINGS = ("separate", "in-iteration")
+STEP_TIMINGS = ("alone", "in-loop")
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,9 @@ class Profile:
     blocks: tuple[BlockProfile, ...]
     """One entry per block, in forward order."""
     iteration_s: float
-    """Median seconds of a whole-model forward + loss + backward (the real thing, not the sum)."""
+    """Median seconds of a whole-model forward + loss + backward (the real thing, not the sum);
+    on CUDA timed as the training loop times its steps, on the host's clock up to a
+    synchronise, after a second of warm-up (`cadence.profile.in_loop`)."""
     loss_s: float
     """Median seconds of the loss and its gradient w.r.t. the model output."""
     iterations: int
@@ -91,8 +94,16 @@ class Profile:
     gradient times separately to this and to the rest of the iteration."""
     optimizer_step_s: dict[str, float] | None = None
     """Seconds of one step of each optimizer (sgd, adam, adamw) over the whole model, timed
-    where the profile was made (`cadence.profile.optimizer_step`); None in profiles made
-    before it was recorded, for which the simulator times the step on its own CPU."""
+    where the profile was made (see `optimizer_step_timing`); None in profiles made before it
+    was recorded, for which the simulator times the step on its own CPU."""
+    optimizer_step_timing: str = "alone"
+    """How `optimizer_step_s` was timed: "alone" (steps of their own on an idle device,
+    `cadence.profile.optimizer_step`) or "in-loop" (on CUDA: what the step adds to whole
+    training steps, `cadence.profile.in_loop`)."""
+    input_s: float | None = None
+    """Median seconds of one batch's way from host memory to the device as `cadence train`
+    takes it every step (a gather by sample numbers, then a copy; `cadence.profile.in_loop`);
+    None in profiles made before it was recorded (the simulator then charges nothing)."""
     block_timing: str = "separate"
     """How the block times were taken: "separate" (each block's forward and each of its
     gradients timed in calls of their own) or "in-iteration" (on CUDA: marks at block
@@ -135,6 +146,10 @@ class Profile:
         profile = cls(**fields)
         if profile.peak_memory_kind not in PEAK_KINDS:
             raise ValueError(f"peak_memory_kind {profile.peak_memory_kind!r} not in {PEAK_KINDS}")
+        if profile.optimizer_step_timing not in STEP_TIMINGS:
+            raise ValueError(
+                f"optimizer_step_timing {profile.optimizer_step_timing!r} not in {STEP_TIMINGS}"
+            )
         if profile.block_timing not in BLOCK_TIMINGS:
             raise ValueError(f"block_timing {profile.block_timing!r} not in {BLOCK_TIMINGS}")
         return profile
