@@ -31,11 +31,14 @@ class BlockCosts:
     """Parameter bytes owned by the block (its gradients have the same size)."""
     loss_s: float
     """Loss and its gradient."""
+    input_s: float = 0.0
+    """The batch's way from host memory to the device before each forward (`Profile.input_s`)."""
 
     @property
     def compute_s(self) -> float:
         """Compute seconds of one iteration."""
-        return sum(self.forward_s) + sum(self.input_grad_s) + sum(self.weight_grad_s) + self.loss_s
+        blocks = sum(self.forward_s) + sum(self.input_grad_s) + sum(self.weight_grad_s)
+        return blocks + self.loss_s + self.input_s
 
 
 def _scales(profile: Profile) -> tuple[float, float]:
@@ -72,6 +75,7 @@ def block_costs(profile: Profile, calibrate: bool = True) -> BlockCosts:
         activation_bytes=tuple(x.activation_bytes for x in b),
         param_bytes=tuple(x.param_bytes for x in b),
         loss_s=profile.loss_s,
+        input_s=profile.input_s or 0.0,
     )
 
 
@@ -179,6 +183,27 @@ class ComputeIteration:
     """The last compute task (program order continues from it)."""
 
 
+def add_input(
+    graph: TaskGraph,
+    costs: BlockCosts,
+    *,
+    stream: int,
+    worker: int,
+    iteration: int,
+    after: int | None,
+) -> int | None:
+    """The batch taken to the device on `stream` after task `after` (the training loop does it
+    before the forward, which may still wait for its parameters); `after` where it costs
+    nothing. Adapters put it before their end-of-run marker too, which stands for the next
+    iteration's first forward."""
+    if costs.input_s <= 0:
+        return after
+    deps = [] if after is None else [after]
+    return graph.add_work(
+        "input", "input", stream, costs.input_s, deps=deps, worker=worker, iteration=iteration
+    )
+
+
 def add_compute_iteration(
     graph: TaskGraph,
     costs: BlockCosts,
@@ -201,7 +226,7 @@ def add_compute_iteration(
         )
 
     nb = len(costs.forward_s)
-    prev = after
+    prev = add_input(graph, costs, stream=stream, worker=worker, iteration=iteration, after=after)
     forward = []
     for b in range(nb):
         prev = add(

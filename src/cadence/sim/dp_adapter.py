@@ -26,6 +26,7 @@ from cadence.dp.plan import DPPlan, ParamInfo
 from cadence.sim.compute import (
     BlockCosts,
     add_compute_iteration,
+    add_input,
     allreduce_flow,
     backward_steps,
     param_blocks,
@@ -266,7 +267,10 @@ def build_dp(
             in_flight += nbytes
         while window:
             complete(window.popleft())
-    starts.append(_marker(graph, workers[0][0], compute_prev[0], gates[0][0], total))
+    taken = add_input(
+        graph, costs, stream=workers[0][0], worker=0, iteration=total, after=compute_prev[0]
+    )
+    starts.append(_marker(graph, workers[0][0], taken, gates[0][0], total))
     return Built(graph, tuple(starts), options.warmup_iterations, "cadence-dp", world_size)
 
 
@@ -377,5 +381,6 @@ def build_ddp(
                 iteration=it,
                 mem_end=-total_bytes,
             )
-    starts.append(_marker(graph, workers[0][0], prev[0], [], total))
+    taken = add_input(graph, costs, stream=workers[0][0], worker=0, iteration=total, after=prev[0])
+    starts.append(_marker(graph, workers[0][0], taken, [], total))
     return Built(graph, tuple(starts), options.warmup_iterations, "ddp", world_size)

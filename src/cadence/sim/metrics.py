@@ -24,7 +24,7 @@ from cadence.sim.engine import Schedule
 from cadence.sim.graph import LINK, Task, TaskGraph
 
 Interval = tuple[float, float]
-COMPUTE_KINDS = frozenset({"forward", "loss", "input_grad", "weight_grad"})
+COMPUTE_KINDS = frozenset({"input", "forward", "loss", "input_grad", "weight_grad"})
 COLLECTIVE_KINDS = frozenset({"allreduce", "collective"})
 
 

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
 
 MAX_WORKERS = 4  # rows of more workers would only repeat them (data parallel is symmetric)
 COLORS = {
+    "input": "#64b5cd",
     "forward": "#4c72b0",
     "loss": "#8172b2",
     "input_grad": "#dd8452",

@@ -23,7 +23,13 @@ from __future__ import annotations
 from cadence.comm.cost import AlphaBeta
 from cadence.errors import UserError
 from cadence.profile import Profile
-from cadence.sim.compute import add_compute_iteration, backward_steps, block_costs, link_model
+from cadence.sim.compute import (
+    add_compute_iteration,
+    add_input,
+    backward_steps,
+    block_costs,
+    link_model,
+)
 from cadence.sim.dp_adapter import Built
 from cadence.sim.engine import run
 from cadence.sim.graph import LINK, STREAM, TaskGraph
@@ -106,8 +112,9 @@ def build_ps(
                             iteration=it,
                         )  # fmt: skip
                     )
+    taken = add_input(graph, costs, stream=compute[0], worker=0, iteration=total, after=prev[0])
     marker = graph.add(
-        "next", "marker", resources=(compute[0],), deps=[prev[0], *gates[0][0]], iteration=total
+        "next", "marker", resources=(compute[0],), deps=[taken, *gates[0][0]], iteration=total
     )
     starts.append(marker)
     return Built(graph, tuple(starts), options.warmup_iterations, f"ps-{priority}", workers)

@@ -209,6 +209,8 @@ def build_zero(
         fwd_gather: list[int | None] = [None] * nb
         if plan.stage == 3:
             fwd_gather[0] = w.collective("g0", "allgather", gather[0], gates[0], it)
+        if costs.input_s > 0:
+            w.work("input", "input", costs.input_s, [], it)
         for b in range(nb):
             before = w.last_compute  # block b starts once this and its gather are done
             if plan.stage == 3 and b + 1 < nb:
@@ -269,6 +271,8 @@ def build_zero(
     total = warmup_iterations + iterations
     if plan.stage == 3:  # the next step's first forward waits for its block's gather
         gates[0] = [g for g in [w.collective("g0", "allgather", gather[0], [], total)] if g]
+    if costs.input_s > 0:
+        w.work("input", "input", costs.input_s, [], total)
     ends = [w.last_compute, *w.last.values(), *(g for gate in gates for g in gate)]
     starts.append(graph.add("next", "marker", resources=(w.compute,), deps=ends, iteration=total))
     return Built(graph, tuple(starts), warmup_iterations, f"zero{plan.stage}", world_size)
