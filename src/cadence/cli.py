@@ -113,6 +113,7 @@ def _cmd_netem(args: argparse.Namespace) -> int:
             args.hosts, netem.parse_bandwidth(args.bandwidth),
             priority_classes=args.priority_classes,
             congestion_control=args.congestion_control,
+            port_queue=args.port_queue,
         ).to_json()  # fmt: skip
     elif args.netem_cmd == "down":
         netem.netem_down(args.cluster, all=args.all)
@@ -382,6 +383,12 @@ def _add_netem(sub: Any) -> None:
         "--congestion-control", default=None, metavar="NAME",
         help="TCP congestion control of every host (default bbr, which shares the emulated "
         "FIFO ports fairly, or $CADENCE_NETEM_CONGESTION_CONTROL; e.g. cubic or reno)",
+    )  # fmt: skip
+    up.add_argument(
+        "--port-queue", default=None, choices=("fifo", "per-peer"),
+        help="how every capped port queues: one FIFO (tbf), or an even share for each other "
+        "host (htb), as a real host's fair queues give (default fifo, or "
+        "$CADENCE_NETEM_PORT_QUEUE)",
     )  # fmt: skip
     up.add_argument("--json", default=None, metavar="FILE")
     down = nsub.add_parser("down", help="remove an emulated cluster")

@@ -265,3 +265,43 @@ def test_congestion_control_missing_from_the_allowed_list_is_added() -> None:
         assert allowed.read_text().split() == ["reno", "cubic"]
     finally:
         allowed.write_text(before)
+
+
+def test_per_peer_port_queues_split_a_port_evenly_under_cubic() -> None:
+    """The late probe of the background-load test, under cubic: a FIFO port gave it 0.17-0.36
+    over 1-3 s in the runs of `results/shared_port_congestion_control.py`; per-peer queues
+    give it half (0.478 of the cap is half of what TCP's payload can fill)."""
+    with EmulatedCluster(3, 200e6, congestion_control="cubic", port_queue="per-peer") as cluster:
+        load = start_background_load(cluster, 2, 1)
+        try:
+            time.sleep(0.3)
+            before, start = port_bytes_sent(cluster, 1), time.monotonic()
+            share = probe_bandwidth(cluster, 0, 1, seconds=1.0).ratio
+            both_bps = (port_bytes_sent(cluster, 1) - before) * 8 / (time.monotonic() - start)
+        finally:
+            load.stop()
+    assert 0.85 <= both_bps / 200e6 <= 1.05, both_bps
+    assert 0.44 <= share <= 0.52, share
+
+
+def test_per_peer_queues_sort_by_the_peers_address_on_both_ends() -> None:
+    with EmulatedCluster(3, 400e6, port_queue="per-peer") as cluster:
+        assert cluster.info().port_queue == "per-peer"
+        for host in cluster.hosts:
+            peers = [h.ip for h in cluster.hosts if h is not host]
+            for namespace, dev, key in (
+                (host.namespace, host.iface, "dst"),
+                (cluster.switch_namespace, f"h{host.index}", "src"),
+            ):
+                assert tbf_rate(namespace, dev) == pytest.approx(400e6)  # a FIFO port's cap
+                classes = ["tc", "-n", namespace, "class", "show", "dev", dev]
+                out = subprocess.run(classes, capture_output=True, text=True, check=True).stdout
+                assert out.count("class htb 2:") == 1 + len(peers) + 1, out  # root, leaves
+                filters = ["tc", "-n", namespace, "filter", "show", "dev", dev, "parent", "2:"]
+                out = subprocess.run(filters, capture_output=True, text=True, check=True).stdout
+                # u32 prints the matched address as hex at its offset (12 src, 16 dst).
+                offset = {"src": 12, "dst": 16}[key]
+                for ip in peers:
+                    hex_ip = "".join(f"{int(part):02x}" for part in ip.split("."))
+                    assert f"match {hex_ip}/ffffffff at {offset}" in out, out
+        assert probe_bandwidth(cluster, 0, 1, seconds=1.0).ratio > 0.85

@@ -387,7 +387,7 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
     print(
         f"timing {len(config.variants())} variants x {len(config.sizes)} sizes on "
         f"{config.hosts} emulated hosts at {format_bandwidth(config.bandwidth_bps)} (TCP "
-        f"{cluster.congestion_control}), the "
+        f"{cluster.congestion_control}, {cluster.port_queue} port queues), the "
         f"calibration's gloo calls in the same rounds ({config.warmup} warm-up and "
         f"{config.repeats} timed): at least ~{link_s:.0f} s on the links",
         flush=True,
@@ -418,7 +418,8 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
         "command": command,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"host": platform.node(), "cpus": os.cpu_count(), "system": platform.platform(),
-                    "hosts_tcp_congestion_control": cluster.congestion_control},  # fmt: skip
+                    "hosts_tcp_congestion_control": cluster.congestion_control,
+                    "port_queue": cluster.port_queue},  # fmt: skip
         "torch_version": raw["torch_version"],
         "config": asdict(config),
         "calibration": {

@@ -132,13 +132,14 @@ def _launch(config: CalibrateConfig, out: Path) -> int:
     from cadence.comm.calibrate import Calibration
     from cadence.netem import check_netem_available, format_bandwidth
     from cadence.netem._congestion import default_congestion_control
+    from cadence.netem.fair import default_port_queue
 
     bps = config.bandwidth_bps
     if bps is not None:
         check_netem_available()
     where = "this machine's loopback" if bps is None else (
         f"{config.workers} emulated hosts at {format_bandwidth(bps)} (TCP "
-        f"{default_congestion_control()})"
+        f"{default_congestion_control()}, {default_port_queue()} port queues)"
     )  # fmt: skip
     link_s = config.link_seconds()
     print(

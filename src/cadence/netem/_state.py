@@ -63,6 +63,8 @@ class ClusterInfo:
     congestion_control: str = ""
     """TCP congestion control of every host (empty: the machine's default, as in state files
     written before the cluster set one)."""
+    port_queue: str = "fifo"
+    """How every capped port queues: "fifo" (one tbf) or "per-peer" (`cadence.netem.fair`)."""
     present_namespaces: tuple[str, ...] = field(default=())
     """Namespaces of the cluster that exist right now (filled in by ``list_clusters``)."""
 
@@ -104,6 +106,7 @@ class ClusterInfo:
             persistent=bool(data.get("persistent", False)),
             priority_classes=int(data.get("priority_classes", 0)),
             congestion_control=str(data.get("congestion_control", "")),
+            port_queue=str(data.get("port_queue", "fifo")),
             present_namespaces=tuple(data.get("present_namespaces", ())),
         )
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import FrameType, TracebackType
 
 from cadence.errors import UserError
-from cadence.netem import _iproute, _state, priority, registry
+from cadence.netem import _iproute, _state, fair, priority, registry
 from cadence.netem._bandwidth import link_bucket_bytes
 from cadence.netem._congestion import (
     check_congestion_control,
@@ -109,6 +109,10 @@ class EmulatedCluster:
     $CADENCE_NETEM_CONGESTION_CONTROL): a namespace would otherwise take this machine's
     default, and BBR shares the FIFO ports fairly, as the simulator assumes
     (`cadence.netem._congestion` has the measurements).
+
+    ``port_queue`` is how every capped port queues: "fifo" (one tbf) or "per-peer" (an even
+    share for each other host, :mod:`cadence.netem.fair`); None: $CADENCE_NETEM_PORT_QUEUE,
+    else fifo.
     """
 
     def __init__(
@@ -120,6 +124,7 @@ class EmulatedCluster:
         priority_classes: int = 0,
         frame_bucket: bool = False,
         congestion_control: str | None = None,
+        port_queue: str | None = None,
     ) -> None:
         if not 1 <= hosts <= MAX_HOSTS:
             raise UserError(f"bad host count {hosts}: use 1 to {MAX_HOSTS}")
@@ -130,6 +135,12 @@ class EmulatedCluster:
             raise UserError("priority classes need a bandwidth cap (e.g. --bandwidth 400mbit)")
         if frame_bucket and priority_classes:
             raise UserError("a frame-sized token bucket shapes with tbf: no priority classes")
+        self.port_queue = port_queue or fair.default_port_queue(priority_classes, bandwidth_bps)
+        fair.check_port_queue(self.port_queue)
+        if self.port_queue == "per-peer" and priority_classes:
+            raise UserError("per-peer port queues and priority classes are two htb trees: pick one")
+        if self.port_queue == "per-peer" and math.isinf(bandwidth_bps):
+            raise UserError("per-peer port queues need a bandwidth cap (e.g. --bandwidth 400mbit)")
         self.congestion_control = congestion_control or default_congestion_control()
         check_congestion_control(self.congestion_control)
         self.priority_classes = priority_classes
@@ -162,6 +173,7 @@ class EmulatedCluster:
             name=info.cluster_id,
             priority_classes=info.priority_classes,
             congestion_control=info.congestion_control or None,
+            port_queue=info.port_queue,
         )
         cluster.persistent = info.persistent
         cluster._owner = False
@@ -187,6 +199,7 @@ class EmulatedCluster:
             persistent=self.persistent,
             priority_classes=self.priority_classes,
             congestion_control=self.congestion_control,
+            port_queue=self.port_queue,
         )
 
     def up(self) -> None:
@@ -231,11 +244,16 @@ class EmulatedCluster:
                     run(["ip", "-n", namespace, "link", "set", "dev", dev,
                          "gso_max_size", "1514", "gso_max_segs", "1"])  # fmt: skip
             # Cap both directions: host egress shapes uploads, switch-port egress downloads.
-            self._shape(host.namespace, host.iface)
-            self._shape(sw, port)
+            peers = [h.ip for h in self.hosts if h is not host]
+            self._shape(host.namespace, host.iface, peers, "dst")
+            self._shape(sw, port, peers, "src")
 
-    def _shape(self, namespace: str, dev: str) -> None:
+    def _shape(self, namespace: str, dev: str, peers: list[str], match: str) -> None:
+        """Cap `dev`'s egress; with per-peer queues, `peers` sorted by their `match` address."""
         if math.isinf(self.bandwidth_bps):
+            return
+        if self.port_queue == "per-peer":
+            fair.install(namespace, dev, self.bandwidth_bps, peers, match, self.frame_bucket)
             return
         if self.priority_classes:
             # Both ends, like tbf: a host's own flows queue at its egress, flows of

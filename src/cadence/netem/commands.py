@@ -27,6 +27,8 @@ def describe(info: ClusterInfo) -> str:
     stale = "  STALE (owner gone)" if info.stale else ""
     if info.priority_classes:
         kind = f"{info.priority_classes} priority classes  {kind}"
+    if info.port_queue != "fifo":
+        kind = f"{info.port_queue} port queues  {kind}"
     if info.congestion_control:
         kind = f"tcp {info.congestion_control}  {kind}"
     age = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.created)) if info.created else "?"
@@ -42,14 +44,16 @@ def netem_up(
     echo: bool = True,
     priority_classes: int = 0,
     congestion_control: str | None = None,
+    port_queue: str | None = None,
 ) -> ClusterInfo:
     """Create a persistent cluster that outlives this process (remove with ``netem_down``);
     ``priority_classes`` > 0 installs that many TOS priority classes on every port, and every
-    host runs TCP with ``congestion_control`` (None: `default_congestion_control()`)."""
+    host runs TCP with ``congestion_control`` (None: `default_congestion_control()`); every
+    capped port queues as ``port_queue`` says (None: `fair.default_port_queue()`)."""
     _iproute.check_netem_available()
     cluster = EmulatedCluster(
         hosts, bandwidth_bps, persistent=True, priority_classes=priority_classes,
-        congestion_control=congestion_control,
+        congestion_control=congestion_control, port_queue=port_queue,
     )  # fmt: skip
     with cleanup_on_signals():
         cluster.up()
