@@ -18,6 +18,10 @@ What BBR costs: PROBE_RTT holds a long flow's window at 4 packets for ~200 ms ev
 link of the ring idles for most of an 8 MB half of gloo's 64 MB all-gather on 4 hosts at
 400mbit (7 of 40 calls over 1.1x the link time, up to 1.21x; under cubic none of 40,
 1.02-1.05x: `results/allgather-congestion-control.txt`).
+
+Per-peer port queues (`cadence.netem.fair`, opt-in) split a port evenly under cubic too; the
+default stays BBR over FIFO ports until training under cubic is settled (the README's "Cubic
+and per-peer port queues").
 """
 
 from __future__ import annotations
