@@ -65,3 +65,15 @@ def test_an_unknown_step_timing_is_a_one_line_error(tmp_path: Path) -> None:
     dataclasses.replace(profile, optimizer_step_timing="guessed").save(path)
     with pytest.raises(UserError, match="optimizer_step_timing 'guessed'"):
         Profile.load(path)
+
+
+def test_a_model_with_nothing_to_train_steps_for_free() -> None:
+    spec = get_model_spec("cnn")
+    torch.manual_seed(0)
+    model = spec.build()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    x, y = spec.synthetic_batch(4)
+    x.requires_grad_(True)  # something for backward to reach
+    loop = steps_in_loop(model, x, y, ("adam", "sgd"), iterations=2, warmup=0)
+    assert loop.optimizer_step_s == {"adam": 0.0, "sgd": 0.0} and loop.iteration_s > 0

@@ -102,9 +102,12 @@ def steps_in_loop(
     `optimizers`, run in turns so that a change of the machine's speed falls on all of them,
     each timed on the host's clock up to a synchronise. A step updates copies of the
     parameters (sharing the model's gradients), so the model is left as it was."""
+    asked = optimizers
     params = [p for p in model.parameters() if p.requires_grad]
     device = x.device
     copies = [nn.Parameter(p.detach().clone()) for p in params]
+    if not copies:  # nothing to step: no optimizer adds anything
+        optimizers = ()
     steppers = {name: build_optimizer(copies, TrainConfig(optimizer=name)) for name in optimizers}
 
     def loop_step(optimizer: torch.optim.Optimizer | None) -> float:
@@ -130,9 +133,5 @@ def steps_in_loop(
                 with_step[name].append(seconds)
     model.zero_grad(set_to_none=True)
     base = statistics.median(without)
-    return LoopTimes(
-        iteration_s=base,
-        optimizer_step_s={
-            name: max(0.0, statistics.median(s) - base) for name, s in with_step.items()
-        },
-    )
+    steps = {name: max(0.0, statistics.median(s) - base) for name, s in with_step.items()}
+    return LoopTimes(iteration_s=base, optimizer_step_s={**dict.fromkeys(asked, 0.0), **steps})
