@@ -11,6 +11,7 @@ import pytest
 
 from cadence.cli import main
 from cadence.netem._congestion import default_congestion_control
+from cadence.netem.fair import default_port_queue
 from tests.cli_helpers import assert_one_line_error, run_cadence
 from tests.conftest import needs_netem
 
@@ -69,10 +70,11 @@ def test_tiny_run_writes_sane_results(tmp_path: Path) -> None:
     assert data["accuracy_by_link_model"]["serialising"]["rows"] == 4
     assert "(token-bucket link model)" in proc.stdout and "(serialising link model)" in proc.stdout
     assert proc.stdout.startswith("timing 6 variants x 2 sizes on 3 emulated hosts at 100mbit")
-    # The hosts' TCP congestion control is said up front and kept with the results.
-    control = default_congestion_control()
-    assert f"at 100mbit (TCP {control})" in proc.stdout
+    # The hosts' TCP congestion control and port queue are said up front and kept.
+    control, queue = default_congestion_control(), default_port_queue()
+    assert f"at 100mbit (TCP {control}, {queue} port queues)" in proc.stdout
     assert data["machine"]["hosts_tcp_congestion_control"] == control
+    assert data["machine"]["port_queue"] == queue
     # gloo's local copies are timed at the run's sizes and priced into its reduce-scatter.
     local = data["local_copy"]
     assert local["sizes"] == [4096, 524288] and all(t >= 0 for t in local["fresh_s"])

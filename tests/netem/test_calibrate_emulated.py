@@ -6,6 +6,7 @@ from pathlib import Path
 
 from cadence.comm.calibrate import Calibration
 from cadence.netem._congestion import default_congestion_control
+from cadence.netem.fair import default_port_queue
 from tests.cli_helpers import run_cadence
 from tests.conftest import needs_netem
 
@@ -18,7 +19,8 @@ def test_emulated_links_calibrate_to_their_cap(tmp_path: Path) -> None:
         "--out", "c.json", cwd=tmp_path, timeout=240,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert f"3 emulated hosts at 100mbit (TCP {default_congestion_control()})" in proc.stdout
+    control, queue = default_congestion_control(), default_port_queue()
+    assert f"3 emulated hosts at 100mbit (TCP {control}, {queue} port queues)" in proc.stdout
     cal = Calibration.load(tmp_path / "c.json")
     assert cal.world_size == 3 and cal.collectives() == ["all_reduce", "all_gather"]
     # Payload at 100mbit is 12.5 MB/s less TCP/IP framing: the fitted rate sits a little below.
