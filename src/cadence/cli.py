@@ -114,6 +114,7 @@ def _cmd_netem(args: argparse.Namespace) -> int:
             priority_classes=args.priority_classes,
             congestion_control=args.congestion_control,
             port_queue=args.port_queue,
+            slow_start_after_idle=False if args.no_slow_start_after_idle else None,
         ).to_json()  # fmt: skip
     elif args.netem_cmd == "down":
         netem.netem_down(args.cluster, all=args.all)
@@ -389,6 +390,11 @@ def _add_netem(sub: Any) -> None:
         help="how every capped port queues: one FIFO (tbf), or an even share for each other "
         "host (htb), as a real host's fair queues give (default fifo, or "
         "$CADENCE_NETEM_PORT_QUEUE)",
+    )  # fmt: skip
+    up.add_argument(
+        "--no-slow-start-after-idle", action="store_true",
+        help="hosts keep an idle TCP connection's window instead of starting it again "
+        "(net.ipv4.tcp_slow_start_after_idle=0; or $CADENCE_NETEM_SLOW_START_AFTER_IDLE=0)",
     )  # fmt: skip
     up.add_argument("--json", default=None, metavar="FILE")
     down = nsub.add_parser("down", help="remove an emulated cluster")

@@ -305,3 +305,18 @@ def test_per_peer_queues_sort_by_the_peers_address_on_both_ends() -> None:
                     hex_ip = "".join(f"{int(part):02x}" for part in ip.split("."))
                     assert f"match {hex_ip}/ffffffff at {offset}" in out, out
         assert probe_bandwidth(cluster, 0, 1, seconds=1.0).ratio > 0.85
+
+
+def test_hosts_can_keep_an_idle_connections_window() -> None:
+    def setting(namespace: str) -> str:
+        sysctl = ["ip", "netns", "exec", namespace, "sysctl", "-n",
+                  "net.ipv4.tcp_slow_start_after_idle"]  # fmt: skip
+        return subprocess.run(sysctl, capture_output=True, text=True, check=True).stdout.strip()
+
+    with EmulatedCluster(2, 400e6) as cluster:
+        assert [setting(h.namespace) for h in cluster.hosts] == ["1", "1"]
+    with EmulatedCluster(2, 400e6, slow_start_after_idle=False) as cluster:
+        assert [setting(h.namespace) for h in cluster.hosts] == ["0", "0"]
+        state = json.loads(state_path(cluster.cluster_id).read_text())
+        assert state["slow_start_after_idle"] is False
+        assert probe_bandwidth(cluster, 0, 1, seconds=0.5).ratio > 0.8

@@ -8,7 +8,12 @@ import pytest
 
 from cadence.errors import UserError
 from cadence.netem import EmulatedCluster
-from cadence.netem._congestion import check_congestion_control, with_allowed
+from cadence.netem._congestion import (
+    IDLE_ENV_VAR,
+    check_congestion_control,
+    default_slow_start_after_idle,
+    with_allowed,
+)
 
 AVAILABLE = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 
@@ -44,4 +49,15 @@ def test_bbr_unless_named_or_set_in_the_environment(monkeypatch: pytest.MonkeyPa
     assert EmulatedCluster(2, 400e6).congestion_control == "cubic"
     monkeypatch.setenv("CADENCE_NETEM_CONGESTION_CONTROL", "no such")
     with pytest.raises(UserError, match="bad TCP congestion control 'no such'"):
+        EmulatedCluster(2, 400e6)
+
+
+def test_slow_start_after_idle_is_on_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(IDLE_ENV_VAR, raising=False)
+    assert EmulatedCluster(2, 400e6).slow_start_after_idle is True
+    assert EmulatedCluster(2, 400e6, slow_start_after_idle=False).slow_start_after_idle is False
+    monkeypatch.setenv(IDLE_ENV_VAR, "0")
+    assert default_slow_start_after_idle() is False
+    monkeypatch.setenv(IDLE_ENV_VAR, "off")
+    with pytest.raises(UserError, match="bad \\$CADENCE_NETEM_SLOW_START_AFTER_IDLE 'off'"):
         EmulatedCluster(2, 400e6)

@@ -35,6 +35,7 @@ from cadence.netem import _iproute
 
 DEFAULT_CONGESTION_CONTROL = "bbr"
 ENV_VAR = "CADENCE_NETEM_CONGESTION_CONTROL"
+IDLE_ENV_VAR = "CADENCE_NETEM_SLOW_START_AFTER_IDLE"
 _SYSCTL = Path("/proc/sys/net/ipv4")
 _NAME = re.compile(r"^[a-z0-9_]{1,16}$")
 
@@ -59,6 +60,27 @@ def default_congestion_control() -> str:
     if set (so any command that builds a cluster, `cadence bench dp` included, can run under
     another), else BBR."""
     return os.environ.get(ENV_VAR) or DEFAULT_CONGESTION_CONTROL
+
+
+def default_slow_start_after_idle() -> bool:
+    """Whether a cluster's hosts restart an idle connection's window (Linux's default, on):
+    $CADENCE_NETEM_SLOW_START_AFTER_IDLE (1 or 0) if set, else on."""
+    value = os.environ.get(IDLE_ENV_VAR, "1")
+    if value not in ("0", "1"):
+        raise UserError(f"bad ${IDLE_ENV_VAR} {value!r}: use 1 (Linux's default) or 0")
+    return value == "1"
+
+
+def set_slow_start_after_idle(namespace: str, on: bool) -> None:
+    """Set net.ipv4.tcp_slow_start_after_idle in `namespace` (a per-namespace sysctl).
+
+    On, a connection idle for longer than its retransmission timeout starts again from its
+    initial window; a training step's communication comes in bursts between stretches of
+    compute, so under cubic that can cost every step a slow start (the README's "Cubic and
+    per-peer port queues"). BBR keeps its rate estimate either way.
+    """
+    _iproute.run(["ip", "netns", "exec", namespace, "sysctl", "-q", "-w",
+                  f"net.ipv4.tcp_slow_start_after_idle={int(on)}"])  # fmt: skip
 
 
 def with_allowed(allowed: tuple[str, ...], name: str) -> tuple[str, ...]:

@@ -63,6 +63,8 @@ class ClusterInfo:
     congestion_control: str = ""
     """TCP congestion control of every host (empty: the machine's default, as in state files
     written before the cluster set one)."""
+    slow_start_after_idle: bool = True
+    """net.ipv4.tcp_slow_start_after_idle of every host (Linux's default: on)."""
     port_queue: str = "fifo"
     """How every capped port queues: "fifo" (one tbf) or "per-peer" (`cadence.netem.fair`)."""
     present_namespaces: tuple[str, ...] = field(default=())
@@ -107,6 +109,7 @@ class ClusterInfo:
             priority_classes=int(data.get("priority_classes", 0)),
             congestion_control=str(data.get("congestion_control", "")),
             port_queue=str(data.get("port_queue", "fifo")),
+            slow_start_after_idle=bool(data.get("slow_start_after_idle", True)),
             present_namespaces=tuple(data.get("present_namespaces", ())),
         )
 

@@ -20,7 +20,9 @@ from cadence.netem._bandwidth import link_bucket_bytes
 from cadence.netem._congestion import (
     check_congestion_control,
     default_congestion_control,
+    default_slow_start_after_idle,
     set_congestion_control,
+    set_slow_start_after_idle,
 )
 from cadence.netem._state import ClusterInfo
 
@@ -112,7 +114,8 @@ class EmulatedCluster:
 
     ``port_queue`` is how every capped port queues: "fifo" (one tbf) or "per-peer" (an even
     share for each other host, :mod:`cadence.netem.fair`); None: $CADENCE_NETEM_PORT_QUEUE,
-    else fifo.
+    else fifo. ``slow_start_after_idle`` is every host's net.ipv4.tcp_slow_start_after_idle
+    (None: $CADENCE_NETEM_SLOW_START_AFTER_IDLE, else on, Linux's default).
     """
 
     def __init__(
@@ -125,6 +128,7 @@ class EmulatedCluster:
         frame_bucket: bool = False,
         congestion_control: str | None = None,
         port_queue: str | None = None,
+        slow_start_after_idle: bool | None = None,
     ) -> None:
         if not 1 <= hosts <= MAX_HOSTS:
             raise UserError(f"bad host count {hosts}: use 1 to {MAX_HOSTS}")
@@ -141,6 +145,11 @@ class EmulatedCluster:
             raise UserError("per-peer port queues and priority classes are two htb trees: pick one")
         if self.port_queue == "per-peer" and math.isinf(bandwidth_bps):
             raise UserError("per-peer port queues need a bandwidth cap (e.g. --bandwidth 400mbit)")
+        self.slow_start_after_idle = (
+            default_slow_start_after_idle()
+            if slow_start_after_idle is None
+            else slow_start_after_idle
+        )
         self.congestion_control = congestion_control or default_congestion_control()
         check_congestion_control(self.congestion_control)
         self.priority_classes = priority_classes
@@ -174,6 +183,7 @@ class EmulatedCluster:
             priority_classes=info.priority_classes,
             congestion_control=info.congestion_control or None,
             port_queue=info.port_queue,
+            slow_start_after_idle=info.slow_start_after_idle,
         )
         cluster.persistent = info.persistent
         cluster._owner = False
@@ -200,6 +210,7 @@ class EmulatedCluster:
             priority_classes=self.priority_classes,
             congestion_control=self.congestion_control,
             port_queue=self.port_queue,
+            slow_start_after_idle=self.slow_start_after_idle,
         )
 
     def up(self) -> None:
@@ -231,6 +242,7 @@ class EmulatedCluster:
             port = f"h{host.index}"
             _iproute.add_namespace(host.namespace)
             set_congestion_control(host.namespace, self.congestion_control)
+            set_slow_start_after_idle(host.namespace, self.slow_start_after_idle)
             # Both ends are created directly in their namespaces: no name clash in ours.
             run(["ip", "link", "add", "name", host.iface, "netns", host.namespace,
                  "type", "veth", "peer", "name", port, "netns", sw])  # fmt: skip

@@ -27,6 +27,8 @@ def describe(info: ClusterInfo) -> str:
     stale = "  STALE (owner gone)" if info.stale else ""
     if info.priority_classes:
         kind = f"{info.priority_classes} priority classes  {kind}"
+    if not info.slow_start_after_idle:
+        kind = f"no slow start after idle  {kind}"
     if info.port_queue != "fifo":
         kind = f"{info.port_queue} port queues  {kind}"
     if info.congestion_control:
@@ -45,15 +47,18 @@ def netem_up(
     priority_classes: int = 0,
     congestion_control: str | None = None,
     port_queue: str | None = None,
+    slow_start_after_idle: bool | None = None,
 ) -> ClusterInfo:
     """Create a persistent cluster that outlives this process (remove with ``netem_down``);
     ``priority_classes`` > 0 installs that many TOS priority classes on every port, and every
     host runs TCP with ``congestion_control`` (None: `default_congestion_control()`); every
-    capped port queues as ``port_queue`` says (None: `fair.default_port_queue()`)."""
+    capped port queues as ``port_queue`` says (None: `fair.default_port_queue()`), and
+    ``slow_start_after_idle`` sets the hosts' sysctl of that name (None: the default)."""
     _iproute.check_netem_available()
     cluster = EmulatedCluster(
         hosts, bandwidth_bps, persistent=True, priority_classes=priority_classes,
         congestion_control=congestion_control, port_queue=port_queue,
+        slow_start_after_idle=slow_start_after_idle,
     )  # fmt: skip
     with cleanup_on_signals():
         cluster.up()
