@@ -42,6 +42,12 @@ def format_bandwidth(bps: float) -> str:
     return f"{bps / 1e3:.6f}".rstrip("0").rstrip(".") + "kbit"
 
 
+GSO_PACKET_BYTES = 64 * 1024 + 2 * 1514
+"""The largest packet veth hands a qdisc: a 64 KiB GSO super-packet, and a frame either side."""
+PORT_QUEUE_S = 0.05
+"""A capped port's queue, in time at its cap (tbf's latency)."""
+
+
 def tbf_burst_bytes(bps: float) -> int:
     """Token-bucket size for a cap of ``bps``.
 
@@ -50,7 +56,7 @@ def tbf_burst_bytes(bps: float) -> int:
     traffic makes the rate undershoot because of timer granularity. 5 ms keeps the initial
     burst negligible over a transfer of a second or more.
     """
-    return max(int(bps / 8 * 0.005), 64 * 1024 + 2 * 1514)
+    return max(int(bps / 8 * 0.005), GSO_PACKET_BYTES)
 
 
 FRAME_BUCKET_BYTES = 2 * 1514
@@ -64,3 +70,10 @@ def link_bucket_bytes(bps: float, frame_bucket: bool = False) -> int:
     """The token bucket `EmulatedCluster` gives a link capped at ``bps``: two frames with
     ``frame_bucket`` (`FRAME_BUCKET_BYTES`), else `tbf_burst_bytes`."""
     return FRAME_BUCKET_BYTES if frame_bucket else tbf_burst_bytes(bps)
+
+
+def tbf_args(bps: float, frame_bucket: bool = False) -> list[str]:
+    """The tbf that caps a port at ``bps`` (after ``tc qdisc ... root [handle H:]``): its
+    bucket from `link_bucket_bytes`, its queue `PORT_QUEUE_S` long."""
+    return ["tbf", "rate", f"{int(bps)}bit", "burst", str(link_bucket_bytes(bps, frame_bucket)),
+            "latency", f"{int(PORT_QUEUE_S * 1000)}ms"]  # fmt: skip

@@ -16,7 +16,7 @@ from types import FrameType, TracebackType
 
 from cadence.errors import UserError
 from cadence.netem import _iproute, _state, fair, priority, registry
-from cadence.netem._bandwidth import link_bucket_bytes
+from cadence.netem._bandwidth import tbf_args
 from cadence.netem._congestion import (
     check_congestion_control,
     default_congestion_control,
@@ -272,10 +272,8 @@ class EmulatedCluster:
             # several hosts to one host at that host's switch port.
             priority.install(namespace, dev, self.bandwidth_bps, self.priority_classes)
             return
-        rate = f"{int(self.bandwidth_bps)}bit"
-        burst = str(link_bucket_bytes(self.bandwidth_bps, self.frame_bucket))
         _iproute.run(["tc", "-n", namespace, "qdisc", "replace", "dev", dev, "root",
-                      "tbf", "rate", rate, "burst", burst, "latency", "50ms"])  # fmt: skip
+                      *tbf_args(self.bandwidth_bps, self.frame_bucket)])  # fmt: skip
 
     def down(self) -> None:
         """Remove everything the cluster made; safe to call more than once."""

@@ -32,14 +32,12 @@ from collections.abc import Sequence
 
 from cadence.errors import UserError
 from cadence.netem import _iproute
-from cadence.netem._bandwidth import link_bucket_bytes
+from cadence.netem._bandwidth import GSO_PACKET_BYTES, PORT_QUEUE_S, tbf_args
 
 PORT_QUEUES = ("fifo", "per-peer")
 """How a capped port queues: one FIFO (tbf), or an even share per peer host (htb)."""
 DEFAULT_PORT_QUEUE = "fifo"
 ENV_VAR = "CADENCE_NETEM_PORT_QUEUE"
-_QUEUE_S = 0.05  # each leaf's queue in time at the full cap (tbf's latency 50ms)
-_GSO_PACKET = 64 * 1024 + 2 * 1514
 _UNSHAPED = 10  # the htb scheduler's rates, as a multiple of the cap
 
 
@@ -77,13 +75,11 @@ def tc_commands(
         raise UserError("per-peer port queues need a bandwidth cap (e.g. --bandwidth 400mbit)")
     rate = int(bandwidth_bps)
     unshaped = _UNSHAPED * rate  # the scheduler's own rates: never what holds a packet back
-    burst = str(link_bucket_bytes(bandwidth_bps, frame_bucket))
     leaves = len(peers) + 1  # the last catches what no filter matches
-    queue = str(max(int(bandwidth_bps / 8 * _QUEUE_S), 2 * _GSO_PACKET))
+    queue = str(max(int(bandwidth_bps / 8 * PORT_QUEUE_S), 2 * GSO_PACKET_BYTES))
     default = _classid(leaves - 1).split(":")[1]
     cmds = [
-        f"qdisc replace dev {dev} root handle 1: tbf rate {rate}bit burst {burst} "
-        f"latency {int(_QUEUE_S * 1000)}ms".split(),
+        ["qdisc", "replace", "dev", dev, "root", "handle", "1:", *tbf_args(rate, frame_bucket)],
         f"qdisc add dev {dev} parent 1:1 handle 2: htb default {default}".split(),
         f"class add dev {dev} parent 2: classid 2:1 htb rate {unshaped}bit "
         f"ceil {unshaped}bit burst {queue} cburst {queue}".split(),
@@ -91,8 +87,8 @@ def tc_commands(
     for leaf in range(leaves):
         cid = _classid(leaf)
         cmds.append(
-            f"class add dev {dev} parent 2:1 classid {cid} htb rate {unshaped}bit "
-            f"ceil {unshaped}bit burst {queue} cburst {queue} prio 0 quantum {_GSO_PACKET}".split()
+            f"class add dev {dev} parent 2:1 classid {cid} htb rate {unshaped}bit ceil "
+            f"{unshaped}bit burst {queue} cburst {queue} prio 0 quantum {GSO_PACKET_BYTES}".split()
         )
         # Byte-limited, as tbf's queue is: a packet-limited FIFO would hold 1000 GSO packets.
         leaf_qdisc = f"qdisc add dev {dev} parent {cid} handle {leaf + 0x10:x}: bfifo limit {queue}"

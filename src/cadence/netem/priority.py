@@ -17,14 +17,13 @@ import math
 
 from cadence.errors import UserError
 from cadence.netem import _iproute
-from cadence.netem._bandwidth import tbf_burst_bytes
+from cadence.netem._bandwidth import GSO_PACKET_BYTES, PORT_QUEUE_S, tbf_burst_bytes
 
 MAX_CLASSES = 4
 # DSCP code points the PS channels mark, most urgent first (kept equal to cadence.ps.config.DSCP,
 # which a unit test checks; netem does not import the PS package).
 CHANNEL_DSCP = (46, 34, 18, 0)
 _LEAF_SHARE = 0.01  # rate each leaf is guaranteed, as a share of the cap
-_QUEUE_S = 0.05  # leaf queue length in time at the full cap (tbf's latency 50ms)
 
 
 def check_classes(classes: int) -> None:
@@ -55,8 +54,8 @@ def tc_commands(dev: str, bandwidth_bps: float, classes: int) -> list[list[str]]
     burst = str(tbf_burst_bytes(bandwidth_bps))
     leaf = max(8000, int(bandwidth_bps * _LEAF_SHARE))
     # quantum only splits rate between leaves of equal prio (none here); one GSO packet.
-    quantum = str(64 * 1024 + 2 * 1514)
-    queue = str(max(int(bandwidth_bps / 8 * _QUEUE_S), 2 * (64 * 1024 + 1514)))
+    quantum = str(GSO_PACKET_BYTES)
+    queue = str(max(int(bandwidth_bps / 8 * PORT_QUEUE_S), 2 * (64 * 1024 + 1514)))
     last = _classid(classes - 1).split(":")[1]
     cmds = [
         f"qdisc replace dev {dev} root handle 1: htb default {last}".split(),
