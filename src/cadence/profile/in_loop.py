@@ -102,13 +102,13 @@ def steps_in_loop(
     `optimizers`, run in turns so that a change of the machine's speed falls on all of them,
     each timed on the host's clock up to a synchronise. A step updates copies of the
     parameters (sharing the model's gradients), so the model is left as it was."""
-    asked = optimizers
     params = [p for p in model.parameters() if p.requires_grad]
     device = x.device
     copies = [nn.Parameter(p.detach().clone()) for p in params]
-    if not copies:  # nothing to step: no optimizer adds anything
-        optimizers = ()
-    steppers = {name: build_optimizer(copies, TrainConfig(optimizer=name)) for name in optimizers}
+    # Nothing to step (no trainable parameter): no optimizer adds anything.
+    steppers = {
+        name: build_optimizer(copies, TrainConfig(optimizer=name)) for name in optimizers if copies
+    }
 
     def loop_step(optimizer: torch.optim.Optimizer | None) -> float:
         sync(device)
@@ -123,7 +123,7 @@ def steps_in_loop(
         return time.perf_counter() - start
 
     without: list[float] = []
-    with_step: dict[str, list[float]] = {name: [] for name in optimizers}
+    with_step: dict[str, list[float]] = {name: [] for name in steppers}
     for i in range(warmup + iterations):
         plain = loop_step(None)
         stepped = {name: loop_step(opt) for name, opt in steppers.items()}
@@ -134,4 +134,4 @@ def steps_in_loop(
     model.zero_grad(set_to_none=True)
     base = statistics.median(without)
     steps = {name: max(0.0, statistics.median(s) - base) for name, s in with_step.items()}
-    return LoopTimes(iteration_s=base, optimizer_step_s={**dict.fromkeys(asked, 0.0), **steps})
+    return LoopTimes(base, {name: steps.get(name, 0.0) for name in optimizers})

@@ -198,9 +198,8 @@ def add_input(
     iteration's first forward."""
     if costs.input_s <= 0:
         return after
-    deps = [] if after is None else [after]
     return graph.add_work(
-        "input", "input", stream, costs.input_s, deps=deps, worker=worker, iteration=iteration
+        "input", "input", stream, costs.input_s, deps=[after], worker=worker, iteration=iteration
     )
 
 
