@@ -114,7 +114,7 @@ def _cmd_netem(args: argparse.Namespace) -> int:
             priority_classes=args.priority_classes,
             congestion_control=args.congestion_control,
             port_queue=args.port_queue,
-            slow_start_after_idle=False if args.no_slow_start_after_idle else None,
+            slow_start_after_idle=args.slow_start_after_idle,
         ).to_json()  # fmt: skip
     elif args.netem_cmd == "down":
         netem.netem_down(args.cluster, all=args.all)
@@ -382,19 +382,20 @@ def _add_netem(sub: Any) -> None:
     )  # fmt: skip
     up.add_argument(
         "--congestion-control", default=None, metavar="NAME",
-        help="TCP congestion control of every host (default bbr, which shares the emulated "
-        "FIFO ports fairly, or $CADENCE_NETEM_CONGESTION_CONTROL; e.g. cubic or reno)",
+        help="TCP congestion control of every host (default cubic, or "
+        "$CADENCE_NETEM_CONGESTION_CONTROL; e.g. bbr or reno)",
     )  # fmt: skip
     up.add_argument(
         "--port-queue", default=None, choices=("fifo", "per-peer"),
         help="how every capped port queues: one FIFO (tbf), or an even share for each other "
-        "host (htb), as a real host's fair queues give (default fifo, or "
-        "$CADENCE_NETEM_PORT_QUEUE)",
+        "host (htb), as a real host's fair queues give (default per-peer, or "
+        "$CADENCE_NETEM_PORT_QUEUE; fifo under priority classes)",
     )  # fmt: skip
     up.add_argument(
-        "--no-slow-start-after-idle", action="store_true",
-        help="hosts keep an idle TCP connection's window instead of starting it again "
-        "(net.ipv4.tcp_slow_start_after_idle=0; or $CADENCE_NETEM_SLOW_START_AFTER_IDLE=0)",
+        "--slow-start-after-idle", default=None, action=argparse.BooleanOptionalAction,
+        help="whether hosts start an idle TCP connection's window again, as Linux does by "
+        "default (net.ipv4.tcp_slow_start_after_idle; default off, or "
+        "$CADENCE_NETEM_SLOW_START_AFTER_IDLE=1|0)",
     )  # fmt: skip
     up.add_argument("--json", default=None, metavar="FILE")
     down = nsub.add_parser("down", help="remove an emulated cluster")

@@ -41,23 +41,34 @@ def test_the_names_the_kernel_offers_pass() -> None:
         check_congestion_control(name)
 
 
-def test_bbr_unless_named_or_set_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cubic_unless_named_or_set_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CADENCE_NETEM_CONGESTION_CONTROL", raising=False)
-    assert EmulatedCluster(2, 400e6).congestion_control == "bbr"
-    assert EmulatedCluster(2, 400e6, congestion_control="reno").congestion_control == "reno"
-    monkeypatch.setenv("CADENCE_NETEM_CONGESTION_CONTROL", "cubic")
     assert EmulatedCluster(2, 400e6).congestion_control == "cubic"
+    assert EmulatedCluster(2, 400e6, congestion_control="reno").congestion_control == "reno"
+    monkeypatch.setenv("CADENCE_NETEM_CONGESTION_CONTROL", "bbr")
+    assert EmulatedCluster(2, 400e6).congestion_control == "bbr"
     monkeypatch.setenv("CADENCE_NETEM_CONGESTION_CONTROL", "no such")
     with pytest.raises(UserError, match="bad TCP congestion control 'no such'"):
         EmulatedCluster(2, 400e6)
 
 
-def test_slow_start_after_idle_is_on_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_slow_start_after_idle_is_off_unless_turned_on(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(IDLE_ENV_VAR, raising=False)
-    assert EmulatedCluster(2, 400e6).slow_start_after_idle is True
-    assert EmulatedCluster(2, 400e6, slow_start_after_idle=False).slow_start_after_idle is False
-    monkeypatch.setenv(IDLE_ENV_VAR, "0")
-    assert default_slow_start_after_idle() is False
+    assert EmulatedCluster(2, 400e6).slow_start_after_idle is False
+    assert EmulatedCluster(2, 400e6, slow_start_after_idle=True).slow_start_after_idle is True
+    monkeypatch.setenv(IDLE_ENV_VAR, "1")
+    assert default_slow_start_after_idle() is True
     monkeypatch.setenv(IDLE_ENV_VAR, "off")
     with pytest.raises(UserError, match="bad \\$CADENCE_NETEM_SLOW_START_AFTER_IDLE 'off'"):
         EmulatedCluster(2, 400e6)
+
+
+@pytest.mark.parametrize(
+    ("flag", "expected"),
+    [([], None), (["--slow-start-after-idle"], True), (["--no-slow-start-after-idle"], False)],
+)
+def test_netem_up_takes_idle_restart_either_way(flag: list[str], expected: bool | None) -> None:
+    from cadence.cli import build_parser
+
+    args = build_parser().parse_args(["netem", "up", "--bandwidth", "400mbit", *flag])
+    assert args.slow_start_after_idle is expected

@@ -60,9 +60,10 @@ def test_uncapped_links_have_nothing_to_share() -> None:
 
 def test_the_environment_chooses_when_nothing_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ENV_VAR, raising=False)
-    assert default_port_queue() == "fifo"
-    monkeypatch.setenv(ENV_VAR, "per-peer")
+    assert default_port_queue() == "per-peer"
     assert EmulatedCluster(2, 400e6).port_queue == "per-peer"
+    monkeypatch.setenv(ENV_VAR, "fifo")
+    assert EmulatedCluster(2, 400e6).port_queue == "fifo"
     monkeypatch.setenv(ENV_VAR, "round-robin")
     with pytest.raises(UserError, match="unknown port queue 'round-robin'"):
         EmulatedCluster(2, 400e6)

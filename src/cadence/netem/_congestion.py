@@ -1,27 +1,24 @@
-"""TCP congestion control of the emulated hosts.
+"""TCP congestion control of the emulated hosts, and their restart of idle connections.
 
 A new network namespace takes the machine's default congestion control, so the same emulated
 cluster behaved differently from machine to machine (BBR on ours, cubic on a stock Linux).
-Each host namespace now gets one named explicitly: BBR unless told otherwise.
+Each host namespace gets one named explicitly: cubic, Linux's own default, unless told
+otherwise; and net.ipv4.tcp_slow_start_after_idle is off in every host unless told otherwise.
 
-Why BBR (measured 2026-11-26, 4 emulated hosts): the ports are FIFO queues (tbf; this kernel
-has no fair-queueing qdisc, where a real host would run fq_codel), and under cubic a flow that
-joins one already filling a port's 50 ms queue gets only 0.17-0.21 of the port over 1-3 s,
-where BBR gives it 0.49-0.53 (`results/shared-port-congestion-control.txt`). The simulator and
-the cost model share a link fairly between its flows, and gloo's broadcast sends its copies side
-by side: under cubic its 1-16 MB rows ran 0.77-0.86 of the fair-share prediction
-(`results/bench-collectives-*-cubic-20261126.json`), under BBR 0.83-1.04, 11 of 12 within 10%
-(the four `*-4hosts-interleaved-20261125*` runs). Every benchmark in the README ran under BBR
-too.
+Why (measured 2026-11-26, `cadence.netem.fair` has the port side): the capped ports split
+evenly between peers (per-peer queues, the default since 2026-11-26), so cubic no longer
+needs BBR to share a port; and BBR's PROBE_RTT holds a long flow's window at 4 packets for
+~200 ms every 10 s, which stalled one link of gloo's ring in 7 of 40 64 MB all-gathers on 4
+hosts at 400mbit (up to 1.21x the link time; cubic with per-peer queues: 0 of 40 over 1.1x,
+`results/allgather-congestion-control*.txt`). A training step's communication comes in bursts
+between stretches of compute; with idle restarts on (Linux's default) cubic began each burst
+from its initial window, and resnet32's cadence-dp at 1gbit ran 1.13x DDP where under BBR it
+ran 0.94-0.99x. Off, as a long-running training job's hosts are usually tuned, two long
+separate-run matrices (README, "Cubic and per-peer port queues") ran cadence-dp against DDP as
+under BBR, and the simulator met its accuracy target on them.
 
-What BBR costs: PROBE_RTT holds a long flow's window at 4 packets for ~200 ms every 10 s, so one
-link of the ring idles for most of an 8 MB half of gloo's 64 MB all-gather on 4 hosts at
-400mbit (7 of 40 calls over 1.1x the link time, up to 1.21x; under cubic none of 40,
-1.02-1.05x: `results/allgather-congestion-control.txt`).
-
-Per-peer port queues (`cadence.netem.fair`, opt-in) split a port evenly under cubic too; the
-default stays BBR over FIFO ports until training under cubic is settled (the README's "Cubic
-and per-peer port queues").
+`--congestion-control bbr --port-queue fifo --slow-start-after-idle` (or the environment
+variables below) builds the network every figure in the README before 2026-11-26 ran on.
 """
 
 from __future__ import annotations
@@ -33,7 +30,8 @@ from pathlib import Path
 from cadence.errors import UserError
 from cadence.netem import _iproute
 
-DEFAULT_CONGESTION_CONTROL = "bbr"
+DEFAULT_CONGESTION_CONTROL = "cubic"
+DEFAULT_SLOW_START_AFTER_IDLE = False
 ENV_VAR = "CADENCE_NETEM_CONGESTION_CONTROL"
 IDLE_ENV_VAR = "CADENCE_NETEM_SLOW_START_AFTER_IDLE"
 _SYSCTL = Path("/proc/sys/net/ipv4")
@@ -58,16 +56,16 @@ def _unavailable(name: str) -> UserError:
 def default_congestion_control() -> str:
     """What a cluster's hosts run when the caller names nothing: $CADENCE_NETEM_CONGESTION_CONTROL
     if set (so any command that builds a cluster, `cadence bench dp` included, can run under
-    another), else BBR."""
+    another), else cubic."""
     return os.environ.get(ENV_VAR) or DEFAULT_CONGESTION_CONTROL
 
 
 def default_slow_start_after_idle() -> bool:
     """Whether a cluster's hosts restart an idle connection's window (Linux's default, on):
-    $CADENCE_NETEM_SLOW_START_AFTER_IDLE (1 or 0) if set, else on."""
-    value = os.environ.get(IDLE_ENV_VAR, "1")
+    $CADENCE_NETEM_SLOW_START_AFTER_IDLE (1 or 0) if set, else off."""
+    value = os.environ.get(IDLE_ENV_VAR, str(int(DEFAULT_SLOW_START_AFTER_IDLE)))
     if value not in ("0", "1"):
-        raise UserError(f"bad ${IDLE_ENV_VAR} {value!r}: use 1 (Linux's default) or 0")
+        raise UserError(f"bad ${IDLE_ENV_VAR} {value!r}: use 1 (Linux's default) or 0 (ours)")
     return value == "1"
 
 

@@ -107,15 +107,15 @@ class EmulatedCluster:
     real link does. The price is one packet per frame through every qdisc (more CPU), which
     is why only `cadence bench collectives` offers it (`--link-bucket frames`, off by default).
 
-    ``congestion_control`` is the TCP congestion control every host runs (None: BBR, or
+    ``congestion_control`` is the TCP congestion control every host runs (None: cubic, or
     $CADENCE_NETEM_CONGESTION_CONTROL): a namespace would otherwise take this machine's
-    default, and BBR shares the FIFO ports fairly, as the simulator assumes
-    (`cadence.netem._congestion` has the measurements).
+    default (`cadence.netem._congestion` has why cubic, and the measurements).
 
     ``port_queue`` is how every capped port queues: "fifo" (one tbf) or "per-peer" (an even
     share for each other host, :mod:`cadence.netem.fair`); None: $CADENCE_NETEM_PORT_QUEUE,
-    else fifo. ``slow_start_after_idle`` is every host's net.ipv4.tcp_slow_start_after_idle
-    (None: $CADENCE_NETEM_SLOW_START_AFTER_IDLE, else on, Linux's default).
+    else per-peer (fifo under priority classes and on uncapped links).
+    ``slow_start_after_idle`` is every host's net.ipv4.tcp_slow_start_after_idle (None:
+    $CADENCE_NETEM_SLOW_START_AFTER_IDLE, else off; Linux's default is on).
     """
 
     def __init__(

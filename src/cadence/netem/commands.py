@@ -17,7 +17,8 @@ from cadence.netem.probe import ProbeResult, probe_bandwidth
 
 
 def describe(info: ClusterInfo) -> str:
-    """One line about a cluster, e.g. ``3f9a1c  4 hosts  400mbit  tcp bbr  persistent  up``."""
+    """One line about a cluster, e.g. ``3f9a1c  4 hosts  400mbit  tcp cubic  per-peer port
+    queues  no slow start after idle  persistent  since ...  up``."""
     expected = len(info.host_namespaces) + 1
     if len(info.present_namespaces) == expected:
         health = "up"

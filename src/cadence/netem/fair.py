@@ -7,9 +7,10 @@ the cost model share a port evenly; BBR shares it evenly but stalls a long flow 
 every 10 s (PROBE_RTT). A real host spreads its flows over fair queues (fq_codel, fq), which
 this kernel lacks (fq, fq_codel, sfq, drr and the `flow` classifier are all unknown to it).
 
-`--port-queue per-peer` builds the nearest thing from what it has. The port keeps its tbf, so
-the link's rate and token bucket are exactly those of a FIFO port (and what the cost model and
-`cadence calibrate`'s bucket drain assume); under it, as the tbf's child, an htb tree decides
+Per-peer queues (the default since 2026-11-26; `--port-queue fifo` for one FIFO) are the
+nearest thing this kernel can build. The port keeps its tbf, so the link's rate and token
+bucket are exactly those of a FIFO port (and what the cost model and `cadence calibrate`'s
+bucket drain assume); under it, as the tbf's child, an htb tree decides
 which packet goes next: one leaf per other host, all of one priority and unshaped (rates far
 above the cap, buckets a whole queue deep: only the tbf holds traffic back), served round-robin
 a quantum of one GSO packet at a time, so the leaves with traffic split the port evenly. u32
@@ -36,7 +37,7 @@ from cadence.netem._bandwidth import GSO_PACKET_BYTES, PORT_QUEUE_S, tbf_args
 
 PORT_QUEUES = ("fifo", "per-peer")
 """How a capped port queues: one FIFO (tbf), or an even share per peer host (htb)."""
-DEFAULT_PORT_QUEUE = "fifo"
+DEFAULT_PORT_QUEUE = "per-peer"
 ENV_VAR = "CADENCE_NETEM_PORT_QUEUE"
 _UNSHAPED = 10  # the htb scheduler's rates, as a multiple of the cap
 
