@@ -64,3 +64,31 @@ def test_the_batch_overlaps_the_wait_for_parameters() -> None:
 
     without, with_input = ps(profile), ps(dataclasses.replace(profile, input_s=INPUT_S))
     assert without < with_input < without + INPUT_S
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_every_pipeline_stage_takes_the_whole_batch_first(schedule: str) -> None:
+    # Every rank of a pipeline reads the step's whole batch before its first action, so with
+    # messages free the step moves by the batch's time scaled from the profile's batch to
+    # the step's (here twice the profile's).
+    from cadence.sim.pipeline_adapter import simulate_pipeline
+
+    profile = zoo_profile("cnn")
+    batch = 2 * profile.batch_size
+
+    def step(p: Profile) -> SimResult:
+        return simulate_pipeline(
+            p, stages=2, microbatches=4, schedule=schedule, link=LINK, batch_size=batch
+        )
+
+    without = step(profile)
+    with_input = step(dataclasses.replace(profile, input_s=INPUT_S))
+    assert with_input.iteration_s == pytest.approx(without.iteration_s + 2 * INPUT_S, rel=1e-9)
+    timed = with_input.schedule
+    taken = [t for t in timed.graph.tasks if t.kind == "input"]
+    assert sorted(t.worker for t in taken) == [0, 1]
+    for t in taken:  # first on its stage's compute
+        others = [u for u in timed.graph.tasks if u.worker == t.worker and u.kind == "forward"]
+        assert timed.end_s[t.id] <= min(timed.start_s[u.id] for u in others)
+    assert with_input.compute_s == pytest.approx(without.compute_s + 2 * INPUT_S)
+    assert 0.0 <= with_input.efficiency <= 1.0

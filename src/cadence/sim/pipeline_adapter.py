@@ -13,6 +13,9 @@ What the graph follows (`cadence/pipeline/executor.py`, our runtime):
 - a message is a flow over the sender's transmit link and the receiver's receive link (both
   directions of a cable are separate, as on full-duplex Ethernet), shared fairly with any
   other message in flight there;
+- before its first action, each stage takes the step's batch to its device (every rank of a
+  pipeline reads the whole batch: the first stage its inputs, the last its targets), for the
+  profile's `input_s` scaled to the step's batch;
 - after its last action, each stage steps its optimizer (`update_s_per_byte` x its parameter
   bytes); the step ends when every stage has finished (pipelines flush every step).
 
@@ -203,9 +206,11 @@ def build_pipeline(
     *,
     optimizer_factor: float = 2.0,
     update_s_per_byte: float = 0.0,
+    input_s: float = 0.0,
 ) -> PipelineBuilt:
     """Graph of one step of `schedule` over `plan`'s stages, micro-batches of
-    `microbatch_size` samples, every neighbour pair joined by `link`."""
+    `microbatch_size` samples, every neighbour pair joined by `link`; each stage first spends
+    `input_s` taking the step's batch to its device."""
     validate(schedule)
     S = schedule.num_stages
     if plan.num_stages != S:
@@ -221,6 +226,12 @@ def build_pipeline(
     # replay order (tasks may only depend on tasks already added).
     order = _replay_order(schedule)
     last_task: list[int | None] = [None] * S
+    if input_s > 0:
+        last_task = [
+            graph.add("input", "input", resources=(compute[s],), duration_s=input_s, worker=s)
+            for s in range(S)
+        ]
+    started = [False] * S  # has the stage run an action yet (it allocates its static memory)
     backwarded = [False] * S  # has the stage run a backward yet (its gradients exist)
     sent: dict[Action, int] = {}  # action -> its outgoing message (flow task)
     held_sent = [0] * S  # bytes of the messages each stage has sent (freed at the step's end)
@@ -237,7 +248,7 @@ def build_pipeline(
         deps: list[int | None] = [last_task[s], inbound]
         received = received_bytes(plan, schedule, action, microbatch_size)
         for i, m in enumerate(action.microbatches):
-            first = last_task[s] is None
+            first, started[s] = not started[s], True
             extra, kept = backward_extra(plan, schedule, s, microbatch_size, not backwarded[s])
             if forward:  # workspace while it runs, then what it keeps
                 ws = forward_extra(plan, s)
@@ -325,12 +336,12 @@ def analyse_pipeline(built: PipelineBuilt, name: str) -> SimResult:
     unions = {r: _union(_intervals(timed, r)) for r in range(len(graph.resources))}
     busy = {res.name: _length(unions[r]) for r, res in enumerate(graph.resources)}
     flows = [t for t in graph.tasks if t.kind in MESSAGE_KINDS]
-    work = [0.0] * S  # forward + backward seconds of each stage
+    work = [0.0] * S  # input + forward + backward seconds of each stage
     update = [0.0] * S
     for t in graph.tasks:
         if t.kind == "update":
             update[t.worker] += t.duration_s
-        elif t.kind in ("forward", "backward"):
+        elif t.kind in ("input", "forward", "backward"):
             work[t.worker] += t.duration_s
     link_bytes: dict[int, float] = {}
     for t in flows:
@@ -426,5 +437,6 @@ def simulate_pipeline(
         link_model(link),
         optimizer_factor=optimizer_state_factor(optimizer),
         update_s_per_byte=update_s_per_byte,
+        input_s=(first.input_s or 0.0) * batch / first.batch_size,
     )
     return analyse_pipeline(built, schedule.name)
