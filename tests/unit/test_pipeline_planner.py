@@ -149,3 +149,19 @@ def test_plan_pipeline_command_bad_input_is_one_line(
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0], err
+
+
+def test_the_batch_moves_every_candidate_alike() -> None:
+    # Every rank reads the step's whole batch (here twice the profile's): each candidate's
+    # prediction grows by that, and the order stays.
+    import dataclasses
+
+    without = plan_pipeline(_profile(), stages=2, batch_size=16, link=FAST)
+    charged = plan_pipeline(
+        dataclasses.replace(_profile(), input_s=0.003), stages=2, batch_size=16, link=FAST
+    )
+    assert [(c.schedule, c.microbatches) for c in charged.candidates] == [
+        (c.schedule, c.microbatches) for c in without.candidates
+    ]
+    for a, b in zip(without.candidates, charged.candidates, strict=True):
+        assert b.predicted_s == pytest.approx(a.predicted_s + 2 * 0.003, rel=1e-9)

@@ -202,12 +202,15 @@ def plan_pipeline(
         raise UserError(f"measured costs are for {len(costs.forward)} stages, not {stages}")
     costs = costs or stage_costs(profiles, plan.ranges)
     factor = optimizer_state_factor(optimizer)
+    # Every rank reads the whole batch each step: the same for every candidate, so it moves
+    # the predicted times, not their order.
+    input_s = (profiles[0].input_s or 0.0) * batch_size / profiles[0].batch_size
     found: list[Candidate] = []
     for m in microbatch_counts(batch_size, microbatches):
         for schedule in schedules_for(stages, m, recompute):
             built = build_pipeline(
                 plan, costs, schedule, batch_size // m, link,
-                optimizer_factor=factor, update_s_per_byte=update_s_per_byte,
+                optimizer_factor=factor, update_s_per_byte=update_s_per_byte, input_s=input_s,
             )
             result = analyse_pipeline(built, schedule.name)
             peaks = stage_peaks(result)
