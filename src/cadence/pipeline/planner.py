@@ -26,6 +26,7 @@ from cadence.profile import Profile
 from cadence.sim.pipeline_adapter import (
     StageCosts,
     analyse_pipeline,
+    batch_input_s,
     build_pipeline,
     stage_costs,
     stage_peaks,
@@ -204,7 +205,7 @@ def plan_pipeline(
     factor = optimizer_state_factor(optimizer)
     # Every rank reads the whole batch each step: the same for every candidate, so it moves
     # the predicted times, not their order.
-    input_s = (profiles[0].input_s or 0.0) * batch_size / profiles[0].batch_size
+    input_s = batch_input_s(profiles[0], batch_size)
     found: list[Candidate] = []
     for m in microbatch_counts(batch_size, microbatches):
         for schedule in schedules_for(stages, m, recompute):

@@ -231,7 +231,6 @@ def build_pipeline(
             graph.add("input", "input", resources=(compute[s],), duration_s=input_s, worker=s)
             for s in range(S)
         ]
-    started = [False] * S  # has the stage run an action yet (it allocates its static memory)
     backwarded = [False] * S  # has the stage run a backward yet (its gradients exist)
     sent: dict[Action, int] = {}  # action -> its outgoing message (flow task)
     held_sent = [0] * S  # bytes of the messages each stage has sent (freed at the step's end)
@@ -248,7 +247,7 @@ def build_pipeline(
         deps: list[int | None] = [last_task[s], inbound]
         received = received_bytes(plan, schedule, action, microbatch_size)
         for i, m in enumerate(action.microbatches):
-            first, started[s] = not started[s], True
+            first = i == 0 and action == schedule.actions[s][0]  # allocates static memory
             extra, kept = backward_extra(plan, schedule, s, microbatch_size, not backwarded[s])
             if forward:  # workspace while it runs, then what it keeps
                 ws = forward_extra(plan, s)
@@ -297,6 +296,12 @@ def build_pipeline(
             mem_end=-held_sent[s],
         )
     return PipelineBuilt(graph, static, messages)
+
+
+def batch_input_s(profile: Profile, batch_size: int) -> float:
+    """Seconds each pipeline rank spends taking a step's whole batch of `batch_size` samples
+    to its device: the profile's `input_s`, scaled from the profile's batch."""
+    return (profile.input_s or 0.0) * batch_size / profile.batch_size
 
 
 def _replay_order(schedule: Schedule) -> list[Action]:
@@ -437,6 +442,6 @@ def simulate_pipeline(
         link_model(link),
         optimizer_factor=optimizer_state_factor(optimizer),
         update_s_per_byte=update_s_per_byte,
-        input_s=(first.input_s or 0.0) * batch / first.batch_size,
+        input_s=batch_input_s(first, batch),
     )
     return analyse_pipeline(built, schedule.name)
