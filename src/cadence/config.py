@@ -13,6 +13,8 @@ OPTIMIZERS = ("adam", "adamw", "sgd")
 ZERO_COMPRESSIONS = ("none", "fp16", "onebit")
 ZERO_GATHER_DTYPES = ("fp32", "bf16")
 AUTOTUNE_METHODS = ("off", "exhaustive", "guided")
+_WHOLE_MODEL_STRATEGIES = ("ddp", "cadence-dp")
+"""Strategies in which every rank computes the whole model on its share of the batch."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +60,11 @@ class TrainConfig:
     """Rendezvous port for local launches; None picks a free one."""
     eval_every_epoch: bool = True
     """Evaluate on the test split after every epoch (always done once at the end)."""
+    compute_probe_steps: int = 0
+    """After training, time this many steps of compute alone (each rank trains a fresh copy
+    of the model, no communication, all ranks at once) and record them in the metrics as
+    `compute_probe`: the run's own compute speed, for comparing the run with a simulation of
+    it (`cadence bench dp`); 0: none."""
     # --- data parallel (--strategy ddp / cadence-dp) ---
     ddp_bucket_mb: float = 25.0
     """DDP's gradient bucket size in MB (torch's default is 25)."""
@@ -159,6 +166,13 @@ class TrainConfig:
             )
         if self.threads is not None and self.threads < 1:
             raise UserError(f"--threads must be at least 1 (got {self.threads})")
+        if self.compute_probe_steps < 0:
+            raise UserError(f"compute_probe_steps must be >= 0 (got {self.compute_probe_steps})")
+        if self.compute_probe_steps and self.strategy not in _WHOLE_MODEL_STRATEGIES:
+            raise UserError(
+                "the compute probe times the whole model on each rank's share of the batch: "
+                f"it is for --strategy {', '.join(_WHOLE_MODEL_STRATEGIES)}, not {self.strategy}"
+            )
         check_device(self.device)
         if self.master_port is not None and not 0 < self.master_port < 65536:
             raise UserError(f"--master-port must be in 1..65535 (got {self.master_port})")

@@ -25,6 +25,11 @@ def test_bench_dp_measures_every_variant_and_writes_json_png_and_table(tmp_path)
     assert row["line_bound_s"] == row["bound_s"]
     # Compute alone is measured beside the variants, once per round.
     assert row["compute_runs_s"] == [row["compute_s"]] and row["model_compute_s"] > 0
+    # And inside every DDP and cadence-dp run, after its steps: one figure per run.
+    assert set(row["variant_compute_runs_s"]) == set(row["iteration_s"])
+    for name, runs in row["variant_compute_runs_s"].items():
+        assert len(runs) == 1 and 0 < runs[0] < 5
+        assert row["variant_compute_s"][name] == runs[0]
     assert row["ddp_tuned_s"] == min(row["iteration_s"]["ddp"], row["iteration_s"]["ddp-1mb"])
     assert row["cadence_over_ddp"] == pytest.approx(
         row["iteration_s"]["cadence"] / row["iteration_s"]["ddp"]
@@ -40,6 +45,7 @@ def test_bench_dp_measures_every_variant_and_writes_json_png_and_table(tmp_path)
         (["--caps", "fast"], "fast"),
         (["--steps", "5"], "--steps must be at least 11"),
         (["--ddp-buckets-mb", "big"], "--ddp-buckets-mb must be numbers"),
+        (["--probe-steps", "-1"], "--probe-steps must be >= 0"),
     ],
 )
 def test_bench_dp_bad_input_is_one_line(tmp_path, args, needle):

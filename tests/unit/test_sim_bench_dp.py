@@ -180,3 +180,33 @@ def test_a_runtime_cost_slows_only_its_own_strategys_compute(tmp_path: Path) -> 
         )
     with pytest.raises(UserError, match="not a `cadence bench runtime-cost` file"):
         read_slowdowns(str(paired))
+
+
+def test_rows_with_in_run_compute_are_predicted_from_each_variants_own(tmp_path: Path) -> None:
+    profile = zoo_profile("cnn")
+    row = {"model": "cnn", "cap": "100gbit", "compute_s": 0.2,
+           "iteration_s": {"ddp": 0.3, "cadence": 0.25}}  # fmt: skip
+    files = {}
+    for name, extra in (
+        ("beside", {}),
+        ("in-run", {"variant_compute_s": {"ddp": 0.3, "cadence": 0.24}}),
+    ):
+        files[name] = tmp_path / f"{name}.json"
+        files[name].write_text(
+            json.dumps({"config": {"workers": 2, "threshold_mb": None}, "rows": [row | extra]})
+        )
+    beside, _ = predict_bench_dp(
+        [str(files["beside"])], {"cnn": profile}, 1.0, optimizer_step_s=0.0, co_run_slowdown=1.5
+    )
+    in_run, _ = predict_bench_dp(
+        [str(files["in-run"])], {"cnn": profile}, 1.0, optimizer_step_s=0.0, co_run_slowdown=1.5
+    )
+    assert {r["compute_basis"] for r in beside} == {"compute-only runs"}
+    assert {r["compute_basis"] for r in in_run} == {"in-run"}
+    # On a 100 Gbit link compute decides: the compute-only run times the co-running factor,
+    # or each variant's own compute as it was timed, with both workers computing (no factor).
+    for r in beside:
+        assert r["compute_s"] == 0.2 and r["predicted_s"] == pytest.approx(0.3, rel=0.02)
+    ddp, cadence = in_run
+    assert ddp["compute_s"] == 0.3 and ddp["predicted_s"] == pytest.approx(0.3, rel=0.02)
+    assert cadence["compute_s"] == 0.24 and cadence["predicted_s"] == pytest.approx(0.24, rel=0.02)

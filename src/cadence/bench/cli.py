@@ -136,6 +136,7 @@ def _cmd_dp(args: argparse.Namespace) -> int:
         threshold_mb=args.threshold_mb,
         reorder_k=args.reorder_k,
         autotune=args.autotune,
+        probe_steps=args.probe_steps,
         out=args.out,
     )
     run_dp_bench(config, _command_line())
@@ -167,6 +168,12 @@ def _add_dp(bsub: Any) -> None:
     )
     p.add_argument("--reorder-k", type=int, default=None, help="cadence-dp reorder point")
     p.add_argument("--autotune", default="off", help="cadence-dp: off, exhaustive or guided")
+    p.add_argument(
+        "--probe-steps",
+        type=int,
+        default=10,
+        help="steps of compute alone each DDP / cadence-dp run times after its own (0: none)",
+    )
     p.add_argument("--out", default="results/bench-dp.json", help="JSON; PNG next to it")
     p.set_defaults(func=_cmd_dp)
 

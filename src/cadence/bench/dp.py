@@ -57,6 +57,10 @@ class DPBenchConfig:
     """cadence-dp reorder point."""
     autotune: str = "off"
     """cadence-dp autotuning for its runs: off, exhaustive or guided."""
+    probe_steps: int = 10
+    """After its steps, each DDP and cadence-dp run times this many steps of compute alone in
+    its own processes, all ranks at once (`TrainConfig.compute_probe_steps`): the compute that
+    the simulator replays the run with (`variant_compute_s`); 0: none."""
     out: str = "results/bench-dp.json"
     """JSON output; the PNG goes next to it."""
     run_root: str = "/tmp/cadence-bench-dp"
@@ -76,6 +80,8 @@ class DPBenchConfig:
             raise UserError(f"--steps must be at least 11 (10 timed), got {self.steps}")
         if self.repeats < 1 or self.workers < 2:
             raise UserError("--repeats must be >= 1 and --workers >= 2")
+        if self.probe_steps < 0:
+            raise UserError(f"--probe-steps must be >= 0, got {self.probe_steps}")
         if self.batch_size % self.workers:
             raise UserError(f"--batch-size {self.batch_size} must divide by --workers")
 
@@ -112,8 +118,9 @@ def variants(config: DPBenchConfig) -> list[Variant]:
 
 
 def _train(
-    model: str, cap: str, variant: Variant, workers: int, config: DPBenchConfig
-) -> dict[str, Any]:
+    model: str, cap: str, variant: Variant, workers: int, config: DPBenchConfig,
+    probe_steps: int = 0,
+) -> dict[str, Any]:  # fmt: skip
     from cadence.bench._train import train_for_bench
     from cadence.config import TrainConfig
 
@@ -127,6 +134,7 @@ def _train(
         out=config.run_root,
         eval_every_epoch=False,
         threads=1,
+        compute_probe_steps=probe_steps,
         **variant.settings,
     )
     return train_for_bench(train_config)
@@ -178,6 +186,8 @@ def measure_case(
     from cadence.netem import parse_bandwidth
 
     runs: dict[str, list[float]] = {}
+    # Each variant run's own compute (its probe's lockstep median), run by run.
+    run_computes: dict[str, list[float]] = {}
     plans: list[dict[str, Any]] = []  # cadence-dp's plan in each of its runs
     wire_runs: list[float] = []
     compute_runs: list[float] = []
@@ -194,8 +204,11 @@ def measure_case(
         sequence = order if repeat % 2 == 0 else list(reversed(order))
         for variant in sequence:
             echo(f"  {model} @ {cap}: {variant.name} (run {repeat + 1}/{config.repeats})")
-            metrics = _train(model, cap, variant, config.workers, config)
+            metrics = _train(model, cap, variant, config.workers, config, config.probe_steps)
             runs.setdefault(variant.name, []).append(metrics["median_iteration_s"])
+            if "compute_probe" in metrics:
+                probe = metrics["compute_probe"]["lockstep_median_s"]
+                run_computes.setdefault(variant.name, []).append(probe)
             if "dp_chunks" in metrics:
                 plans.append(_plan(metrics))
     # Without a cap the link is the loopback, limited by the processors: no wire time.
@@ -221,6 +234,9 @@ def measure_case(
         "cadence_plans": plans,
         "compute_s": compute_s,
         "compute_runs_s": compute_runs,
+        # Compute timed inside each variant's runs, after their steps (`probe_steps`).
+        "variant_compute_s": {k: statistics.median(v) for k, v in run_computes.items()},
+        "variant_compute_runs_s": run_computes,
         "model_compute_s": model_compute_s,
         "wire_s": wire,
         "wire_runs_s": wire_runs,

@@ -136,11 +136,15 @@ class _Case:
     """Per simulated strategy, how much its runtime slows compute on a host whose cores all
     compute (`cadence bench runtime-cost`); absent: 1."""
 
-    def predict(self, compute_s: float, co_run: float) -> dict[str, Any]:
-        """Each variant's simulated result with the compute scaled so that profile iteration +
-        optimizer step equals `compute_s` (times `co_run`, times the strategy's slowdown)."""
+    def predict(
+        self, compute_s: float, co_run: float, variants: Sequence[str] = tuple(_VARIANTS)
+    ) -> dict[str, Any]:
+        """Each of `variants`' simulated result with the compute scaled so that profile
+        iteration + optimizer step equals `compute_s` (times `co_run`, times the strategy's
+        slowdown)."""
         out = {}
-        for variant, strategy in _VARIANTS.items():
+        for variant in variants:
+            strategy = _VARIANTS[variant]
             strategy_compute_s = compute_s * self.slowdown.get(strategy, 1.0)
             factor = co_run * max(strategy_compute_s - self.step_s, 1e-6) / self.profile.iteration_s
             setup = Setup(
@@ -233,14 +237,24 @@ def predict_bench_dp(
                 rows += _paired_rows(row, case, common)
                 continue
             predicted = case.predict(row["compute_s"], co_run_slowdown)
+            # Files since 2026-11-26 time each variant's compute inside its own runs (both
+            # workers computing at once, so no co-running factor on top); older ones have
+            # only the compute-only runs beside them.
+            in_run = row.get("variant_compute_s") or {}
             for variant, strategy in _VARIANTS.items():
                 measured = row["iteration_s"].get(variant)
                 if measured is None:
                     continue
-                result = predicted[variant]
+                compute = in_run.get(variant)
+                if compute is None:
+                    result = predicted[variant]
+                else:
+                    result = case.predict(compute, 1.0, [variant])[variant]
                 rows.append(
                     {
                         **common,
+                        "compute_s": row["compute_s"] if compute is None else compute,
+                        "compute_basis": "compute-only runs" if compute is None else "in-run",
                         "strategy": strategy,
                         "measured_s": float(measured),
                         "predicted_s": result.iteration_s,

@@ -24,7 +24,7 @@ from cadence.errors import UserError
 from cadence.models import Dataset, get_model_spec, load_dataset, loss_fn
 from cadence.train.optim import build_optimizer
 from cadence.train.outputs import plot_training, save_checkpoint, write_json
-from cadence.train.sharding import epoch_batches, rank_slice, steps_per_epoch
+from cadence.train.sharding import batch_stream, epoch_batches, rank_slice, steps_per_epoch
 from cadence.train.strategies import OwnsStep, get_strategy
 
 EVAL_BATCH = 256
@@ -198,6 +198,15 @@ def run_training(
                     run_dir, metrics, plain, optimizer, epoch, step, time.perf_counter() - t_start
                 )
     bar.close()
+    if config.compute_probe_steps:
+        from cadence.train.compute_probe import probe_compute
+
+        batches = batch_stream(
+            len(data.train_x), config.batch_size, shard_rank, shard_world, config.seed
+        )
+        metrics["compute_probe"] = probe_compute(
+            spec, data, config, ctx, batches, optimizer, alone
+        )
     engine = getattr(plain, "_cadence_dp_engine", None)
     if engine is not None:  # the threshold cadence-dp ended with (given, default or tuned)
         metrics["dp_threshold_bytes"] = engine.threshold_bytes

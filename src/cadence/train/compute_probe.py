@@ -1,0 +1,72 @@
+"""A run's own compute speed, timed inside the run: what a simulation of the run scales to.
+
+A benchmark that checks the simulator against a training run needs the compute each of the
+run's steps did. Timed in a separate compute-only run, it is taken seconds or minutes away
+from the run, and this machine's speed drifts by 10-30% over minutes (a 33 ms cnn_lstm step's
+compute-only runs spread 1.31x within one `cadence bench dp` matrix). So after its steps a run
+can time the same work without communication, in the same processes: every rank trains its own
+fresh copy of the model on its own share of the batch, all ranks at once as during the run,
+and the figure is each step's slowest rank (a step that ends in a collective waits for it).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from cadence.comm import DistContext
+from cadence.comm.calibrate import slowest
+from cadence.config import TrainConfig
+from cadence.models import Dataset, ModelSpec, loss_fn
+from cadence.train.optim import build_optimizer
+
+
+def probe_compute(
+    spec: ModelSpec,
+    data: Dataset,
+    config: TrainConfig,
+    ctx: DistContext,
+    batches: Iterator[torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    alone: bool,
+) -> dict[str, Any]:
+    """Time `config.compute_probe_steps` steady steps (zero_grad, forward, backward, optimizer
+    step) of a fresh copy of the model on this rank's `batches`. `optimizer` is the run's: it is
+    flushed first, so no gradient of the run is still on the wire. `alone`: the ranks do not
+    agree on the figures (each keeps its own). Returns the lockstep median (each step's slowest
+    rank), the slowest rank's median and the steps timed."""
+    flush = getattr(optimizer, "flush", None)
+    if callable(flush):
+        flush()  # cadence-dp returns from step() with reductions in flight
+    model = spec.build().to(ctx.device)
+    model.train()
+    probe_optimizer = build_optimizer(model.parameters(), config)
+    steps = config.compute_probe_steps
+    if not alone and dist.is_initialized():
+        dist.barrier()  # every rank starts together: step i runs at about the same time on each
+    stamps = []
+    # One step more than timed: the first allocates everything and is not counted.
+    for _ in range(steps + 1):
+        stamps.append(time.perf_counter())
+        idx = next(batches)
+        x, y = data.train_x[idx].to(ctx.device), data.train_y[idx].to(ctx.device)
+        probe_optimizer.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        probe_optimizer.step()
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize(ctx.device)  # the step's kernels, not their launches
+    stamps.append(time.perf_counter())
+    durations = [b - a for a, b in zip(stamps[1:-1], stamps[2:], strict=True)]
+    medians = [statistics.median(durations)]
+    if not alone and dist.is_initialized():
+        durations, medians = slowest(durations), slowest(medians)
+    return {
+        "steps": len(durations),
+        "lockstep_median_s": statistics.median(durations),
+        "slowest_rank_median_s": medians[0],
+    }
