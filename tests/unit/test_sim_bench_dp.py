@@ -185,22 +185,17 @@ def test_a_runtime_cost_slows_only_its_own_strategys_compute(tmp_path: Path) -> 
 def test_rows_with_in_run_compute_are_predicted_from_each_variants_own(tmp_path: Path) -> None:
     profile = zoo_profile("cnn")
     row = {"model": "cnn", "cap": "100gbit", "compute_s": 0.2,
-           "iteration_s": {"ddp": 0.3, "cadence": 0.25}}  # fmt: skip
-    files = {}
-    for name, extra in (
-        ("beside", {}),
-        ("in-run", {"variant_compute_s": {"ddp": 0.3, "cadence": 0.24}}),
-    ):
-        files[name] = tmp_path / f"{name}.json"
-        files[name].write_text(
-            json.dumps({"config": {"workers": 2, "threshold_mb": None}, "rows": [row | extra]})
-        )
+           "iteration_s": {"ddp": 0.3, "cadence": 0.25},
+           "variant_compute_s": {"ddp": 0.3, "cadence": 0.24}}  # fmt: skip
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"config": {"workers": 2, "threshold_mb": None}, "rows": [row]}))
     beside, _ = predict_bench_dp(
-        [str(files["beside"])], {"cnn": profile}, 1.0, optimizer_step_s=0.0, co_run_slowdown=1.5
+        [str(path)], {"cnn": profile}, 1.0, optimizer_step_s=0.0, co_run_slowdown=1.5
     )
     in_run, _ = predict_bench_dp(
-        [str(files["in-run"])], {"cnn": profile}, 1.0, optimizer_step_s=0.0, co_run_slowdown=1.5
-    )
+        [str(path)], {"cnn": profile}, 1.0, optimizer_step_s=0.0, co_run_slowdown=1.5,
+        in_run_compute=True,
+    )  # fmt: skip
     assert {r["compute_basis"] for r in beside} == {"compute-only runs"}
     assert {r["compute_basis"] for r in in_run} == {"in-run"}
     # On a 100 Gbit link compute decides: the compute-only run times the co-running factor,
@@ -210,3 +205,11 @@ def test_rows_with_in_run_compute_are_predicted_from_each_variants_own(tmp_path:
     ddp, cadence = in_run
     assert ddp["compute_s"] == 0.3 and ddp["predicted_s"] == pytest.approx(0.3, rel=0.02)
     assert cadence["compute_s"] == 0.24 and cadence["predicted_s"] == pytest.approx(0.24, rel=0.02)
+
+
+def test_in_run_compute_from_a_file_without_it_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no in-run compute .* use --compute-basis beside"):
+        predict_bench_dp(
+            [str(_bench_file(tmp_path))], {"cnn": zoo_profile("cnn")}, 1.0,
+            optimizer_step_s=0.0, in_run_compute=True,
+        )  # fmt: skip

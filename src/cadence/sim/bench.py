@@ -250,6 +250,7 @@ def bench_sim_command(args: Any) -> int:
         more, skipped = predict_bench_dp(
             bench_files, profiles, args.payload_fraction, args.optimizer_step, options, co_run,
             read_slowdowns(runtime_cost) if runtime_cost else None,
+            in_run_compute=getattr(args, "compute_basis", "beside") == "in-run",
         )  # fmt: skip
         rows += more
         for line in skipped:
@@ -273,6 +274,7 @@ def bench_sim_command(args: Any) -> int:
             "profiles": sorted(args.profile or []),
             "contention": getattr(args, "contention", None),
             "runtime_cost": getattr(args, "runtime_cost", None),
+            "compute_basis": getattr(args, "compute_basis", "beside"),
             "comm_cpu": {
                 "s_per_message": options.comm_cpu_s_per_message,
                 "s_per_byte": options.comm_cpu_s_per_byte,

@@ -176,12 +176,16 @@ def predict_bench_dp(
     options: SimOptions | None = None,
     co_run_slowdown: float = 1.0,
     runtime_slowdowns: dict[str, dict[str, float]] | None = None,
+    in_run_compute: bool = False,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """(rows of measured vs predicted, skipped rows as text). The measured compute-only
     iteration of `cadence bench dp` ran one worker alone; `co_run_slowdown` scales it for
     workers sharing a host. Rows of `cadence bench dp-paired` are predicted round by round.
     `runtime_slowdowns` (model -> strategy -> factor, from `cadence bench runtime-cost`)
-    charges each strategy's runtime on the compute; a model missing from it is an error."""
+    charges each strategy's runtime on the compute; a model missing from it is an error.
+    `in_run_compute`: predict each variant from the compute its own runs timed after their
+    steps (`variant_compute_s`, both workers computing at once: no co-running factor); a
+    file without it is an error."""
     from cadence.netem import parse_bandwidth
 
     rows: list[dict[str, Any]] = []
@@ -237,10 +241,14 @@ def predict_bench_dp(
                 rows += _paired_rows(row, case, common)
                 continue
             predicted = case.predict(row["compute_s"], co_run_slowdown)
-            # Files since 2026-11-26 time each variant's compute inside its own runs (both
-            # workers computing at once, so no co-running factor on top); older ones have
-            # only the compute-only runs beside them.
-            in_run = row.get("variant_compute_s") or {}
+            in_run: dict[str, float] = {}
+            if in_run_compute:
+                in_run = row.get("variant_compute_s") or {}
+                if not in_run:
+                    raise UserError(
+                        f"{path}: {model} at {cap} has no in-run compute (`variant_compute_s`, "
+                        "files since 2026-11-26): use --compute-basis beside"
+                    )
             for variant, strategy in _VARIANTS.items():
                 measured = row["iteration_s"].get(variant)
                 if measured is None:

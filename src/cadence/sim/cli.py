@@ -233,6 +233,14 @@ def add_bench_sim(bsub: Any) -> None:
         help="`cadence bench runtime-cost` JSON: slow the compute of --from-bench-dp "
         "predictions by each strategy's measured runtime cost (default: none)",
     )
+    p.add_argument(
+        "--compute-basis",
+        choices=("beside", "in-run"),
+        default="beside",
+        help="--from-bench-dp: scale each row's compute to the compute-only runs timed beside "
+        "the variants, or to the compute each variant's runs timed in their own processes "
+        "after their steps (files since 2026-11-26; `variant_compute_s`)",
+    )
     p.set_defaults(func=_cmd_bench_sim)
 
 
