@@ -182,11 +182,15 @@ def test_a_runtime_cost_slows_only_its_own_strategys_compute(tmp_path: Path) -> 
         read_slowdowns(str(paired))
 
 
-def test_rows_with_in_run_compute_are_predicted_from_each_variants_own(tmp_path: Path) -> None:
+def test_rows_with_in_run_compute_are_predicted_run_by_run_from_each_runs_own(
+    tmp_path: Path,
+) -> None:
     profile = zoo_profile("cnn")
     row = {"model": "cnn", "cap": "100gbit", "compute_s": 0.2,
            "iteration_s": {"ddp": 0.3, "cadence": 0.25},
-           "variant_compute_s": {"ddp": 0.3, "cadence": 0.24}}  # fmt: skip
+           "runs_s": {"ddp": [0.3, 0.3, 0.3], "cadence": [0.25, 0.25, 0.25]},
+           "variant_compute_runs_s": {"ddp": [0.3, 0.33, 0.6], "cadence": [0.25, 0.25, 0.2]},
+           "variant_compute_s": {"ddp": 0.33, "cadence": 0.25}}  # fmt: skip
     path = tmp_path / "bench.json"
     path.write_text(json.dumps({"config": {"workers": 2, "threshold_mb": None}, "rows": [row]}))
     beside, _ = predict_bench_dp(
@@ -199,12 +203,14 @@ def test_rows_with_in_run_compute_are_predicted_from_each_variants_own(tmp_path:
     assert {r["compute_basis"] for r in beside} == {"compute-only runs"}
     assert {r["compute_basis"] for r in in_run} == {"in-run"}
     # On a 100 Gbit link compute decides: the compute-only run times the co-running factor,
-    # or each variant's own compute as it was timed, with both workers computing (no factor).
+    # or each run's own compute as it was timed, with both workers computing (no factor).
     for r in beside:
         assert r["compute_s"] == 0.2 and r["predicted_s"] == pytest.approx(0.3, rel=0.02)
     ddp, cadence = in_run
-    assert ddp["compute_s"] == 0.3 and ddp["predicted_s"] == pytest.approx(0.3, rel=0.02)
-    assert cadence["compute_s"] == 0.24 and cadence["predicted_s"] == pytest.approx(0.24, rel=0.02)
+    assert ddp["run_errors"] == pytest.approx([0.0, 0.1, 1.0], abs=0.02)
+    assert ddp["error"] == pytest.approx(0.1, abs=0.02)  # the median run, not a median's
+    assert cadence["run_errors"] == pytest.approx([0.0, 0.0, -0.2], abs=0.02)
+    assert cadence["error"] == pytest.approx(0.0, abs=0.02)
 
 
 def test_in_run_compute_from_a_file_without_it_is_one_line(tmp_path: Path) -> None:

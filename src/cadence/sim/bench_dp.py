@@ -183,9 +183,9 @@ def predict_bench_dp(
     workers sharing a host. Rows of `cadence bench dp-paired` are predicted round by round.
     `runtime_slowdowns` (model -> strategy -> factor, from `cadence bench runtime-cost`)
     charges each strategy's runtime on the compute; a model missing from it is an error.
-    `in_run_compute`: predict each variant from the compute its own runs timed after their
-    steps (`variant_compute_s`, both workers computing at once: no co-running factor); a
-    file without it is an error."""
+    `in_run_compute`: predict each run of each variant from the compute its own processes
+    timed after its steps (`variant_compute_runs_s`; see `_in_run_rows`); a file without it
+    is an error."""
     from cadence.netem import parse_bandwidth
 
     rows: list[dict[str, Any]] = []
@@ -240,29 +240,19 @@ def predict_bench_dp(
             if "rounds_s" in row:  # `cadence bench dp-paired`
                 rows += _paired_rows(row, case, common)
                 continue
-            predicted = case.predict(row["compute_s"], co_run_slowdown)
-            in_run: dict[str, float] = {}
             if in_run_compute:
-                in_run = row.get("variant_compute_s") or {}
-                if not in_run:
-                    raise UserError(
-                        f"{path}: {model} at {cap} has no in-run compute (`variant_compute_s`, "
-                        "files since 2026-11-26): use --compute-basis beside"
-                    )
+                rows += _in_run_rows(row, case, common, f"{path}: {model} at {cap}")
+                continue
+            predicted = case.predict(row["compute_s"], co_run_slowdown)
             for variant, strategy in _VARIANTS.items():
                 measured = row["iteration_s"].get(variant)
                 if measured is None:
                     continue
-                compute = in_run.get(variant)
-                if compute is None:
-                    result = predicted[variant]
-                else:
-                    result = case.predict(compute, 1.0, [variant])[variant]
+                result = predicted[variant]
                 rows.append(
                     {
                         **common,
-                        "compute_s": row["compute_s"] if compute is None else compute,
-                        "compute_basis": "compute-only runs" if compute is None else "in-run",
+                        "compute_basis": "compute-only runs",
                         "strategy": strategy,
                         "measured_s": float(measured),
                         "predicted_s": result.iteration_s,
@@ -271,6 +261,42 @@ def predict_bench_dp(
                     }
                 )
     return rows, skipped
+
+
+def _in_run_rows(
+    row: dict[str, Any], case: _Case, common: dict[str, Any], where: str
+) -> list[dict[str, Any]]:
+    """A `cadence bench dp` row with in-run compute: each run predicted from the compute its
+    own processes timed right after its steps (both workers computing at once, so no co-run
+    factor) and compared with that run's iteration; the error is the median over runs."""
+    computes: dict[str, list[float]] = row.get("variant_compute_runs_s") or {}
+    if not computes:
+        raise UserError(
+            f"{where} has no in-run compute (`variant_compute_runs_s`, files since "
+            "2026-11-26): use --compute-basis beside"
+        )
+    out = []
+    for variant, strategy in _VARIANTS.items():
+        if variant not in computes:
+            continue
+        measured = row["runs_s"][variant]
+        results = [case.predict(c, 1.0, [variant])[variant] for c in computes[variant]]
+        predicted = [r.iteration_s for r in results]
+        errors = [(p - m) / m for p, m in zip(predicted, measured, strict=True)]
+        out.append(
+            {
+                **common,
+                "compute_s": statistics.median(computes[variant]),
+                "compute_basis": "in-run",
+                "strategy": strategy,
+                "measured_s": statistics.median(measured),
+                "predicted_s": statistics.median(predicted),
+                "error": statistics.median(errors),
+                "run_errors": errors,
+                "wire_s": results[0].wire_s,
+            }
+        )
+    return out
 
 
 def _paired_rows(
