@@ -60,7 +60,8 @@ class DPBenchConfig:
     probe_steps: int = 10
     """After its steps, each DDP and cadence-dp run times this many steps of compute alone in
     its own processes, all ranks at once (`TrainConfig.compute_probe_steps`): the compute that
-    the simulator replays the run with (`variant_compute_s`); 0: none."""
+    `cadence bench sim --compute-basis in-run` replays each run with (`variant_compute_runs_s`);
+    0: none."""
     out: str = "results/bench-dp.json"
     """JSON output; the PNG goes next to it."""
     run_root: str = "/tmp/cadence-bench-dp"

@@ -241,6 +241,7 @@ def bench_sim_command(args: Any) -> int:
         ddp_first_bucket_bytes=None,  # the runs' DDP was built with bucket_cap_mb
     )
     co_run = fit.co_run_slowdown
+    compute_basis = getattr(args, "compute_basis", "beside")
     rows = predict_runs(runs, profiles, args.payload_fraction, options, args.optimizer_step, co_run)
     if bench_files:
         from cadence.bench.runtime_cost import read_slowdowns
@@ -250,7 +251,7 @@ def bench_sim_command(args: Any) -> int:
         more, skipped = predict_bench_dp(
             bench_files, profiles, args.payload_fraction, args.optimizer_step, options, co_run,
             read_slowdowns(runtime_cost) if runtime_cost else None,
-            in_run_compute=getattr(args, "compute_basis", "beside") == "in-run",
+            in_run_compute=compute_basis == "in-run",
         )  # fmt: skip
         rows += more
         for line in skipped:
@@ -274,7 +275,7 @@ def bench_sim_command(args: Any) -> int:
             "profiles": sorted(args.profile or []),
             "contention": getattr(args, "contention", None),
             "runtime_cost": getattr(args, "runtime_cost", None),
-            "compute_basis": getattr(args, "compute_basis", "beside"),
+            "compute_basis": compute_basis,
             "comm_cpu": {
                 "s_per_message": options.comm_cpu_s_per_message,
                 "s_per_byte": options.comm_cpu_s_per_byte,

@@ -279,24 +279,37 @@ def _in_run_rows(
     for variant, strategy in _VARIANTS.items():
         if variant not in computes:
             continue
-        measured = row["runs_s"][variant]
         results = [case.predict(c, 1.0, [variant])[variant] for c in computes[variant]]
-        predicted = [r.iteration_s for r in results]
-        errors = [(p - m) / m for p, m in zip(predicted, measured, strict=True)]
-        out.append(
-            {
-                **common,
-                "compute_s": statistics.median(computes[variant]),
-                "compute_basis": "in-run",
-                "strategy": strategy,
-                "measured_s": statistics.median(measured),
-                "predicted_s": statistics.median(predicted),
-                "error": statistics.median(errors),
-                "run_errors": errors,
-                "wire_s": results[0].wire_s,
-            }
-        )
+        run_common = {
+            **common,
+            "compute_s": statistics.median(computes[variant]),
+            "compute_basis": "in-run",
+        }
+        out.append(_median_row(run_common, strategy, row["runs_s"][variant], results, "run_errors"))
     return out
+
+
+def _median_row(
+    common: dict[str, Any],
+    strategy: str,
+    measured: list[float],
+    results: list[Any],
+    errors_key: str,
+) -> dict[str, Any]:
+    """One strategy's row from paired samples (rounds or runs), each sample's simulated
+    result against its own measurement: the medians of both, and as the error the median of
+    the samples' errors (kept under `errors_key`)."""
+    predicted = [r.iteration_s for r in results]
+    errors = [(p - m) / m for p, m in zip(predicted, measured, strict=True)]
+    return {
+        **common,
+        "strategy": strategy,
+        "measured_s": statistics.median(measured),
+        "predicted_s": statistics.median(predicted),
+        "error": statistics.median(errors),
+        errors_key: errors,
+        "wire_s": results[0].wire_s,
+    }
 
 
 def _paired_rows(
@@ -314,20 +327,9 @@ def _paired_rows(
     computes = lockstep or rounds["compute"]
     per_round = [case.predict(compute, 1.0) for compute in computes]
     common = {**common, "compute_basis": "lockstep" if lockstep else "per-rank"}
-    out = []
-    for variant, strategy in _VARIANTS.items():
-        measured = rounds[variant]
-        predicted = [p[variant].iteration_s for p in per_round]
-        errors = [(p - m) / m for p, m in zip(predicted, measured, strict=True)]
-        out.append(
-            {
-                **common,
-                "strategy": strategy,
-                "measured_s": statistics.median(measured),
-                "predicted_s": statistics.median(predicted),
-                "error": statistics.median(errors),
-                "round_errors": errors,
-                "wire_s": per_round[0][variant].wire_s,
-            }
+    return [
+        _median_row(
+            common, strategy, rounds[variant], [p[variant] for p in per_round], "round_errors"
         )
-    return out
+        for variant, strategy in _VARIANTS.items()
+    ]

@@ -239,7 +239,7 @@ def add_bench_sim(bsub: Any) -> None:
         default="beside",
         help="--from-bench-dp: scale each row's compute to the compute-only runs timed beside "
         "the variants, or to the compute each variant's runs timed in their own processes "
-        "after their steps (files since 2026-11-26; `variant_compute_s`)",
+        "after their steps, run by run (files since 2026-11-26; `variant_compute_runs_s`)",
     )
     p.set_defaults(func=_cmd_bench_sim)
 

@@ -62,11 +62,12 @@ def probe_compute(
             torch.cuda.synchronize(ctx.device)  # the step's kernels, not their launches
     stamps.append(time.perf_counter())
     durations = [b - a for a, b in zip(stamps[1:-1], stamps[2:], strict=True)]
-    medians = [statistics.median(durations)]
+    figures = [*durations, statistics.median(durations)]  # each step, then this rank's median
     if not alone and dist.is_initialized():
-        durations, medians = slowest(durations), slowest(medians)
+        figures = slowest(figures)  # one collective: each figure's maximum over the ranks
+    *durations, rank_median = figures
     return {
         "steps": len(durations),
         "lockstep_median_s": statistics.median(durations),
-        "slowest_rank_median_s": medians[0],
+        "slowest_rank_median_s": rank_median,
     }
