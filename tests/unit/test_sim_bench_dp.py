@@ -219,3 +219,42 @@ def test_in_run_compute_from_a_file_without_it_is_one_line(tmp_path: Path) -> No
             [str(_bench_file(tmp_path))], {"cnn": zoo_profile("cnn")}, 1.0,
             optimizer_step_s=0.0, in_run_compute=True,
         )  # fmt: skip
+
+
+def test_a_calibration_gives_the_caps_links_their_alphas(tmp_path: Path) -> None:
+    from cadence.comm.cost import AlphaBeta
+    from cadence.sim.compute import cap_link
+
+    fitted = AlphaBeta(
+        alpha_s=1.0, beta_s_per_byte=1e-3, gamma_s_per_byte=1e-9,
+        collective_alphas=(("broadcast", 0.25),),
+    )  # fmt: skip
+    link = cap_link(100e3, 1.0, fitted)
+    assert link.beta_s_per_byte == pytest.approx(8e-5)  # the cap's, not the calibration's
+    assert (link.alpha_s, link.gamma_s_per_byte) == (1.0, 1e-9)
+    assert link.alpha_for("broadcast") == 0.25
+    assert cap_link(100e3, 1.0) == AlphaBeta(alpha_s=0.0, beta_s_per_byte=8e-5)
+    profile, files = zoo_profile("cnn"), [str(_bench_file(tmp_path))]
+    plain, _ = predict_bench_dp(files, {"cnn": profile}, 1.0, optimizer_step_s=0.0)
+    timed, _ = predict_bench_dp(
+        files, {"cnn": profile}, 1.0, optimizer_step_s=0.0, calibrated=fitted
+    )
+    for p, t in zip(plain, timed, strict=True):
+        assert t["wire_s"] == pytest.approx(p["wire_s"])
+        # At least the all-reduce's two messages of 1 s each on the critical path.
+        assert t["predicted_s"] >= p["predicted_s"] + 2.0
+
+
+def test_zoo_models_report_the_buffers_ddp_broadcasts() -> None:
+    from torch import nn
+
+    from cadence.models import get_model_spec
+    from cadence.sim.command import zoo_layout
+
+    params, buffers = zoo_layout("cnn_lstm")
+    model = get_model_spec("cnn_lstm").build()
+    norms = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    # Running mean and variance (float32 per channel) and a batch counter (int64) each.
+    assert norms and buffers == sum(8 * m.num_features + 8 for m in norms)
+    assert len(params) > 0
+    assert zoo_layout("gpt_mini")[1] == 0

@@ -171,3 +171,29 @@ def test_the_recorded_matrix_replays_within_the_target(
     report = json.loads(out.read_text())
     assert len(report["rows"]) == 22 and all(r["iterations"] == 3 for r in report["rows"])
     assert report["mean_abs_error"] <= 0.05 and report["worst_abs_error"] <= 0.10
+
+
+def test_a_calibration_adds_its_latency_and_a_bad_one_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cadence.cli import main
+
+    root = Path(__file__).resolve().parents[2]
+    one = sorted(str(p) for p in (root / "results" / "timelines-7").glob("*cnn_lstm*.json"))[:1]
+    args = ["bench", "sim", "--from-timeline", *one]
+    args += ["--profile", str(root / "results" / "cnn_lstm-profile-b32.json")]
+    calibration = str(root / "results" / "calibration-400mbit-2hosts-20261126.json")
+    plain, timed = tmp_path / "plain.json", tmp_path / "timed.json"
+    assert main([*args, "--json", str(plain)]) == 0
+    assert main([*args, "--calibration", calibration, "--json", str(timed)]) == 0
+    before, after = json.loads(plain.read_text()), json.loads(timed.read_text())
+    assert (before["calibration"], after["calibration"]) == (None, calibration)
+    for b, a in zip(before["rows"], after["rows"], strict=True):
+        assert a["wire_s"] == pytest.approx(b["wire_s"])  # beta still from the cap
+        assert a["predicted_s"] > b["predicted_s"]  # each message now costs its alpha
+    capsys.readouterr()
+    bad = tmp_path / "cal.json"
+    bad.write_text("{}")
+    assert main([*args, "--calibration", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"cannot read calibration {bad}" in err[0], err

@@ -233,3 +233,20 @@ def test_communication_processor_time_is_charged_to_compute() -> None:
 def test_negative_communication_processor_time_is_rejected(field: str) -> None:
     with pytest.raises(ValueError, match=field):
         SimOptions(**{field: -1.0})
+
+
+def test_ddp_waits_for_the_buffer_broadcast_before_each_forward() -> None:
+    plan = build_plan(params_of(TWO), threshold_bytes=400, credit_bytes=800)
+    link = AlphaBeta(alpha_s=0.5, beta_s_per_byte=1 / LINK)
+    # 5 s of compute, then the 800 B bucket: 10 s on the wire plus 2 messages of 0.5 s.
+    plain = simulate_ddp(TWO, 2, link, params=plan.params)
+    assert plain.iteration_s == pytest.approx(16.0)
+    assert simulate_ddp(TWO, 2, link, params=plan.params, buffer_bytes=0).iteration_s == 16.0
+    # 80 B of buffers from rank 0 to rank 1: one message, 0.5 s + 1 s, before every forward.
+    buffers = simulate_ddp(TWO, 2, link, params=plan.params, buffer_bytes=80)
+    assert buffers.iteration_s == pytest.approx(17.5)
+    assert buffers.wire_bytes == pytest.approx(plain.wire_bytes + 80)
+    # One worker has nobody to broadcast to.
+    assert simulate_ddp(TWO, 1, link, params=plan.params, buffer_bytes=80).iteration_s == 5.0
+    with pytest.raises(UserError, match="buffer bytes must be >= 0"):
+        simulate_ddp(TWO, 2, link, params=plan.params, buffer_bytes=-1)

@@ -20,7 +20,15 @@ from cadence.comm.cost import AlphaBeta
 from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.api import DDP_BUCKET_BYTES
-from cadence.sim.command import STRATEGIES, Setup, model_params, run_strategy, step_cost
+from cadence.sim.command import (
+    STRATEGIES,
+    Setup,
+    model_params,
+    run_strategy,
+    step_cost,
+    zoo_layout,
+)
+from cadence.sim.compute import cap_link
 from cadence.sim.metrics import write_text
 from cadence.sim.options import SimOptions
 from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION
@@ -48,9 +56,11 @@ def predict_runs(
     options: SimOptions | None = None,
     optimizer_step_s: float | None = None,
     co_run_slowdown: float = 1.0,
+    calibrated: AlphaBeta | None = None,
 ) -> list[dict[str, Any]]:
     """One row per run: measured and predicted median iteration and the relative error.
-    `co_run_slowdown` scales the (one-worker) profile's times for workers sharing a host."""
+    `co_run_slowdown` scales the (one-worker) profile's times for workers sharing a host;
+    `calibrated` gives the links their alphas (`cap_link`)."""
     from cadence.netem import parse_bandwidth
     from cadence.sim.bench_dp import scaled_profile
 
@@ -77,11 +87,13 @@ def predict_runs(
         if key not in steps:
             steps[key] = step_cost(model, key[1], optimizer_step_s, model_params(model))
         bps = parse_bandwidth(cfg["emulate_bandwidth"])
+        params, buffer_bytes = zoo_layout(model)
         setup = Setup(
             profile=scaled_profile(profile, co_run_slowdown),
-            params=model_params(model),
+            params=params,
+            buffer_bytes=buffer_bytes,
             world_size=workers,
-            link=AlphaBeta.from_bandwidth(bps * payload_fraction),
+            link=cap_link(bps, payload_fraction, calibrated),
             description=f"{model} {cfg['emulate_bandwidth']}",
             update_s_per_byte=steps[key],
         )
@@ -231,6 +243,7 @@ def bench_sim_command(args: Any) -> int:
                 model, batch_size=per_worker, iterations=5, echo=lambda _: None
             )
     from cadence.bench.contention import ContentionFit
+    from cadence.comm.calibrate import Calibration
 
     # Without a measurement: a spare core for communication, workers not slowing each other.
     contention = getattr(args, "contention", None)
@@ -242,7 +255,11 @@ def bench_sim_command(args: Any) -> int:
     )
     co_run = fit.co_run_slowdown
     compute_basis = getattr(args, "compute_basis", "beside")
-    rows = predict_runs(runs, profiles, args.payload_fraction, options, args.optimizer_step, co_run)
+    calibration = getattr(args, "calibration", None)
+    calibrated = Calibration.load(calibration).model if calibration else None
+    rows = predict_runs(
+        runs, profiles, args.payload_fraction, options, args.optimizer_step, co_run, calibrated
+    )
     if bench_files:
         from cadence.bench.runtime_cost import read_slowdowns
         from cadence.sim.bench_dp import predict_bench_dp
@@ -251,7 +268,7 @@ def bench_sim_command(args: Any) -> int:
         more, skipped = predict_bench_dp(
             bench_files, profiles, args.payload_fraction, args.optimizer_step, options, co_run,
             read_slowdowns(runtime_cost) if runtime_cost else None,
-            in_run_compute=compute_basis == "in-run",
+            in_run_compute=compute_basis == "in-run", calibrated=calibrated,
         )  # fmt: skip
         rows += more
         for line in skipped:
@@ -259,7 +276,9 @@ def bench_sim_command(args: Any) -> int:
     if timelines:
         from cadence.sim.bench_timeline import predict_timelines
 
-        more, skipped = predict_timelines(timelines, profiles, args.payload_fraction, options)
+        more, skipped = predict_timelines(
+            timelines, profiles, args.payload_fraction, options, calibrated
+        )
         rows += more
         for line in skipped:
             print(f"skipped {line}")
@@ -275,6 +294,7 @@ def bench_sim_command(args: Any) -> int:
             "profiles": sorted(args.profile or []),
             "contention": getattr(args, "contention", None),
             "runtime_cost": getattr(args, "runtime_cost", None),
+            "calibration": calibration,
             "compute_basis": compute_basis,
             "comm_cpu": {
                 "s_per_message": options.comm_cpu_s_per_message,

@@ -30,7 +30,8 @@ from cadence.dp.plan import DEFAULT_CREDIT_CHUNKS, default_threshold
 from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.api import DDP_BUCKET_BYTES
-from cadence.sim.command import Setup, model_params, run_strategy, step_cost
+from cadence.sim.command import Setup, run_strategy, step_cost, zoo_layout
+from cadence.sim.compute import cap_link
 from cadence.sim.options import SimOptions
 from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION
 
@@ -120,6 +121,7 @@ class _Case:
 
     profile: Profile
     params: Any
+    buffer_bytes: int
     workers: int
     link: AlphaBeta
     description: str
@@ -150,6 +152,7 @@ class _Case:
             setup = Setup(
                 profile=scaled_profile(self.profile, factor),
                 params=self.params,
+                buffer_bytes=self.buffer_bytes,
                 world_size=self.workers,
                 link=self.link,
                 description=self.description,
@@ -177,6 +180,7 @@ def predict_bench_dp(
     co_run_slowdown: float = 1.0,
     runtime_slowdowns: dict[str, dict[str, float]] | None = None,
     in_run_compute: bool = False,
+    calibrated: AlphaBeta | None = None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """(rows of measured vs predicted, skipped rows as text). The measured compute-only
     iteration of `cadence bench dp` ran one worker alone; `co_run_slowdown` scales it for
@@ -185,7 +189,7 @@ def predict_bench_dp(
     charges each strategy's runtime on the compute; a model missing from it is an error.
     `in_run_compute`: predict each run of each variant from the compute its own processes
     timed after its steps (`variant_compute_runs_s`; see `_in_run_rows`); a file without it
-    is an error."""
+    is an error. `calibrated` gives the links their alphas (`cap_link`)."""
     from cadence.netem import parse_bandwidth
 
     rows: list[dict[str, Any]] = []
@@ -210,15 +214,16 @@ def predict_bench_dp(
                 if model not in runtime_slowdowns:
                     raise UserError(f"{path}: no runtime cost of {model!r} given")
                 slowdown = runtime_slowdowns[model]
-            params = model_params(model)
+            params, buffer_bytes = zoo_layout(model)
             gradient_bytes = sum(p.nbytes for p in params)
             update = step_cost(model, "adam", optimizer_step_s, params)
             threshold = recorded_threshold(cfg)
             case = _Case(
                 profile=profiles[model],
                 params=params,
+                buffer_bytes=buffer_bytes,
                 workers=workers,
-                link=AlphaBeta.from_bandwidth(bps * payload_fraction),
+                link=cap_link(bps, payload_fraction, calibrated),
                 description=f"{model} {cap}",
                 update_s_per_byte=update,
                 step_s=update * gradient_bytes,

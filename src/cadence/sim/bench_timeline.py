@@ -28,6 +28,7 @@ from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.bench_dp import recorded_threshold, scaled_profile
 from cadence.sim.command import Setup, model_params, run_strategy
+from cadence.sim.compute import cap_link
 from cadence.sim.options import SimOptions
 from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION
 
@@ -85,8 +86,10 @@ def predict_timelines(
     profiles: dict[str, Profile],
     payload_fraction: float = TCP_PAYLOAD_FRACTION,
     options: SimOptions | None = None,
+    calibrated: AlphaBeta | None = None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """(rows of traced vs predicted iteration, skipped files as text)."""
+    """(rows of traced vs predicted iteration, skipped files as text); `calibrated` gives the
+    links their alphas (`cap_link`)."""
     from cadence.netem import parse_bandwidth
 
     rows: list[dict[str, Any]] = []
@@ -115,11 +118,12 @@ def predict_timelines(
             plan = DPPlan.from_json(run["plan"]) if "plan" in run else None
             if plan is not None and len(plan.params) != len(params):
                 raise UserError(f"{path}: its plan is not of {model!r}'s parameters")
-            link = AlphaBeta.from_bandwidth(bps * payload_fraction)
+            link = cap_link(bps, payload_fraction, calibrated)
             predicted, measured, parts, wire_s = [], [], [], 0.0
             for ranks in _iterations(run):
                 # Each rank's compute where recorded: the step waits for the slowest one's.
                 slowest = {k: max(b[k] for b in ranks) for k in _COMPUTE}
+                # No buffer broadcast: the traced forward already holds DDP's.
                 setup = Setup(
                     profile=traced_profile(
                         profiles[model], slowest["forward_s"], slowest["backward_s"]

@@ -234,6 +234,13 @@ def add_bench_sim(bsub: Any) -> None:
         "predictions by each strategy's measured runtime cost (default: none)",
     )
     p.add_argument(
+        "--calibration",
+        default=None,
+        metavar="FILE",
+        help="`cadence calibrate` JSON of the cluster's links: price each message with its "
+        "alphas (beta still from each run's cap; default: no per-message latency)",
+    )
+    p.add_argument(
         "--compute-basis",
         choices=("beside", "in-run"),
         default="beside",

@@ -48,10 +48,19 @@ class Setup:
     """One line naming model, workers and link, for headers."""
     update_s_per_byte: float = 0.0
     """Optimizer-step seconds per parameter byte."""
+    buffer_bytes: int = 0
+    """Bytes of the model's buffers (BatchNorm's running statistics and counters), which DDP
+    broadcasts from rank 0 before every forward; 0: none."""
 
 
 def model_params(model: str) -> tuple[ParamInfo, ...]:
     """Zoo `model`'s parameters as cadence.dp lays them out (what its plans index)."""
+    return zoo_layout(model)[0]
+
+
+def zoo_layout(model: str) -> tuple[tuple[ParamInfo, ...], int]:
+    """Zoo `model`'s parameters as cadence.dp lays them out (what its plans index), and the
+    bytes of its buffers (what DDP broadcasts before each forward)."""
     import torch
 
     from cadence.dp.layers import model_layout
@@ -59,7 +68,9 @@ def model_params(model: str) -> tuple[ParamInfo, ...]:
 
     spec = get_model_spec(model)  # unknown names: a UserError listing the zoo
     torch.manual_seed(0)
-    return model_layout(spec.build()).infos
+    module = spec.build()
+    buffers = sum(b.numel() * b.element_size() for b in module.buffers())
+    return model_layout(module).infos, buffers
 
 
 def make_setup(
@@ -88,7 +99,7 @@ def make_setup(
         raise UserError(f"--payload-fraction must be in (0, 1], got {payload_fraction}")
     bps = parse_bandwidth(bandwidth)
     check_step(optimizer, optimizer_step_s)  # before any profiling
-    params = model_params(model)
+    params, buffer_bytes = zoo_layout(model)
     if calibration is not None:
         from cadence.comm.calibrate import Calibration
 
@@ -128,6 +139,7 @@ def make_setup(
         link=link,
         description=description,
         update_s_per_byte=update,
+        buffer_bytes=buffer_bytes,
     )
 
 
@@ -186,6 +198,7 @@ def run_strategy(
             iterations,
             setup.params,
             options,
+            setup.buffer_bytes,
         )
         return result, None
     if strategy != "cadence-dp":

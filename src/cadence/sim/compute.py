@@ -3,6 +3,7 @@ worker's compute program (forward, loss, backward in a given order) as tasks."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -128,6 +129,17 @@ def link_model(link: AlphaBeta | float) -> AlphaBeta:
     return AlphaBeta(alpha_s=0.0, beta_s_per_byte=1.0 / float(link))
 
 
+def cap_link(bps: float, payload_fraction: float, calibrated: AlphaBeta | None = None) -> AlphaBeta:
+    """The link of an emulated cap of `bps` bits/s: beta from the share of it that carries data;
+    the alphas (per collective) and gamma from `calibrated`, a `cadence calibrate` model of the
+    same cluster's links, where given (its beta is that of the cap it was timed at), else
+    none."""
+    beta = 8.0 / (bps * payload_fraction)
+    if calibrated is None:
+        return AlphaBeta(alpha_s=0.0, beta_s_per_byte=beta)
+    return dataclasses.replace(calibrated, beta_s_per_byte=beta)
+
+
 def allreduce_flow(model: AlphaBeta, nbytes: int, world_size: int) -> tuple[float, float]:
     """(fixed latency seconds, bytes each NIC moves) of a ring all-reduce of `nbytes`: the
     bandwidth term is shared with concurrent flows, the message and reduction terms are not."""
@@ -136,6 +148,13 @@ def allreduce_flow(model: AlphaBeta, nbytes: int, world_size: int) -> tuple[floa
         terms.reduce_bytes
     )
     return latency, terms.wire_bytes
+
+
+def broadcast_flow(model: AlphaBeta, nbytes: int, world_size: int) -> tuple[float, float]:
+    """(fixed latency seconds, bytes each NIC moves) of gloo's broadcast of `nbytes` (its
+    eager binomial tree), as `allreduce_flow` splits an all-reduce."""
+    terms = model.terms("broadcast", "binomial_eager", nbytes, world_size)
+    return model.alpha_for("broadcast") * terms.messages, terms.wire_bytes
 
 
 def backward_steps(

@@ -9,7 +9,9 @@ Both follow what the executors do, step by step:
   remaining chunks are completed in order after the last issue. Layer b's next forward waits
   for its update only. Backward runs in ordinary order, or reordered at `plan.reorder_k`
   (all input gradients first, then weight gradients of layers K..1, L..K+1).
-- DDP: gradients are bucketed in reverse registration order (first bucket 1 MiB, then
+- DDP: before each forward, a model with buffers (BatchNorm's running statistics) has them
+  broadcast from rank 0 (`broadcast_buffers`, on by default), and the forward waits for it;
+  gradients are bucketed in reverse registration order (first bucket 1 MiB, then
   `bucket_bytes`), a bucket's all-reduce is launched once it is ready and every earlier bucket
   is launched, the optimizer steps after backward once all are done, and the next forward
   waits for that step.
@@ -29,6 +31,7 @@ from cadence.sim.compute import (
     add_input,
     allreduce_flow,
     backward_steps,
+    broadcast_flow,
     param_blocks,
     reordered_blocks,
 )
@@ -89,6 +92,35 @@ def _flow(
         deps=deps,
         iteration=iteration,
     )
+
+
+def _buffer_broadcast(
+    graph: TaskGraph,
+    buffer_bytes: int,
+    nics: Sequence[int],
+    link: AlphaBeta,
+    world_size: int,
+    deps: list[int | None],
+    iteration: int,
+) -> list[list[int]]:
+    """DDP's broadcast of the model's buffers before a forward, as `gates` for the forward's
+    blocks: the first block waits for it (no gates when there are no buffers). torch sends one
+    broadcast per dtype, at most two in flight: priced as one of all the bytes."""
+    if buffer_bytes <= 0 or world_size < 2:
+        return []
+    latency, wire = broadcast_flow(link, buffer_bytes, world_size)
+    if link.beta_s_per_byte == 0:
+        wire = 0.0
+    task = graph.add(
+        "buffers",
+        "collective",
+        resources=nics,
+        duration_s=latency,
+        nbytes=wire,
+        deps=deps,
+        iteration=iteration,
+    )
+    return [[task]]
 
 
 def _comm_cpu(
@@ -321,8 +353,10 @@ def build_ddp(
     bucket_bytes: int,
     iterations: int,
     options: SimOptions,
+    buffer_bytes: int = 0,
 ) -> Built:
-    """Graph of `options.warmup_iterations + iterations` iterations of DDP."""
+    """Graph of `options.warmup_iterations + iterations` iterations of DDP (`buffer_bytes`: the
+    model's buffers, broadcast before every forward)."""
     graph = TaskGraph()
     blocks = param_blocks(costs, params)
     buckets = ddp_buckets(params, bucket_bytes, options.ddp_first_bucket_bytes)
@@ -339,6 +373,9 @@ def build_ddp(
     no_gates: list[list[int]] = [[] for _ in costs.forward_s]
     for it in range(total):
         ready = []
+        # Every rank's forward waits for rank 0's buffers, sent once rank 0 has stepped.
+        gates = _buffer_broadcast(graph, buffer_bytes, nics, link, world_size, [*prev], it)
+        gates += no_gates[len(gates) :]
         for w, (compute, _, _) in enumerate(workers):
             done = add_compute_iteration(
                 graph,
@@ -347,7 +384,7 @@ def build_ddp(
                 worker=w,
                 iteration=it,
                 after=prev[w],
-                gates=no_gates,
+                gates=gates,
                 steps=steps,
             )
             prev[w] = done.last
@@ -382,5 +419,6 @@ def build_ddp(
                 mem_end=-total_bytes,
             )
     taken = add_input(graph, costs, stream=workers[0][0], worker=0, iteration=total, after=prev[0])
-    starts.append(_marker(graph, workers[0][0], taken, [], total))
+    gates = _buffer_broadcast(graph, buffer_bytes, nics, link, world_size, [*prev], total)
+    starts.append(_marker(graph, workers[0][0], taken, gates[0] if gates else [], total))
     return Built(graph, tuple(starts), options.warmup_iterations, "ddp", world_size)

@@ -67,7 +67,10 @@ def _activations(costs: BlockCosts) -> int:
 def _data_parallel(setup: Setup, costs: BlockCosts, options: SimOptions) -> list[Candidate]:
     n, p = setup.world_size, sum(costs.param_bytes)
     memory = state_bytes(p, 2, "replicated", n) + _activations(costs)
-    ddp = simulate_ddp(setup.profile, n, setup.link, DDP_BUCKET_BYTES, 3, setup.params, options)
+    ddp = simulate_ddp(
+        setup.profile, n, setup.link, DDP_BUCKET_BYTES, 3, setup.params, options,
+        setup.buffer_bytes,
+    )  # fmt: skip
     rows = [Candidate("ddp", "25 MiB buckets", ddp.iteration_s, memory, ddp.wire_bytes, SIMULATED)]
     best = None
     for threshold in DP_THRESHOLDS:
