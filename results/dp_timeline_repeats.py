@@ -56,14 +56,19 @@ def _poll(stop: threading.Event, last: dict[str, tuple[int, int, int]]) -> None:
         time.sleep(0.3)
 
 
-def _first_layer_gaps(run: dict) -> list[float]:
-    """Per traced step on rank 0, ms from calling the forward to its first layer starting
-    (DDP broadcasts its buffers there; cadence-dp waits for a pending update)."""
+def _by_step(run: dict) -> list[list[dict]]:
+    """Rank 0's traced events, one list per step, in step order."""
     by_step: dict[int, list[dict]] = {}
     for e in run["events"]:
         by_step.setdefault(e["iteration"], []).append(e)
+    return [events for _, events in sorted(by_step.items())]
+
+
+def _first_layer_gaps(run: dict) -> list[float]:
+    """Per traced step on rank 0, ms from calling the forward to its first layer starting
+    (DDP broadcasts its buffers there; cadence-dp waits for a pending update)."""
     gaps = []
-    for _, events in sorted(by_step.items()):
+    for events in _by_step(run):
         called = [e["start"] for e in events if e["kind"] == "forward-pass"]
         layers = [e["start"] for e in events if e["kind"] == "forward"]
         if called and layers:
@@ -73,11 +78,8 @@ def _first_layer_gaps(run: dict) -> list[float]:
 
 def _ddp_steps(run: dict) -> list[tuple[float, float, float, float]]:
     """Rank 0's traced DDP steps: (forward start to backward end, wait, all-reduce, update) ms."""
-    by_step: dict[int, list[dict]] = {}
-    for e in run["events"]:
-        by_step.setdefault(e["iteration"], []).append(e)
     out = []
-    for _, events in sorted(by_step.items()):
+    for events in _by_step(run):
         forward = [e for e in events if e["kind"] == "forward-pass"]
         wait = [e for e in events if e["kind"] == "wait"]
         comm = [e for e in events if e["row"] == "comm"]

@@ -23,7 +23,6 @@ from cadence.sim.api import DDP_BUCKET_BYTES
 from cadence.sim.command import (
     STRATEGIES,
     Setup,
-    model_params,
     run_strategy,
     step_cost,
     zoo_layout,
@@ -83,11 +82,11 @@ def predict_runs(
                 f"run {path} used {cfg['batch_size']} samples over {workers} workers but the "
                 f"{model} profile has batch {profile.batch_size} per worker"
             )
+        params, buffer_bytes = zoo_layout(model)
         key = (model, cfg.get("optimizer", "adam"))
         if key not in steps:
-            steps[key] = step_cost(model, key[1], optimizer_step_s, model_params(model))
+            steps[key] = step_cost(model, key[1], optimizer_step_s, params)
         bps = parse_bandwidth(cfg["emulate_bandwidth"])
-        params, buffer_bytes = zoo_layout(model)
         setup = Setup(
             profile=scaled_profile(profile, co_run_slowdown),
             params=params,

@@ -79,13 +79,16 @@ def _flow(
     world_size: int,
     deps: list[int | None],
     iteration: int,
+    broadcast: bool = False,
 ) -> int:
-    latency, wire = allreduce_flow(link, nbytes, world_size)
+    """A ring all-reduce of `nbytes` on every NIC (or, with `broadcast`, gloo's broadcast)."""
+    flow = broadcast_flow if broadcast else allreduce_flow
+    latency, wire = flow(link, nbytes, world_size)
     if link.beta_s_per_byte == 0:
         wire = 0.0  # infinitely fast link: only the latency remains
     return graph.add(
         name,
-        "allreduce",
+        "collective" if broadcast else "allreduce",
         resources=nics,
         duration_s=latency,
         nbytes=wire,
@@ -108,17 +111,8 @@ def _buffer_broadcast(
     broadcast per dtype, at most two in flight: priced as one of all the bytes."""
     if buffer_bytes <= 0 or world_size < 2:
         return []
-    latency, wire = broadcast_flow(link, buffer_bytes, world_size)
-    if link.beta_s_per_byte == 0:
-        wire = 0.0
-    task = graph.add(
-        "buffers",
-        "collective",
-        resources=nics,
-        duration_s=latency,
-        nbytes=wire,
-        deps=deps,
-        iteration=iteration,
+    task = _flow(
+        graph, "buffers", buffer_bytes, nics, link, world_size, deps, iteration, broadcast=True
     )
     return [[task]]
 
