@@ -60,3 +60,32 @@ def test_runs_that_cannot_be_predicted_are_user_errors(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="batch 16 per worker"):
         half = dataclasses.replace(zoo_profile("cnn"), batch_size=16)
         predict_runs([write_run(tmp_path / "a.json", "ddp", 1.0)], {"cnn": half})
+
+
+def test_a_run_that_timed_its_own_compute_is_predicted_from_it(tmp_path: Path) -> None:
+    profiles = {"cnn": zoo_profile("cnn")}
+    path = Path(write_run(tmp_path / "a.json", "ddp", 0.5, cap="100gbit"))
+    plain = predict_runs([str(path)], profiles, payload_fraction=1.0, optimizer_step_s=0.0)
+    assert plain[0]["compute_basis"] == "profile"
+    data = json.loads(path.read_text())
+    data["compute_probe"] = {"lockstep_median_s": 0.5, "slowest_rank_median_s": 0.5, "steps": 10}
+    path.write_text(json.dumps(data))
+    # On a 100 Gbit link compute decides: the step is the compute the run timed.
+    rows = predict_runs([str(path)], profiles, payload_fraction=1.0, optimizer_step_s=0.0)
+    assert rows[0]["compute_basis"] == "in-run"
+    assert rows[0]["predicted_s"] == pytest.approx(0.5, rel=0.02)
+    # The runtime's own cost multiplies that compute; the profile basis ignores the probe.
+    slowed = predict_runs(
+        [str(path)], profiles, payload_fraction=1.0, optimizer_step_s=0.0,
+        runtime_slowdowns={"cnn": {"ddp": 1.2, "cadence-dp": 2.0}},
+    )  # fmt: skip
+    assert slowed[0]["predicted_s"] == pytest.approx(0.6, rel=0.02)
+    profile_basis = predict_runs(
+        [str(path)], profiles, payload_fraction=1.0, optimizer_step_s=0.0, in_run_compute=False
+    )
+    assert profile_basis[0]["predicted_s"] == pytest.approx(plain[0]["predicted_s"])
+    with pytest.raises(UserError, match="no runtime cost of 'cnn'"):
+        predict_runs([str(path)], profiles, runtime_slowdowns={"vgg16": {"ddp": 1.0}})
+    with pytest.raises(UserError, match="timed no compute of its own"):
+        bare = write_run(tmp_path / "b.json", "ddp", 0.5)
+        predict_runs([bare], profiles, in_run_compute=True)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cadence.bench.runtime_cost import add_parser as _add_runtime_cost
+from cadence.bench.sim_costs import add_parser as _add_costs
 
 
 def _command_line() -> str:
@@ -536,6 +537,7 @@ def _add_steadiness(bsub: Any) -> None:
 _BENCHES: tuple[Callable[[Any], None], ...] = (
     _add_collectives,
     _add_contention,
+    _add_costs,
     _add_dp,
     _add_dp_paired,
     _add_dp_timeline,

@@ -124,10 +124,12 @@ def calibrate_command(args: argparse.Namespace) -> int:
             print(f"wrote {out}")
         return 0
     _check_writable(out)
-    return _launch(config, out)
+    return run_calibration(config, out)
 
 
-def _launch(config: CalibrateConfig, out: Path) -> int:
+def run_calibration(config: CalibrateConfig, out: Path) -> int:
+    """Time the collectives on the loopback or emulated links (not under torchrun), print
+    the table and write `out`."""
     from cadence.bench._launch import run_workers_on_link
     from cadence.comm.calibrate import Calibration
     from cadence.netem import check_netem_available, format_bandwidth

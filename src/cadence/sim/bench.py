@@ -33,6 +33,10 @@ from cadence.sim.options import SimOptions
 from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION
 from cadence.sim.zero_graph import ZeroSimPlan
 
+PROBE_STEPS = 10
+"""Steps each `--run` training run times of its own compute after its steps (as `cadence
+bench dp` does)."""
+
 
 def _read_run(path: str) -> dict[str, Any]:
     try:
@@ -56,10 +60,16 @@ def predict_runs(
     optimizer_step_s: float | None = None,
     co_run_slowdown: float = 1.0,
     calibrated: AlphaBeta | None = None,
+    runtime_slowdowns: dict[str, dict[str, float]] | None = None,
+    in_run_compute: bool | None = None,
 ) -> list[dict[str, Any]]:
     """One row per run: measured and predicted median iteration and the relative error.
     `co_run_slowdown` scales the (one-worker) profile's times for workers sharing a host;
-    `calibrated` gives the links their alphas (`cap_link`)."""
+    `calibrated` gives the links their alphas (`cap_link`); `runtime_slowdowns` (model ->
+    strategy -> factor, `cadence bench runtime-cost`) slows a strategy's compute by its
+    runtime's own cost. `in_run_compute`: scale the compute to the one the run timed in its
+    own processes after its steps (`compute_probe`; an error where a run lacks it) instead
+    of the profile's; None: where the run has it."""
     from cadence.netem import parse_bandwidth
     from cadence.sim.bench_dp import scaled_profile
 
@@ -86,9 +96,28 @@ def predict_runs(
         key = (model, cfg.get("optimizer", "adam"))
         if key not in steps:
             steps[key] = step_cost(model, key[1], optimizer_step_s, params)
+        step_s = steps[key] * sum(p.nbytes for p in params)
+        slowdown = 1.0
+        if runtime_slowdowns is not None and strategy in ("ddp", "cadence-dp"):
+            if model not in runtime_slowdowns:
+                raise UserError(f"run {path}: no runtime cost of {model!r} given")
+            slowdown = runtime_slowdowns[model].get(strategy, 1.0)
+        probe = data.get("compute_probe")
+        if in_run_compute and not probe:
+            raise UserError(
+                f"run {path} timed no compute of its own (`compute_probe`): use "
+                "--compute-basis beside"
+            )
+        if probe and in_run_compute is not False:
+            # Profile + optimizer step = the run's own step without communication.
+            computed = float(probe["lockstep_median_s"]) * slowdown
+            factor = max(computed - step_s, 1e-6) / profile.iteration_s
+            basis = "in-run"
+        else:
+            factor, basis = co_run_slowdown * slowdown, "profile"
         bps = parse_bandwidth(cfg["emulate_bandwidth"])
         setup = Setup(
-            profile=scaled_profile(profile, co_run_slowdown),
+            profile=scaled_profile(profile, factor),
             params=params,
             buffer_bytes=buffer_bytes,
             world_size=workers,
@@ -116,8 +145,9 @@ def predict_runs(
                 "measured_s": measured,
                 "predicted_s": result.iteration_s,
                 "error": (result.iteration_s - measured) / measured,
-                "optimizer_step_s": steps[key] * sum(p.nbytes for p in setup.params),
+                "optimizer_step_s": step_s,
                 "compute_s": result.compute_s,
+                "compute_basis": basis,
                 "wire_s": result.wire_s,
             }
         )
@@ -163,6 +193,10 @@ def run_emulated(
     from cadence.config import TrainConfig
     from cadence.train.run import train
 
+    try:  # before minutes of training, not after
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot make --out-dir {out_dir}: {exc.strerror or exc}") from None
     files = []
     for cap in caps:
         for strategy in strategies:
@@ -177,6 +211,8 @@ def run_emulated(
                 strategy=strategy,
                 emulate_bandwidth=cap,
                 out="/tmp/cadence-bench-sim",
+                # The run's own compute after its steps: what the prediction scales to.
+                compute_probe_steps=PROBE_STEPS if strategy in ("ddp", "cadence-dp") else 0,
             )
             metrics, _ = train(config)
             write_text(path, json.dumps(metrics, indent=2) + "\n")
@@ -202,6 +238,22 @@ def _timeline_model(path: str) -> tuple[str, int]:
 
     cfg = read_timeline(path)["config"]
     return str(cfg["model"]), int(cfg.get("batch_size", 64)) // int(cfg.get("workers", 2))
+
+
+def _charges(args: Any) -> dict[str, str | None]:
+    """part -> file of each charge: its own flag, else the --costs folder's file, else None."""
+    flags = {
+        "contention": getattr(args, "contention", None),
+        "calibration": getattr(args, "calibration", None),
+        "runtime-cost": getattr(args, "runtime_cost", None),
+    }
+    folder = getattr(args, "costs", None)
+    if not folder:
+        return flags
+    from cadence.bench.sim_costs import costs_files
+
+    files = costs_files(folder)
+    return {part: flag or files[part] for part, flag in flags.items()}
 
 
 def bench_sim_command(args: Any) -> int:
@@ -244,8 +296,9 @@ def bench_sim_command(args: Any) -> int:
     from cadence.bench.contention import ContentionFit
     from cadence.comm.calibrate import Calibration
 
+    charges = _charges(args)
     # Without a measurement: a spare core for communication, workers not slowing each other.
-    contention = getattr(args, "contention", None)
+    contention = charges["contention"]
     fit = ContentionFit.load(contention) if contention else ContentionFit(0.0, 0.0)
     options = SimOptions(
         comm_cpu_s_per_message=fit.cpu_s_per_message,
@@ -253,21 +306,24 @@ def bench_sim_command(args: Any) -> int:
         ddp_first_bucket_bytes=None,  # the runs' DDP was built with bucket_cap_mb
     )
     co_run = fit.co_run_slowdown
-    compute_basis = getattr(args, "compute_basis", "beside")
-    calibration = getattr(args, "calibration", None)
+    from cadence.bench.runtime_cost import read_slowdowns
+
+    compute_basis = getattr(args, "compute_basis", "auto")
+    in_run = {"auto": None, "in-run": True, "beside": False}[compute_basis]
+    calibration = charges["calibration"]
     calibrated = Calibration.load(calibration).model if calibration else None
+    runtime_cost = charges["runtime-cost"]
+    slowdowns = read_slowdowns(runtime_cost) if runtime_cost else None
     rows = predict_runs(
-        runs, profiles, args.payload_fraction, options, args.optimizer_step, co_run, calibrated
-    )
+        runs, profiles, args.payload_fraction, options, args.optimizer_step, co_run, calibrated,
+        slowdowns, in_run,
+    )  # fmt: skip
     if bench_files:
-        from cadence.bench.runtime_cost import read_slowdowns
         from cadence.sim.bench_dp import predict_bench_dp
 
-        runtime_cost = getattr(args, "runtime_cost", None)
         more, skipped = predict_bench_dp(
             bench_files, profiles, args.payload_fraction, args.optimizer_step, options, co_run,
-            read_slowdowns(runtime_cost) if runtime_cost else None,
-            in_run_compute=compute_basis == "in-run", calibrated=calibrated,
+            slowdowns, in_run_compute=in_run, calibrated=calibrated,
         )  # fmt: skip
         rows += more
         for line in skipped:
@@ -291,8 +347,9 @@ def bench_sim_command(args: Any) -> int:
             "rows": rows,
             **summary(rows),
             "profiles": sorted(args.profile or []),
-            "contention": getattr(args, "contention", None),
-            "runtime_cost": getattr(args, "runtime_cost", None),
+            "costs": getattr(args, "costs", None),
+            "contention": contention,
+            "runtime_cost": charges["runtime-cost"],
             "calibration": calibration,
             "compute_basis": compute_basis,
             "comm_cpu": {

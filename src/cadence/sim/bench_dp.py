@@ -179,7 +179,7 @@ def predict_bench_dp(
     options: SimOptions | None = None,
     co_run_slowdown: float = 1.0,
     runtime_slowdowns: dict[str, dict[str, float]] | None = None,
-    in_run_compute: bool = False,
+    in_run_compute: bool | None = False,
     calibrated: AlphaBeta | None = None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """(rows of measured vs predicted, skipped rows as text). The measured compute-only
@@ -189,7 +189,8 @@ def predict_bench_dp(
     charges each strategy's runtime on the compute; a model missing from it is an error.
     `in_run_compute`: predict each run of each variant from the compute its own processes
     timed after its steps (`variant_compute_runs_s`; see `_in_run_rows`); a file without it
-    is an error. `calibrated` gives the links their alphas (`cap_link`)."""
+    is an error. None: in-run for the files that have it, the compute-only runs for others.
+    `calibrated` gives the links their alphas (`cap_link`)."""
     from cadence.netem import parse_bandwidth
 
     rows: list[dict[str, Any]] = []
@@ -198,6 +199,7 @@ def predict_bench_dp(
         data = read_bench_dp(path)
         cfg = data.get("config", {})
         workers = int(cfg.get("workers", 2))
+        in_run = has_in_run_compute(data) if in_run_compute is None else in_run_compute
         for row in data["rows"]:
             model, cap = row["model"], row["cap"]
             try:
@@ -245,7 +247,7 @@ def predict_bench_dp(
             if "rounds_s" in row:  # `cadence bench dp-paired`
                 rows += _paired_rows(row, case, common)
                 continue
-            if in_run_compute:
+            if in_run:
                 rows += _in_run_rows(row, case, common, f"{path}: {model} at {cap}")
                 continue
             predicted = case.predict(row["compute_s"], co_run_slowdown)
@@ -266,6 +268,13 @@ def predict_bench_dp(
                     }
                 )
     return rows, skipped
+
+
+def has_in_run_compute(data: dict[str, Any]) -> bool:
+    """Whether every separate-run row of a `cadence bench dp` file timed its variants' compute
+    inside their runs (`variant_compute_runs_s`, files since 2026-11-26)."""
+    rows = [row for row in data.get("rows", []) if "rounds_s" not in row]
+    return bool(rows) and all(row.get("variant_compute_runs_s") for row in rows)
 
 
 def _in_run_rows(

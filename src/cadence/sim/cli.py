@@ -241,12 +241,21 @@ def add_bench_sim(bsub: Any) -> None:
         "alphas (beta still from each run's cap; default: no per-message latency)",
     )
     p.add_argument(
+        "--costs",
+        default=None,
+        metavar="DIR",
+        help="a `cadence bench costs` folder: its contention.json, calibration.json and "
+        "runtime-cost.json stand in for --contention, --calibration and --runtime-cost "
+        "where those are not given",
+    )
+    p.add_argument(
         "--compute-basis",
-        choices=("beside", "in-run"),
-        default="beside",
+        choices=("auto", "beside", "in-run"),
+        default="auto",
         help="--from-bench-dp: scale each row's compute to the compute-only runs timed beside "
         "the variants, or to the compute each variant's runs timed in their own processes "
-        "after their steps, run by run (files since 2026-11-26; `variant_compute_runs_s`)",
+        "after their steps, run by run (files since 2026-11-26; `variant_compute_runs_s`); "
+        "auto: in-run for files that have it, beside for older ones",
     )
     p.set_defaults(func=_cmd_bench_sim)
 

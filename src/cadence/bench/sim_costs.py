@@ -1,0 +1,188 @@
+"""`cadence bench costs`: measure this machine's charges for `cadence bench sim`, in one go.
+
+The simulator's closest predictions of emulated-cluster runs charge three costs that depend on
+the machine and its links, not on the run: the processor time communication takes from
+compute (`cadence bench contention`), each message's latency per collective (`cadence
+calibrate` on the emulated links) and the processor time DDP's and cadence-dp's own machinery
+takes (`cadence bench runtime-cost`, per model). This command runs the three, one after the
+other, into one folder that `cadence bench sim --costs DIR` reads. Each file is the usual
+output of its command, written as soon as its part ends, so a failure keeps the parts done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cadence.errors import UserError
+
+PARTS: tuple[str, ...] = ("contention", "calibration", "runtime-cost")
+"""What the command measures, in the order it measures them."""
+
+FILE_OF: dict[str, str] = {part: f"{part}.json" for part in PARTS}
+"""Each part's file inside the folder."""
+
+DEFAULT_MODELS: tuple[str, ...] = ("cnn_lstm", "resnet32", "gpt_mini", "vgg16")
+"""The models of the data-parallel benchmark."""
+
+
+@dataclass(frozen=True)
+class CostsConfig:
+    """What `cadence bench costs` measures and where it writes."""
+
+    out_dir: str = "results/costs"
+    """Folder for contention.json, calibration.json and runtime-cost.json."""
+    bandwidth: str = "400mbit"
+    """Emulated link cap for the contention and calibration parts (the latencies it fits
+    are per message, so one cap serves the runs at every cap)."""
+    hosts: int = 2
+    """Emulated hosts and processes computing at once, as in the runs to predict."""
+    models: tuple[str, ...] = DEFAULT_MODELS
+    """Zoo models whose runtime cost is measured (a prediction needs its model's)."""
+    batch_size: int = 64
+    """Global batch of the runs to predict (the runtime-cost part computes each host's share)."""
+    parts: tuple[str, ...] = PARTS
+    """Which parts to measure; the others' files are left as they are."""
+
+    def __post_init__(self) -> None:
+        unknown = [p for p in self.parts if p not in PARTS]
+        if unknown or not self.parts:
+            raise UserError(
+                f"unknown part {unknown[0] if unknown else '(none)'!r}: choose from "
+                f"{', '.join(PARTS)}"
+            )
+        if self.hosts < 2:
+            raise UserError(f"--hosts must be at least 2, got {self.hosts}")
+        if not self.models:
+            raise UserError("--models needs at least one model")
+        from cadence.models import get_model_spec
+        from cadence.netem import parse_bandwidth
+
+        for model in self.models:
+            get_model_spec(model)  # an unknown name is a one-line UserError
+        if parse_bandwidth(self.bandwidth) == float("inf"):
+            raise UserError("--bandwidth must be a cap, e.g. 400mbit (the parts run on it)")
+
+    def path(self, part: str) -> Path:
+        """Where `part`'s file goes."""
+        return Path(self.out_dir) / FILE_OF[part]
+
+
+def costs_files(folder: str) -> dict[str, str]:
+    """part -> file of a `cadence bench costs` folder; a missing folder or file is a one-line
+    UserError that says how to make it."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise UserError(f"--costs {folder}: no such folder (make it with `cadence bench costs`)")
+    files = {part: root / name for part, name in FILE_OF.items()}
+    missing = [str(path) for path in files.values() if not path.is_file()]
+    if missing:
+        raise UserError(
+            f"--costs {folder}: missing {', '.join(missing)} "
+            f"(`cadence bench costs --out-dir {folder}` measures it)"
+        )
+    return {part: str(path) for part, path in files.items()}
+
+
+def _contention(config: CostsConfig, command: str) -> None:
+    from cadence.bench.contention import ContentionConfig, run_contention_bench
+
+    # The settings of the fit the simulator was validated with (2026-11-26): gpt_mini's
+    # training as the compute, short windows, five rounds per size.
+    part = ContentionConfig(
+        bandwidth=config.bandwidth,
+        hosts=config.hosts,
+        model="gpt_mini",
+        batch_size=32,
+        iterations=4,
+        rounds=5,
+        out=str(config.path("contention")),
+    )
+    run_contention_bench(part, command)
+
+
+def _calibration(config: CostsConfig, command: str) -> None:
+    from cadence.comm.calibrate_command import CalibrateConfig, run_calibration
+
+    del command  # a calibration file records its table, not its command line
+    part = CalibrateConfig(
+        out=str(config.path("calibration")), workers=config.hosts, bandwidth=config.bandwidth
+    )
+    run_calibration(part, Path(part.out))
+
+
+def _runtime_cost(config: CostsConfig, command: str) -> None:
+    from cadence.bench.runtime_cost import RuntimeCostConfig, run_runtime_cost_bench
+
+    part = RuntimeCostConfig(
+        models=config.models,
+        procs=config.hosts,
+        batch_size=config.batch_size,
+        out=str(config.path("runtime-cost")),
+    )
+    run_runtime_cost_bench(part, command)
+
+
+_RUNNERS = {"contention": _contention, "calibration": _calibration, "runtime-cost": _runtime_cost}
+
+
+def run_costs(config: CostsConfig, command: str, echo: Any = print) -> dict[str, float]:
+    """Measure each part of `config.parts` in order; returns part -> seconds it took."""
+    from cadence.bench.collectives import _check_writable
+    from cadence.netem import check_netem_available
+
+    if set(config.parts) - {"runtime-cost"}:
+        check_netem_available()  # every part but runtime-cost runs on the emulated cluster
+    for part in config.parts:
+        _check_writable(config.path(part))  # fail before minutes of measuring, not after
+    seconds: dict[str, float] = {}
+    for number, part in enumerate(config.parts, 1):
+        echo(f"== [{number}/{len(config.parts)}] {part} -> {config.path(part)}")
+        started = time.monotonic()
+        try:
+            _RUNNERS[part](config, command)
+        except UserError as exc:
+            done = ", ".join(str(config.path(p)) for p in seconds) or "nothing"
+            raise UserError(f"{part} failed ({exc}); kept: {done}") from None
+        seconds[part] = time.monotonic() - started
+    total = sum(seconds.values())
+    echo(
+        f"measured {', '.join(f'{p} in {s:.0f} s' for p, s in seconds.items())} "
+        f"({total:.0f} s); use: cadence bench sim --costs {config.out_dir} ..."
+    )
+    return seconds
+
+
+def add_parser(bsub: Any) -> None:
+    """`cadence bench costs` on the `cadence bench` subparsers."""
+
+    def command(args: argparse.Namespace) -> int:
+        config = CostsConfig(
+            out_dir=args.out_dir,
+            bandwidth=args.bandwidth,
+            hosts=args.hosts,
+            models=tuple(m.strip() for m in args.models.split(",") if m.strip()),
+            batch_size=args.batch_size,
+            parts=tuple(p.strip() for p in args.parts.split(",") if p.strip()),
+        )
+        run_costs(config, shlex.join(["cadence", *sys.argv[1:]]))
+        return 0
+
+    p = bsub.add_parser(
+        "costs",
+        help="measure this machine's contention, link latencies and runtime costs into one "
+        "folder for `cadence bench sim --costs DIR` (root; ~8 minutes for the four models)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--out-dir", default="results/costs", help="folder for the three files")
+    p.add_argument("--bandwidth", default="400mbit", help="emulated link cap to measure on")
+    p.add_argument("--hosts", type=int, default=2, help="emulated hosts (workers of the runs)")
+    p.add_argument("--models", default=",".join(DEFAULT_MODELS), help="runtime-cost models")
+    p.add_argument("--batch-size", type=int, default=64, help="global batch of the runs")
+    p.add_argument("--parts", default=",".join(PARTS), help="which parts to measure")
+    p.set_defaults(func=command)
