@@ -152,3 +152,25 @@ def test_a_failed_part_names_the_parts_it_kept(
     seconds = run_costs(only, "test", echo=lines.append)
     assert list(seconds) == ["runtime-cost"] and ran == ["contention", "runtime-cost"]
     assert f"cadence bench sim --costs {tmp_path / 'costs'}" in lines[-1]
+
+
+def test_a_bad_costs_folder_fails_before_any_training(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nowhere"
+    args = ["bench", "sim", "--run", "--model", "cnn", "--out-dir", str(tmp_path / "runs")]
+    assert main([*args, "--costs", str(missing)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--costs {missing}: no such folder" in err[0], err
+    assert not (tmp_path / "runs").exists()  # nothing trained, nothing written
+
+
+def test_a_calibration_whose_small_all_reduces_disagree_is_flagged() -> None:
+    from cadence.comm.calibrate import Calibration
+
+    fresh = Calibration.load(RESULTS / "costs-20261126" / "calibration.json")
+    line = sim_costs.latency_warning(fresh)
+    # 1, 4 and 16 KB all-reduces took 2.85, 3.48 and 1.38 ms a call there.
+    assert line is not None and "1.38-3.48 ms a call (2.5x apart)" in line and "1414 us" in line
+    steady = Calibration.load(RESULTS / "calibration-small-sizes-loopback-20261126.json")
+    assert sim_costs.latency_warning(steady) is None  # 0.34-0.38 ms on the loopback

@@ -17,9 +17,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cadence.errors import UserError
+
+if TYPE_CHECKING:
+    from cadence.comm.calibrate import Calibration
 
 PARTS: tuple[str, ...] = ("contention", "calibration", "runtime-cost")
 """What the command measures, in the order it measures them."""
@@ -106,7 +109,34 @@ def _contention(config: CostsConfig, command: str) -> None:
     run_contention_bench(part, command)
 
 
+SMALL_BYTES = 16 << 10
+"""All-reduces up to this size are latency-bound on the emulated links: alpha comes from them."""
+
+UNSTEADY_SPREAD = 2.0
+"""Slowest over fastest small all-reduce per call above which the alpha is flagged."""
+
+
+def latency_warning(calibration: Calibration) -> str | None:
+    """A line saying the calibration's alpha is unsteady, where its small all-reduces took
+    times more than `UNSTEADY_SPREAD` apart (on shared cores gloo's polling I/O thread makes
+    some sizes several times slower than others), else None."""
+    rows = calibration.rows
+    small = [r for r in rows if r.collective == "all_reduce" and r.nbytes <= SMALL_BYTES]
+    if len(small) < 2:
+        return None
+    fastest, slowest = min(r.measured_s for r in small), max(r.measured_s for r in small)
+    if slowest <= UNSTEADY_SPREAD * fastest:
+        return None
+    return (
+        f"note: all-reduces of {SMALL_BYTES >> 10} KB and less took {fastest * 1e3:.2f}-"
+        f"{slowest * 1e3:.2f} ms a call ({slowest / fastest:.1f}x apart), so this alpha "
+        f"({calibration.model.alpha_s * 1e6:.0f} us) is unsteady here and another calibration "
+        "may differ; `bench sim --calibration FILE` beside --costs keeps one you trust"
+    )
+
+
 def _calibration(config: CostsConfig, command: str) -> None:
+    from cadence.comm.calibrate import Calibration
     from cadence.comm.calibrate_command import CalibrateConfig, run_calibration
 
     del command  # a calibration file records its table, not its command line
@@ -114,6 +144,9 @@ def _calibration(config: CostsConfig, command: str) -> None:
         out=str(config.path("calibration")), workers=config.hosts, bandwidth=config.bandwidth
     )
     run_calibration(part, Path(part.out))
+    warning = latency_warning(Calibration.load(part.out))
+    if warning:
+        print(warning)
 
 
 def _runtime_cost(config: CostsConfig, command: str) -> None:

@@ -259,6 +259,7 @@ def _charges(args: Any) -> dict[str, str | None]:
 def bench_sim_command(args: Any) -> int:
     """`cadence bench sim`: optionally train in the emulated cluster, then compare."""
     runs = list(args.runs)
+    charges = _charges(args)  # a bad --costs folder fails before any training or profiling
     load_before = os.getloadavg()  # predictions assume a core per worker: record contention
     if args.run:
         caps = [c for c in args.caps.split(",") if c.strip()]
@@ -296,7 +297,6 @@ def bench_sim_command(args: Any) -> int:
     from cadence.bench.contention import ContentionFit
     from cadence.comm.calibrate import Calibration
 
-    charges = _charges(args)
     # Without a measurement: a spare core for communication, workers not slowing each other.
     contention = charges["contention"]
     fit = ContentionFit.load(contention) if contention else ContentionFit(0.0, 0.0)
