@@ -1,4 +1,4 @@
-"""The all-reduce alpha's effect on `cadence bench sim` over the five long matrices of
+"""The all-reduce alpha's effect on `cadence bench sim` over the six long matrices of
 2026-11-26: `python results/alpha_sweep.py > results/alpha-sweep-20261126.txt`.
 
 Every other charge is the `cadence bench costs` folder's; the calibration is that folder's
@@ -14,7 +14,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent
 ALPHAS_MS = (0.0, 0.3, 0.5, 0.7, 0.9, 1.1, 1.4)
-RUNS = ("", "b", "c", "d", "e")
+RUNS = ("", "b", "c", "d", "e", "f")
 PROFILES = [
     arg
     for model in ("cnn_lstm", "resnet32", "gpt_mini")
