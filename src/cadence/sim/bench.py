@@ -70,8 +70,9 @@ def predict_runs(
     runtime's own cost. `in_run_compute`: scale the compute to the one the run timed in its
     own processes after its steps (`compute_probe`; an error where a run lacks it) instead
     of the profile's; None: where the run has it."""
+    from cadence.bench.runtime_cost import STRATEGIES as RUNTIME_COSTED
     from cadence.netem import parse_bandwidth
-    from cadence.sim.bench_dp import scaled_profile
+    from cadence.sim.bench_dp import compute_scale, scaled_profile
 
     options = options or SimOptions()
     steps: dict[tuple[str, str], float] = {}
@@ -98,7 +99,7 @@ def predict_runs(
             steps[key] = step_cost(model, key[1], optimizer_step_s, params)
         step_s = steps[key] * sum(p.nbytes for p in params)
         slowdown = 1.0
-        if runtime_slowdowns is not None and strategy in ("ddp", "cadence-dp"):
+        if runtime_slowdowns is not None and strategy in RUNTIME_COSTED.values():
             if model not in runtime_slowdowns:
                 raise UserError(f"run {path}: no runtime cost of {model!r} given")
             slowdown = runtime_slowdowns[model].get(strategy, 1.0)
@@ -110,8 +111,7 @@ def predict_runs(
             )
         if probe and in_run_compute is not False:
             # Profile + optimizer step = the run's own step without communication.
-            computed = float(probe["lockstep_median_s"]) * slowdown
-            factor = max(computed - step_s, 1e-6) / profile.iteration_s
+            factor = compute_scale(profile, float(probe["lockstep_median_s"]) * slowdown, step_s)
             basis = "in-run"
         else:
             factor, basis = co_run_slowdown * slowdown, "profile"

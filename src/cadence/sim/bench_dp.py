@@ -115,6 +115,12 @@ def scaled_profile(
     )
 
 
+def compute_scale(profile: Profile, compute_s: float, step_s: float) -> float:
+    """The factor on `profile`'s times that makes its iteration plus an optimizer step of
+    `step_s` take `compute_s` (a step measured without communication)."""
+    return max(compute_s - step_s, 1e-6) / profile.iteration_s
+
+
 @dataclasses.dataclass(frozen=True)
 class _Case:
     """One (model, cap) of a benchmark file, as the simulator runs it."""
@@ -148,7 +154,7 @@ class _Case:
         for variant in variants:
             strategy = _VARIANTS[variant]
             strategy_compute_s = compute_s * self.slowdown.get(strategy, 1.0)
-            factor = co_run * max(strategy_compute_s - self.step_s, 1e-6) / self.profile.iteration_s
+            factor = co_run * compute_scale(self.profile, strategy_compute_s, self.step_s)
             setup = Setup(
                 profile=scaled_profile(self.profile, factor),
                 params=self.params,
