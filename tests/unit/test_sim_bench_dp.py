@@ -258,3 +258,27 @@ def test_zoo_models_report_the_buffers_ddp_broadcasts() -> None:
     assert norms and buffers == sum(8 * m.num_features + 8 for m in norms)
     assert len(params) > 0
     assert zoo_layout("gpt_mini")[1] == 0
+
+
+def test_the_emulated_links_token_bucket_shortens_predictions_only_when_asked(
+    tmp_path: Path,
+) -> None:
+    from cadence.netem._bandwidth import link_bucket_bytes
+    from cadence.sim.compute import emulated_options
+    from cadence.sim.options import SimOptions
+
+    base = SimOptions()
+    assert emulated_options(base, 400e6, 0.5, link_bucket=False) is base
+    bucketed = emulated_options(base, 400e6, 0.5, link_bucket=True)
+    assert bucketed.link_bucket_bytes == pytest.approx(link_bucket_bytes(400e6) * 0.5)
+    with pytest.raises(ValueError, match="link_bucket_bytes"):
+        SimOptions(link_bucket_bytes=-1.0)
+    profile, files = zoo_profile("cnn"), [str(_bench_file(tmp_path))]
+    plain, _ = predict_bench_dp(files, {"cnn": profile}, 1.0, optimizer_step_s=0.0)
+    burst, _ = predict_bench_dp(
+        files, {"cnn": profile}, 1.0, optimizer_step_s=0.0, link_bucket=True
+    )
+    for p, b in zip(plain, burst, strict=True):
+        # The link idles while the workers compute (0.2 s here), and the tokens it gathers
+        # then pass at once: at most the compute's worth of bytes, never the whole bucket.
+        assert p["predicted_s"] - 0.2 - 1e-6 <= b["predicted_s"] < p["predicted_s"] - 0.05

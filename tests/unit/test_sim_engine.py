@@ -72,3 +72,43 @@ def test_add_work_time_slices_a_shared_processor_and_runs_a_stream_alone() -> No
     assert s.end_s[b] == pytest.approx(1.0)
     assert s.end_s[a] == pytest.approx(1.5)
     assert s.end_s[c] == pytest.approx(1.0)
+
+
+def test_a_token_bucket_passes_its_bytes_at_once_after_the_link_idles() -> None:
+    g = TaskGraph()
+    nic = g.resource("nic", LINK, bytes_per_s=100.0, bucket_bytes=50.0)
+    first = g.add("first", "flow", resources=[nic], nbytes=200.0)
+    wait = g.add("wait", "marker", duration_s=4.0)
+    second = g.add("second", "flow", resources=[nic], nbytes=200.0, deps=[wait])
+    right_after = g.add("right_after", "flow", resources=[nic], nbytes=100.0, deps=[first])
+    s = run(g)
+    # At 0 the bucket is empty: 200 B at 100 B/s. right_after starts as first ends, on a link
+    # that has not idled: no tokens, 1.0 s. At 4.0 the link has idled 1.0 s (bucket full,
+    # 50 B): second moves the other 150 B at the rate.
+    assert s.end_s[first] == pytest.approx(2.0)
+    assert s.end_s[right_after] == pytest.approx(3.0)
+    assert s.end_s[second] == pytest.approx(5.5)
+
+
+def test_a_flow_joining_a_busy_link_gets_no_tokens_and_a_partly_filled_bucket_gives_less() -> None:
+    g = TaskGraph()
+    nic = g.resource("nic", LINK, bytes_per_s=100.0, bucket_bytes=50.0)
+    first = g.add("first", "flow", resources=[nic], nbytes=100.0)
+    late = g.add("late", "marker", duration_s=0.5)
+    joins = g.add("joins", "flow", resources=[nic], nbytes=50.0, deps=[late])
+    pause = g.add("pause", "marker", duration_s=1.8, deps=[first])
+    after_pause = g.add("after_pause", "flow", resources=[nic], nbytes=100.0, deps=[pause])
+    s = run(g)
+    # joins shares the busy link from 0.5 (no tokens): both at 50 B/s, 50 B each left -> 1.5.
+    assert s.end_s[first] == pytest.approx(1.5) and s.end_s[joins] == pytest.approx(1.5)
+    # first ends at 1.5 but the link stays busy until joins ends, also 1.5; idle until 3.3:
+    # 1.8 s would gather 180 B, capped at 50; 50 B at once, then 50 B at 100 B/s.
+    assert s.end_s[after_pause] == pytest.approx(3.8)
+
+
+def test_only_a_link_takes_a_token_bucket_and_never_a_negative_one() -> None:
+    g = TaskGraph()
+    with pytest.raises(ValueError, match="only a link"):
+        g.resource("cpu", STREAM, bucket_bytes=10.0)
+    with pytest.raises(ValueError, match="bucket_bytes"):
+        g.resource("nic", LINK, bytes_per_s=1.0, bucket_bytes=-1.0)

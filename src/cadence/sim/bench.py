@@ -27,7 +27,7 @@ from cadence.sim.command import (
     step_cost,
     zoo_layout,
 )
-from cadence.sim.compute import cap_link
+from cadence.sim.compute import cap_link, emulated_options
 from cadence.sim.metrics import write_text
 from cadence.sim.options import SimOptions
 from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION
@@ -62,6 +62,7 @@ def predict_runs(
     calibrated: AlphaBeta | None = None,
     runtime_slowdowns: dict[str, dict[str, float]] | None = None,
     in_run_compute: bool | None = None,
+    link_bucket: bool = False,
 ) -> list[dict[str, Any]]:
     """One row per run: measured and predicted median iteration and the relative error.
     `co_run_slowdown` scales the (one-worker) profile's times for workers sharing a host;
@@ -69,7 +70,8 @@ def predict_runs(
     strategy -> factor, `cadence bench runtime-cost`) slows a strategy's compute by its
     runtime's own cost. `in_run_compute`: scale the compute to the one the run timed in its
     own processes after its steps (`compute_probe`; an error where a run lacks it) instead
-    of the profile's; None: where the run has it."""
+    of the profile's; None: where the run has it. `link_bucket`: price the emulated links'
+    token bucket (`emulated_options`)."""
     from cadence.bench.runtime_cost import STRATEGIES as RUNTIME_COSTED
     from cadence.netem import parse_bandwidth
     from cadence.sim.bench_dp import compute_scale, scaled_profile
@@ -132,7 +134,8 @@ def predict_runs(
             )
         result, _ = run_strategy(
             # cadence-dp at its defaults, as `cadence train --strategy cadence-dp` runs it
-            setup, strategy, None, None, DDP_BUCKET_BYTES, options, zero=zero
+            setup, strategy, None, None, DDP_BUCKET_BYTES,
+            emulated_options(options, bps, payload_fraction, link_bucket), zero=zero,
         )
         measured = float(data["median_iteration_s"])
         rows.append(
@@ -312,18 +315,19 @@ def bench_sim_command(args: Any) -> int:
     in_run = {"auto": None, "in-run": True, "beside": False}[compute_basis]
     calibration = charges["calibration"]
     calibrated = Calibration.load(calibration).model if calibration else None
+    link_bucket = getattr(args, "link_bucket", "none") == "tbf"
     runtime_cost = charges["runtime-cost"]
     slowdowns = read_slowdowns(runtime_cost) if runtime_cost else None
     rows = predict_runs(
         runs, profiles, args.payload_fraction, options, args.optimizer_step, co_run, calibrated,
-        slowdowns, in_run,
+        slowdowns, in_run, link_bucket,
     )  # fmt: skip
     if bench_files:
         from cadence.sim.bench_dp import predict_bench_dp
 
         more, skipped = predict_bench_dp(
             bench_files, profiles, args.payload_fraction, args.optimizer_step, options, co_run,
-            slowdowns, in_run_compute=in_run, calibrated=calibrated,
+            slowdowns, in_run_compute=in_run, calibrated=calibrated, link_bucket=link_bucket,
         )  # fmt: skip
         rows += more
         for line in skipped:
@@ -332,7 +336,7 @@ def bench_sim_command(args: Any) -> int:
         from cadence.sim.bench_timeline import predict_timelines
 
         more, skipped = predict_timelines(
-            timelines, profiles, args.payload_fraction, options, calibrated
+            timelines, profiles, args.payload_fraction, options, calibrated, link_bucket
         )
         rows += more
         for line in skipped:
@@ -352,6 +356,7 @@ def bench_sim_command(args: Any) -> int:
             "runtime_cost": charges["runtime-cost"],
             "calibration": calibration,
             "compute_basis": compute_basis,
+            "link_bucket": "tbf" if link_bucket else "none",
             "comm_cpu": {
                 "s_per_message": options.comm_cpu_s_per_message,
                 "s_per_byte": options.comm_cpu_s_per_byte,

@@ -31,7 +31,7 @@ from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.api import DDP_BUCKET_BYTES
 from cadence.sim.command import Setup, run_strategy, step_cost, zoo_layout
-from cadence.sim.compute import cap_link
+from cadence.sim.compute import cap_link, emulated_options
 from cadence.sim.options import SimOptions
 from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION
 
@@ -187,6 +187,7 @@ def predict_bench_dp(
     runtime_slowdowns: dict[str, dict[str, float]] | None = None,
     in_run_compute: bool | None = False,
     calibrated: AlphaBeta | None = None,
+    link_bucket: bool = False,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """(rows of measured vs predicted, skipped rows as text). The measured compute-only
     iteration of `cadence bench dp` ran one worker alone; `co_run_slowdown` scales it for
@@ -196,7 +197,8 @@ def predict_bench_dp(
     `in_run_compute`: predict each run of each variant from the compute its own processes
     timed after its steps (`variant_compute_runs_s`; see `_in_run_rows`); a file without it
     is an error. None: in-run for the files that have it, the compute-only runs for others.
-    `calibrated` gives the links their alphas (`cap_link`)."""
+    `calibrated` gives the links their alphas (`cap_link`); `link_bucket` their emulated
+    token bucket (`emulated_options`)."""
     from cadence.netem import parse_bandwidth
 
     rows: list[dict[str, Any]] = []
@@ -238,7 +240,9 @@ def predict_bench_dp(
                 threshold=threshold,
                 credit=recorded_credit(row, threshold, gradient_bytes),
                 reorder_k=cfg.get("reorder_k"),
-                options=options or SimOptions(),
+                options=emulated_options(
+                    options or SimOptions(), bps, payload_fraction, link_bucket
+                ),
                 default_plan=recorded_default_plan(row),
                 slowdown=slowdown,
             )

@@ -28,7 +28,7 @@ from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.bench_dp import recorded_threshold, scaled_profile
 from cadence.sim.command import Setup, model_params, run_strategy
-from cadence.sim.compute import cap_link
+from cadence.sim.compute import cap_link, emulated_options
 from cadence.sim.options import SimOptions
 from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION
 
@@ -87,9 +87,10 @@ def predict_timelines(
     payload_fraction: float = TCP_PAYLOAD_FRACTION,
     options: SimOptions | None = None,
     calibrated: AlphaBeta | None = None,
+    link_bucket: bool = False,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """(rows of traced vs predicted iteration, skipped files as text); `calibrated` gives the
-    links their alphas (`cap_link`)."""
+    links their alphas (`cap_link`), `link_bucket` their token bucket (`emulated_options`)."""
     from cadence.netem import parse_bandwidth
 
     rows: list[dict[str, Any]] = []
@@ -140,7 +141,7 @@ def predict_timelines(
                     threshold,
                     None,
                     bucket,
-                    replay_options,
+                    emulated_options(replay_options, bps, payload_fraction, link_bucket),
                     reorder_k=cfg.get("reorder_k"),
                     dp_plan=plan,
                 )

@@ -257,6 +257,13 @@ def add_bench_sim(bsub: Any) -> None:
         "after their steps, run by run (files since 2026-11-26; `variant_compute_runs_s`); "
         "auto: in-run for files that have it, beside for older ones",
     )
+    p.add_argument(
+        "--link-bucket",
+        choices=("none", "tbf"),
+        default="none",
+        help="tbf: price the emulated links' token bucket (about 5 ms of traffic passes at "
+        "once after the link idles); none: every byte at the cap, as on a real link",
+    )
     p.set_defaults(func=_cmd_bench_sim)
 
 

@@ -12,6 +12,7 @@ from cadence.dp.plan import ParamInfo
 from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.graph import TaskGraph
+from cadence.sim.options import SimOptions
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,19 @@ def cap_link(bps: float, payload_fraction: float, calibrated: AlphaBeta | None =
     if calibrated is None:
         return AlphaBeta(alpha_s=0.0, beta_s_per_byte=beta)
     return dataclasses.replace(calibrated, beta_s_per_byte=beta)
+
+
+def emulated_options(
+    options: SimOptions, bps: float, payload_fraction: float, link_bucket: bool
+) -> SimOptions:
+    """`options` for a link the emulated cluster caps at `bps`: with `link_bucket`, the token
+    bucket its tbf has (`link_bucket_bytes`, about 5 ms of traffic), counted in the payload
+    bytes flows move; without, a link that serialises every byte at the cap, as a real one."""
+    if not link_bucket:
+        return options
+    from cadence.netem._bandwidth import link_bucket_bytes
+
+    return dataclasses.replace(options, link_bucket_bytes=link_bucket_bytes(bps) * payload_fraction)
 
 
 def allreduce_flow(model: AlphaBeta, nbytes: int, world_size: int) -> tuple[float, float]:

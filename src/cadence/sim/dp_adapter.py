@@ -58,7 +58,11 @@ class Built:
 
 
 def _resources(
-    graph: TaskGraph, worker: int, link: AlphaBeta, shared_compute: bool = False
+    graph: TaskGraph,
+    worker: int,
+    link: AlphaBeta,
+    shared_compute: bool = False,
+    bucket_bytes: float = 0.0,
 ) -> tuple[int, int, int]:
     rate = 1.0 / link.beta_s_per_byte if link.beta_s_per_byte > 0 else float("inf")
     if shared_compute:  # time-sliced between the main thread and the communication thread
@@ -66,7 +70,9 @@ def _resources(
     else:
         compute = graph.resource(f"w{worker}.compute", STREAM, worker=worker)
     comm = graph.resource(f"w{worker}.comm", STREAM, worker=worker)
-    nic = graph.resource(f"w{worker}.nic", LINK, bytes_per_s=rate, worker=worker)
+    nic = graph.resource(
+        f"w{worker}.nic", LINK, bytes_per_s=rate, worker=worker, bucket_bytes=bucket_bytes
+    )
     return compute, comm, nic
 
 
@@ -229,7 +235,10 @@ def build_dp(
             last = max(chunk_ids, key=lambda c: position[c])
             updates_at.setdefault(last, []).append(layer)
     shared = options.updates_share_compute or options.charges_comm_cpu
-    workers = [_resources(graph, w, link, shared) for w in range(options.replicas)]
+    workers = [
+        _resources(graph, w, link, shared, options.link_bucket_bytes)
+        for w in range(options.replicas)
+    ]
     nics = [nic for _, _, nic in workers]
     comm = _CommThread(graph, plan, [c for _, c, _ in workers])
     computes = [compute for compute, _, _ in workers]
@@ -357,7 +366,10 @@ def build_ddp(
     steps = backward_steps(len(costs.forward_s), None)
     # DDP's reducer runs on its own thread: only communication's processor time shares compute.
     shared = options.charges_comm_cpu
-    workers = [_resources(graph, w, link, shared) for w in range(options.replicas)]
+    workers = [
+        _resources(graph, w, link, shared, options.link_bucket_bytes)
+        for w in range(options.replicas)
+    ]
     computes = [compute for compute, _, _ in workers]
     nics = [nic for _, _, nic in workers]
     total_bytes = sum(costs.param_bytes)

@@ -5,6 +5,8 @@ tasks that become ready at the same moment compete by priority, not by arrival o
 are processor-sharing: when a flow joins or leaves, the flows on the links it touches are
 brought up to date and their finish events re-issued (older events are recognised as stale
 by a version number), so the cost of a change is proportional to the flows it affects.
+A link with a token bucket (`Resource.bucket_bytes`) fills it while idle, and a flow that
+starts on it while it is idle moves the bucket's bytes at once (its links' smallest bucket).
 """
 
 from __future__ import annotations
@@ -62,6 +64,26 @@ def run(graph: TaskGraph) -> Schedule:
     rate: dict[int, float] = {}
     last: dict[int, float] = {}  # when `left` was last brought up to date
     version = [0] * n
+    tokens = [0.0] * len(resources)  # bucket bytes each link held when it last went idle
+    idle_since = [0.0] * len(resources)
+
+    def take_tokens(flow: int, now: float) -> float:
+        """Bytes of `flow` its links' token buckets pass at once as it starts: as many as the
+        emptiest of them holds; a link that is already carrying a flow has none to spare."""
+        links = tasks[flow].resources
+        if not all(resources[r].bucket_bytes for r in links) or any(active[r] for r in links):
+            return 0.0
+        held = [
+            min(
+                resources[r].bucket_bytes,
+                tokens[r] + resources[r].bytes_per_s * (now - idle_since[r]),
+            )
+            for r in links
+        ]
+        used = min(min(held), tasks[flow].nbytes)
+        for r, h in zip(links, held, strict=True):
+            tokens[r] = h - used
+        return used
 
     def ready(tid: int, now: float) -> None:
         task = tasks[tid]
@@ -103,6 +125,8 @@ def run(graph: TaskGraph) -> Schedule:
             elif tid in left:
                 for link in task.resources:
                     active[link].discard(tid)
+                    if not active[link]:
+                        idle_since[link] = now
                 others = neighbours(tid)
                 settle(others, now)
                 reprice(others, now)
@@ -125,9 +149,10 @@ def run(graph: TaskGraph) -> Schedule:
             elif kind == _JOIN:
                 others = neighbours(tid)
                 settle(others, now)
+                burst = take_tokens(tid, now)
                 for link in tasks[tid].resources:
                     active[link].add(tid)
-                left[tid], last[tid] = tasks[tid].nbytes, now
+                left[tid], last[tid] = tasks[tid].nbytes - burst, now
                 reprice(others | {tid}, now)
             elif ver == version[tid]:  # a flow's latest finish estimate: it is done
                 left[tid] = 0.0

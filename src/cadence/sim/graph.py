@@ -14,6 +14,7 @@ on one core) is a link of rate 1 whose "bytes" are seconds of work (`add_work`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,10 @@ class Resource:
     """Bandwidth of a LINK; unused for a STREAM."""
     worker: int = 0
     """Worker it belongs to (memory and reports are per worker)."""
+    bucket_bytes: float = 0.0
+    """A LINK's token bucket (tc's tbf, as on the emulated cluster's links): tokens gather at
+    the link's rate while no flow crosses it, up to this many bytes, and a flow that starts on
+    the idle link moves that many of its bytes at once. 0: a real link, every byte at the rate."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,14 @@ class TaskGraph:
         self.tasks: list[Task] = []
         self._resource_index: dict[str, int] = {}
 
-    def resource(self, name: str, kind: str, bytes_per_s: float = 0.0, worker: int = 0) -> int:
+    def resource(
+        self,
+        name: str,
+        kind: str,
+        bytes_per_s: float = 0.0,
+        worker: int = 0,
+        bucket_bytes: float = 0.0,
+    ) -> int:
         """Index of resource `name`, creating it on first use."""
         if name in self._resource_index:
             return self._resource_index[name]
@@ -83,7 +95,11 @@ class TaskGraph:
         if kind == LINK and not bytes_per_s > 0:
             raise ValueError(f"link {name!r} needs a positive bandwidth, got {bytes_per_s}")
         self._resource_index[name] = len(self.resources)
-        self.resources.append(Resource(name, kind, bytes_per_s, worker))
+        if bucket_bytes and kind != LINK:
+            raise ValueError(f"only a link has a token bucket ({name!r} is a {kind})")
+        if not (math.isfinite(bucket_bytes) and bucket_bytes >= 0):
+            raise ValueError(f"bucket_bytes of {name!r} must be >= 0, got {bucket_bytes}")
+        self.resources.append(Resource(name, kind, bytes_per_s, worker, bucket_bytes))
         return self._resource_index[name]
 
     def add(

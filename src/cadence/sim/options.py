@@ -34,6 +34,9 @@ class SimOptions:
     """Cap of DDP's first bucket (its last layers' gradients). torch uses 1 MiB when DDP is
     built without `bucket_cap_mb`; given one (as `cadence train --strategy ddp` does), the
     first bucket has that cap too: None."""
+    link_bucket_bytes: float = 0.0
+    """Token bucket of each worker's link (`Resource.bucket_bytes`): an emulated link's tbf
+    passes this many bytes at once after an idle spell. 0: a real link."""
     warmup_iterations: int = 1
     """Iterations simulated before the measured ones (the first has no communication to wait
     for, so it is not steady state)."""
@@ -51,6 +54,8 @@ class SimOptions:
             raise ValueError(
                 f"ddp_first_bucket_bytes must be >= 1, got {self.ddp_first_bucket_bytes}"
             )
+        if not (math.isfinite(self.link_bucket_bytes) and self.link_bucket_bytes >= 0):
+            raise ValueError(f"link_bucket_bytes must be >= 0, got {self.link_bucket_bytes}")
         if self.warmup_iterations < 0:
             raise ValueError(f"warmup_iterations must be >= 0, got {self.warmup_iterations}")
 
