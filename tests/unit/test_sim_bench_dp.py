@@ -258,6 +258,11 @@ def test_zoo_models_report_the_buffers_ddp_broadcasts() -> None:
     assert norms and buffers == sum(8 * m.num_features + 8 for m in norms)
     assert len(params) > 0
     assert zoo_layout("gpt_mini")[1] == 0
+    from cadence.sim.command import zoo_buffer_broadcasts
+
+    # torch broadcasts buffers one dtype at a time: float statistics, then the int64 counters.
+    assert zoo_buffer_broadcasts("cnn_lstm") == 2
+    assert zoo_buffer_broadcasts("gpt_mini") == 1  # nothing to send; one call at most
 
 
 def test_the_emulated_links_token_bucket_shortens_predictions_only_when_asked(

@@ -250,3 +250,26 @@ def test_ddp_waits_for_the_buffer_broadcast_before_each_forward() -> None:
     assert simulate_ddp(TWO, 1, link, params=plan.params, buffer_bytes=80).iteration_s == 5.0
     with pytest.raises(UserError, match="buffer bytes must be >= 0"):
         simulate_ddp(TWO, 2, link, params=plan.params, buffer_bytes=-1)
+
+
+def test_each_buffer_broadcast_call_takes_its_processor_time_from_the_forward() -> None:
+    plan = build_plan(params_of(TWO), threshold_bytes=400, credit_bytes=800)
+    link = AlphaBeta(alpha_s=0.5, beta_s_per_byte=1 / LINK)
+    charged = SimOptions(comm_cpu_s_per_message=2.0)
+    # Without buffers only the bucket's call is charged, while the compute waits on the wire.
+    base = simulate_ddp(TWO, 2, link, params=plan.params, options=charged)
+    assert base.iteration_s == pytest.approx(16.0)
+    # Each call's 2 s of processor time starts with the broadcast (1.5 s on the wire, which
+    # gates the forward); what is left of it when the forward starts shares the processor
+    # with the forward and delays it by as much: 0.5 s for one call, 2.5 s for two.
+    for calls, delay in ((1, 0.5), (2, 2.5)):
+        with_buffers = simulate_ddp(
+            TWO, 2, link, params=plan.params, options=charged, buffer_bytes=80,
+            buffer_broadcasts=calls,
+        )  # fmt: skip
+        assert with_buffers.iteration_s == pytest.approx(17.5 + delay)
+    # Uncharged, the calls cost nothing beyond the wire.
+    uncharged = simulate_ddp(TWO, 2, link, params=plan.params, buffer_bytes=80, buffer_broadcasts=2)
+    assert uncharged.iteration_s == pytest.approx(17.5)
+    with pytest.raises(UserError, match="buffer broadcasts must be >= 1"):
+        simulate_ddp(TWO, 2, link, params=plan.params, buffer_bytes=80, buffer_broadcasts=0)

@@ -57,22 +57,27 @@ def simulate_ddp(
     params: Sequence[ParamInfo] | None = None,
     options: SimOptions | None = None,
     buffer_bytes: int = 0,
+    buffer_broadcasts: int = 1,
 ) -> SimResult:
     """Predict torch DDP (ring all-reduce of reverse-order buckets, optimizer step after
     backward). `params` (e.g. `plan.params`) gives exact bucket contents; without it each
     block's parameters count as one tensor. `buffer_bytes`: the model's buffers (e.g.
-    BatchNorm's running statistics), which DDP broadcasts from rank 0 before every forward."""
+    BatchNorm's running statistics), which DDP broadcasts from rank 0 before every forward, in
+    `buffer_broadcasts` calls (one per dtype)."""
     _check(world_size, iterations)
     if bucket_bytes < 1:
         raise UserError(f"bucket size must be >= 1 byte, got {bucket_bytes}")
     if buffer_bytes < 0:
         raise UserError(f"buffer bytes must be >= 0, got {buffer_bytes}")
+    if buffer_broadcasts < 1:
+        raise UserError(f"buffer broadcasts must be >= 1, got {buffer_broadcasts}")
     options = options or SimOptions()
     costs = block_costs(profile, options.calibrate_compute)
     infos = list(params) if params is not None else block_params(costs)
     built = build_ddp(
-        costs, infos, world_size, link_model(link), bucket_bytes, iterations, options, buffer_bytes
-    )
+        costs, infos, world_size, link_model(link), bucket_bytes, iterations, options,
+        buffer_bytes, buffer_broadcasts,
+    )  # fmt: skip
     return analyse(built, run(built.graph), sum(costs.param_bytes))
 
 

@@ -25,6 +25,7 @@ from cadence.sim.command import (
     Setup,
     run_strategy,
     step_cost,
+    zoo_buffer_broadcasts,
     zoo_layout,
 )
 from cadence.sim.compute import cap_link, emulated_options
@@ -122,6 +123,7 @@ def predict_runs(
             profile=scaled_profile(profile, factor),
             params=params,
             buffer_bytes=buffer_bytes,
+            buffer_broadcasts=zoo_buffer_broadcasts(model),
             world_size=workers,
             link=cap_link(bps, payload_fraction, calibrated),
             description=f"{model} {cfg['emulate_bandwidth']}",

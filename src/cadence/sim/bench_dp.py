@@ -30,7 +30,13 @@ from cadence.dp.plan import DEFAULT_CREDIT_CHUNKS, default_threshold
 from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.api import DDP_BUCKET_BYTES
-from cadence.sim.command import Setup, run_strategy, step_cost, zoo_layout
+from cadence.sim.command import (
+    Setup,
+    run_strategy,
+    step_cost,
+    zoo_buffer_broadcasts,
+    zoo_layout,
+)
 from cadence.sim.compute import cap_link, emulated_options
 from cadence.sim.options import SimOptions
 from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION
@@ -128,6 +134,7 @@ class _Case:
     profile: Profile
     params: Any
     buffer_bytes: int
+    buffer_broadcasts: int
     workers: int
     link: AlphaBeta
     description: str
@@ -159,6 +166,7 @@ class _Case:
                 profile=scaled_profile(self.profile, factor),
                 params=self.params,
                 buffer_bytes=self.buffer_bytes,
+                buffer_broadcasts=self.buffer_broadcasts,
                 world_size=self.workers,
                 link=self.link,
                 description=self.description,
@@ -232,6 +240,7 @@ def predict_bench_dp(
                 profile=profiles[model],
                 params=params,
                 buffer_bytes=buffer_bytes,
+                buffer_broadcasts=zoo_buffer_broadcasts(model),
                 workers=workers,
                 link=cap_link(bps, payload_fraction, calibrated),
                 description=f"{model} {cap}",

@@ -51,6 +51,18 @@ class Setup:
     buffer_bytes: int = 0
     """Bytes of the model's buffers (BatchNorm's running statistics and counters), which DDP
     broadcasts from rank 0 before every forward; 0: none."""
+    buffer_broadcasts: int = 1
+    """Broadcast calls DDP makes for those buffers: one per dtype (`zoo_buffer_broadcasts`)."""
+
+
+def zoo_buffer_broadcasts(model: str) -> int:
+    """How many broadcasts DDP makes for zoo `model`'s buffers before each forward: torch
+    buckets them by dtype, one call each (BatchNorm: float statistics and an int64 counter);
+    1 for a model without buffers (nothing is sent then)."""
+    from cadence.models import get_model_spec
+
+    module = get_model_spec(model).build()
+    return max(len({b.dtype for b in module.buffers()}), 1)
 
 
 def model_params(model: str) -> tuple[ParamInfo, ...]:
@@ -140,6 +152,7 @@ def make_setup(
         description=description,
         update_s_per_byte=update,
         buffer_bytes=buffer_bytes,
+        buffer_broadcasts=zoo_buffer_broadcasts(model),
     )
 
 
@@ -199,6 +212,7 @@ def run_strategy(
             setup.params,
             options,
             setup.buffer_bytes,
+            setup.buffer_broadcasts,
         )
         return result, None
     if strategy != "cadence-dp":

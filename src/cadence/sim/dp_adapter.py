@@ -111,15 +111,23 @@ def _buffer_broadcast(
     world_size: int,
     deps: list[int | None],
     iteration: int,
+    computes: Sequence[int],
+    options: SimOptions,
+    calls: int = 1,
 ) -> list[list[int]]:
     """DDP's broadcast of the model's buffers before a forward, as `gates` for the forward's
     blocks: the first block waits for it (no gates when there are no buffers). torch sends one
-    broadcast per dtype, at most two in flight: priced as one of all the bytes."""
+    broadcast per dtype (`calls`), at most two in flight: priced on the wire as one of all the
+    bytes, while each call takes its processor time from every worker's compute where that is
+    charged (`_comm_cpu`, the bytes split between the calls)."""
     if buffer_bytes <= 0 or world_size < 2:
         return []
     task = _flow(
         graph, "buffers", buffer_bytes, nics, link, world_size, deps, iteration, broadcast=True
     )
+    for _ in range(max(calls, 1)):
+        share = buffer_bytes // max(calls, 1)
+        _comm_cpu(graph, "buffers", share, computes, [deps] * len(computes), iteration, options)
     return [[task]]
 
 
@@ -357,9 +365,10 @@ def build_ddp(
     iterations: int,
     options: SimOptions,
     buffer_bytes: int = 0,
+    buffer_broadcasts: int = 1,
 ) -> Built:
     """Graph of `options.warmup_iterations + iterations` iterations of DDP (`buffer_bytes`: the
-    model's buffers, broadcast before every forward)."""
+    model's buffers, broadcast before every forward in `buffer_broadcasts` calls)."""
     graph = TaskGraph()
     blocks = param_blocks(costs, params)
     buckets = ddp_buckets(params, bucket_bytes, options.ddp_first_bucket_bytes)
@@ -380,7 +389,10 @@ def build_ddp(
     for it in range(total):
         ready = []
         # Every rank's forward waits for rank 0's buffers, sent once rank 0 has stepped.
-        gates = _buffer_broadcast(graph, buffer_bytes, nics, link, world_size, [*prev], it)
+        gates = _buffer_broadcast(
+            graph, buffer_bytes, nics, link, world_size, [*prev], it, computes, options,
+            buffer_broadcasts,
+        )  # fmt: skip
         gates += no_gates[len(gates) :]
         for w, (compute, _, _) in enumerate(workers):
             done = add_compute_iteration(
@@ -425,6 +437,9 @@ def build_ddp(
                 mem_end=-total_bytes,
             )
     taken = add_input(graph, costs, stream=workers[0][0], worker=0, iteration=total, after=prev[0])
-    gates = _buffer_broadcast(graph, buffer_bytes, nics, link, world_size, [*prev], total)
+    gates = _buffer_broadcast(
+        graph, buffer_bytes, nics, link, world_size, [*prev], total, computes, options,
+        buffer_broadcasts,
+    )  # fmt: skip
     starts.append(_marker(graph, workers[0][0], taken, gates[0] if gates else [], total))
     return Built(graph, tuple(starts), options.warmup_iterations, "ddp", world_size)

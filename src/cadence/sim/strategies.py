@@ -69,13 +69,18 @@ def _data_parallel(setup: Setup, costs: BlockCosts, options: SimOptions) -> list
     memory = state_bytes(p, 2, "replicated", n) + _activations(costs)
     ddp = simulate_ddp(
         setup.profile, n, setup.link, DDP_BUCKET_BYTES, 3, setup.params, options,
-        setup.buffer_bytes,
+        setup.buffer_bytes, setup.buffer_broadcasts,
     )  # fmt: skip
     rows = [Candidate("ddp", "25 MiB buckets", ddp.iteration_s, memory, ddp.wire_bytes, SIMULATED)]
     best = None
     for threshold in DP_THRESHOLDS:
         plan = plan_dp(
-            setup.profile, setup.params, threshold, default_credit(threshold, p), n, setup.link,
+            setup.profile,
+            setup.params,
+            threshold,
+            default_credit(threshold, p),
+            n,
+            setup.link,
             options,
         )
         result = simulate_dp(setup.profile, plan, n, setup.link, 3, options)
