@@ -112,3 +112,6 @@ def test_only_a_link_takes_a_token_bucket_and_never_a_negative_one() -> None:
         g.resource("cpu", STREAM, bucket_bytes=10.0)
     with pytest.raises(ValueError, match="bucket_bytes"):
         g.resource("nic", LINK, bytes_per_s=1.0, bucket_bytes=-1.0)
+    # A refused resource leaves no name behind: both can still be made as they should be.
+    assert g.resource("cpu", STREAM) == 0 and g.resources[0].kind == STREAM
+    assert g.resource("nic", LINK, bytes_per_s=1.0) == 1 and len(g.resources) == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -55,6 +56,7 @@ class Setup:
     """Broadcast calls DDP makes for those buffers: one per dtype (`zoo_buffer_broadcasts`)."""
 
 
+@functools.cache  # a prediction asks once per row or run: build each model once
 def zoo_buffer_broadcasts(model: str) -> int:
     """How many broadcasts DDP makes for zoo `model`'s buffers before each forward: torch
     buckets them by dtype, one call each (BatchNorm: float statistics and an int64 counter);

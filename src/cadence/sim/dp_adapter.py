@@ -125,8 +125,9 @@ def _buffer_broadcast(
     task = _flow(
         graph, "buffers", buffer_bytes, nics, link, world_size, deps, iteration, broadcast=True
     )
-    for _ in range(max(calls, 1)):
-        share = buffer_bytes // max(calls, 1)
+    calls = max(calls, 1)
+    share = buffer_bytes // calls
+    for _ in range(calls):
         _comm_cpu(graph, "buffers", share, computes, [deps] * len(computes), iteration, options)
     return [[task]]
 

@@ -94,11 +94,11 @@ class TaskGraph:
             raise ValueError(f"resource kind must be {STREAM!r} or {LINK!r}, got {kind!r}")
         if kind == LINK and not bytes_per_s > 0:
             raise ValueError(f"link {name!r} needs a positive bandwidth, got {bytes_per_s}")
-        self._resource_index[name] = len(self.resources)
         if bucket_bytes and kind != LINK:
             raise ValueError(f"only a link has a token bucket ({name!r} is a {kind})")
         if not (math.isfinite(bucket_bytes) and bucket_bytes >= 0):
             raise ValueError(f"bucket_bytes of {name!r} must be >= 0, got {bucket_bytes}")
+        self._resource_index[name] = len(self.resources)
         self.resources.append(Resource(name, kind, bytes_per_s, worker, bucket_bytes))
         return self._resource_index[name]
 
