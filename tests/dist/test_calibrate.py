@@ -4,7 +4,14 @@ import math
 
 import pytest
 
-from cadence.comm.calibrate import Calibration, calibrate, fit, with_collective_alphas
+from cadence.comm.calibrate import (
+    Calibration,
+    CalibrationRow,
+    calibrate,
+    calibrated_link,
+    fit,
+    with_collective_alphas,
+)
 from cadence.comm.cost import AlphaBeta
 from cadence.errors import UserError
 from cadence.testing import run_ranks
@@ -132,6 +139,52 @@ def test_gloo_fit_predicts_held_out_size(tmp_path):
     path = tmp_path / "cal.json"
     cal.save(path)
     assert Calibration.load(path) == cal
+
+
+def _sized_calibration(latency: dict[int, float], beta: float, fitted_alpha: float) -> Calibration:
+    """A 2-rank calibration whose all-reduce of n bytes took latency[n] per message + the wire."""
+    rows = []
+    for n, alpha in latency.items():
+        t = AlphaBeta(alpha, beta).time("allreduce", "ring", n, 2)
+        rows.append(CalibrationRow("all_reduce", n, t, t))
+    rows.append(CalibrationRow("broadcast", 1024, 1.0, 1.0))  # other collectives are left out
+    model = AlphaBeta(fitted_alpha, beta * 0.99, collective_alphas=(("broadcast", 1e-4),))
+    return Calibration(model, 2, "gloo", 5, "regimes", tuple(rows), "test")
+
+
+def test_sized_model_takes_each_sizes_own_latency_and_the_wire_rate_of_the_large_calls():
+    # The shape of three calibrations on 2 emulated hosts at 400mbit: 1-16 KB calls slow by
+    # 0.1-1.7 ms a message (gloo's polling I/O thread), the rest bare wire. The fitted alpha
+    # (here 1.4 ms) and the beta fitted beside it (1% off) must not price the large calls.
+    beta = 20.9e-9
+    latency = {1024 * 4**i: 0.0 for i in range(9)}
+    latency.update({1024: 1.4e-3, 4096: 1.7e-3, 16384: 0.5e-3})
+    cal = _sized_calibration(latency, beta, fitted_alpha=1.4e-3)
+    sized = cal.sized_model()
+    assert math.isclose(sized.beta_s_per_byte, beta, rel_tol=1e-9)
+    for (n, alpha), want in zip(sized.allreduce_alphas, sorted(latency.items()), strict=True):
+        assert n == want[0] and math.isclose(alpha, want[1], rel_tol=1e-6, abs_tol=1e-12)
+    # A 1 MB message pays the wire alone, where the fitted alpha adds 2 x 1.4 ms (13%).
+    wire = AlphaBeta(0.0, beta).time("allreduce", "ring", 1 << 20, 2)
+    assert math.isclose(sized.time("allreduce", "ring", 1 << 20, 2), wire, rel_tol=1e-9)
+    assert cal.model.time("allreduce", "ring", 1 << 20, 2) > 1.1 * wire
+    assert sized.collective_alphas == cal.model.collective_alphas  # kept as they were
+
+
+def test_calibrated_link_prices_latency_by_size_or_with_the_fitted_alpha(tmp_path):
+    cal = _sized_calibration({1024 * 4**i: 1e-4 * (i < 2) for i in range(9)}, 20e-9, 1e-4)
+    path = tmp_path / "cal.json"
+    cal.save(path)
+    assert calibrated_link(path, "fitted") == cal.model
+    assert calibrated_link(path) == cal.sized_model()  # by size is the default
+    with pytest.raises(UserError, match="unknown calibration latency 'sized'; accepted: by-size"):
+        calibrated_link(path, "sized")
+    overlap = Calibration(AlphaBeta(1e-4, 20e-9, overlap=True), 2, "gloo", 5, "regimes",
+                          cal.rows, "test")  # fmt: skip
+    overlap.save(path)
+    with pytest.raises(UserError, match="token-bucket.*--calibration-latency fitted"):
+        calibrated_link(path)
+    assert calibrated_link(path, "fitted") == overlap.model
 
 
 def test_load_bad_file_is_user_error(tmp_path):

@@ -100,6 +100,28 @@ def test_bench_sim_reads_the_three_charges_from_a_costs_folder(tmp_path: Path) -
     assert json.loads(out.read_text())["contention"] == str(other)
 
 
+def test_bench_sim_prices_all_reduce_latency_by_size_unless_told_fitted(tmp_path: Path) -> None:
+    # The fresh folder's calibration fitted 1.4 ms a message on its 1-4 KB calls; its calls
+    # from 64 KB up, the sizes cnn_lstm's all-reduces are, took tens of microseconds more
+    # than their bytes. By size (the default) prices those; fitted prices 1.4 ms.
+    matrix = _one_row_matrix(tmp_path)
+    args = ["bench", "sim", "--from-bench-dp", str(matrix), "--optimizer-step", "0.001"]
+    args += ["--profile", str(RESULTS / "cnn_lstm-profile-b32-forward.json")]
+    args += ["--calibration", str(RESULTS / "costs-20261126" / "calibration.json")]
+    reports = {}
+    for latency in ("by-size", "fitted"):
+        out = tmp_path / f"{latency}.json"
+        assert main([*args, "--calibration-latency", latency, "--json", str(out)]) == 0
+        reports[latency] = json.loads(out.read_text())
+        assert reports[latency]["calibration_latency"] == latency
+    default = tmp_path / "default.json"
+    assert main([*args, "--json", str(default)]) == 0
+    assert json.loads(default.read_text())["rows"] == reports["by-size"]["rows"]
+    for sized, fitted in zip(reports["by-size"]["rows"], reports["fitted"]["rows"], strict=True):
+        # DDP: one all-reduce, 2 messages; cadence-dp: two chunks, 4 (less what overlaps).
+        assert 2e-3 < fitted["predicted_s"] - sized["predicted_s"] < 6e-3
+
+
 def test_bench_sim_prices_the_emulated_links_token_bucket_with_link_bucket_tbf(
     tmp_path: Path,
 ) -> None:

@@ -187,3 +187,34 @@ def test_collective_alphas_come_back_from_json_lists_and_are_checked():
         AlphaBeta(A, B, collective_alphas=(("all_gather", 2e-4),))
     with pytest.raises(ValueError, match="alpha of allgather"):
         AlphaBeta(A, B, collective_alphas=(("allgather", -1.0),))
+
+
+def test_allreduce_alphas_price_each_all_reduce_at_its_own_size():
+    sized = AlphaBeta(A, B, allreduce_alphas=((1024, 1e-3), (4096, 1e-5)))
+    assert sized.alpha_for("allreduce", 1024) == 1e-3
+    assert close(sized.alpha_for("allreduce", 4096), 1e-5)
+    # Halfway on a log scale is halfway between the two latencies.
+    assert close(sized.alpha_for("allreduce", 2048), (1e-3 + 1e-5) / 2)
+    # Outside the measured sizes: the nearest end's.
+    assert sized.alpha_for("allreduce", 16) == 1e-3
+    assert sized.alpha_for("allreduce", N) == 1e-5
+    # Without a size, and for other collectives, the one alpha.
+    assert sized.alpha_for("allreduce") == A and sized.alpha_for("broadcast") == A
+    t = sized.terms("allreduce", "ring", 2048, 4)
+    assert close(
+        sized.time("allreduce", "ring", 2048, 4), (1e-3 + 1e-5) / 2 * t.messages + B * t.wire_bytes
+    )
+    plain = AlphaBeta(A, B)
+    assert close(sized.time("allgather", "ring", 2048, 4), plain.time("allgather", "ring", 2048, 4))
+
+
+def test_allreduce_alphas_come_back_from_json_lists_and_are_checked():
+    loaded = AlphaBeta(A, B, allreduce_alphas=[[1024, 1e-3], [4096, 0.0]])  # type: ignore[arg-type]
+    assert loaded == AlphaBeta(A, B, allreduce_alphas=((1024.0, 1e-3), (4096.0, 0.0)))
+    hash(loaded)
+    with pytest.raises(ValueError, match="increasing sizes"):
+        AlphaBeta(A, B, allreduce_alphas=((4096, 1e-3), (1024, 1e-3)))
+    with pytest.raises(ValueError, match="increasing sizes"):
+        AlphaBeta(A, B, allreduce_alphas=((0, 1e-3),))
+    with pytest.raises(ValueError, match="alphas >= 0"):
+        AlphaBeta(A, B, allreduce_alphas=((1024, -1e-3),))

@@ -174,8 +174,10 @@ def test_vgg16_on_64_workers_simulates_fast() -> None:
     assert one.iteration_s > 0
 
 
-def test_calibrated_link_replaces_bandwidth_and_latency(cnn_profile: Path, tmp_path: Path) -> None:
-    from cadence.comm.calibrate import Calibration
+def test_calibrated_link_replaces_bandwidth_and_latency(
+    cnn_profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cadence.comm.calibrate import Calibration, CalibrationRow
 
     fitted = AlphaBeta(alpha_s=1e-3, beta_s_per_byte=1e-6)
     cal = Calibration(fitted, 2, "gloo", 1, "minimax", (), torch.__version__)
@@ -183,13 +185,26 @@ def test_calibrated_link_replaces_bandwidth_and_latency(cnn_profile: Path, tmp_p
     out = tmp_path / "r.json"
     args = ["simulate", "--model", "cnn", "--profile", str(cnn_profile), "--workers", "8"]
     args += ["--calibration", str(tmp_path / "cal.json"), "--optimizer", "none"]
-    assert main([*args, "--json", str(out)]) == 0
+    assert main([*args, "--calibration-latency", "fitted", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert data["wire_s"] == pytest.approx(116264 * 7 / 4 * 1e-6)
     # One chunk (4 MiB threshold), a ring of 2 x 7 messages at 1 ms; nothing overlaps it.
     assert data["serial_s"] == pytest.approx(data["compute_s"] + data["wire_s"] + 14e-3)
     assert data["iteration_time_s"] == pytest.approx(data["serial_s"])
     assert data["efficiency"] == 0.0
+    # By size (the default): the calls the calibration timed from 64 KB up were bare wire, so
+    # the 116 KB all-reduce pays no latency; only 1 KB calls carried the 1 ms.
+    rows = []
+    for n in (1 << 10, 1 << 16, 1 << 20, 1 << 24):
+        t = AlphaBeta(1e-3 * (n == 1 << 10), 1e-6).time("allreduce", "ring", n, 2)
+        rows.append(CalibrationRow("all_reduce", n, t, t))
+    Calibration(fitted, 2, "gloo", 1, "regimes", tuple(rows), torch.__version__).save(
+        tmp_path / "cal.json"
+    )
+    assert main([*args, "--json", str(out)]) == 0
+    sized = json.loads(out.read_text())
+    assert sized["serial_s"] == pytest.approx(sized["compute_s"] + sized["wire_s"])
+    assert "all-reduce latency by size" in capsys.readouterr().out
 
 
 def test_the_optimizer_step_comes_from_the_profile_where_it_was_timed(tmp_path: Path) -> None:
@@ -198,8 +213,21 @@ def test_the_optimizer_step_comes_from_the_profile_where_it_was_timed(tmp_path: 
     steps = {"sgd": 0.0002, "adam": 0.0005, "adamw": 0.0006}
     replace(zoo_profile("cnn"), device="cuda:0", optimizer_step_s=steps).save(path)
     out = tmp_path / "r.json"
-    base = ["simulate", "--model", "cnn", "--profile", str(path), "--workers", "2",
-            "--bandwidth", "1gbit", "--strategy", "ddp", "--json", str(out)]
+    base = [
+        "simulate",
+        "--model",
+        "cnn",
+        "--profile",
+        str(path),
+        "--workers",
+        "2",
+        "--bandwidth",
+        "1gbit",
+        "--strategy",
+        "ddp",
+        "--json",
+        str(out),
+    ]
     for optimizer, expected in [("adam", 0.0005), ("sgd", 0.0002)]:
         assert main([*base, "--optimizer", optimizer]) == 0
         assert json.loads(out.read_text())["update_s"] == pytest.approx(expected, rel=1e-9)

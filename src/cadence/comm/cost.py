@@ -125,6 +125,13 @@ class AlphaBeta:
     as in `ALGORITHMS`). A gloo call's fixed cost per message differs by collective (the
     software around the messages); `calibrate()` fits all-gather's and broadcast's here when
     it times them. Empty: `alpha_s` prices every collective's messages."""
+    allreduce_alphas: tuple[tuple[float, float], ...] = ()
+    """(message bytes, seconds per message) points, by size: all-reduce's latency as measured
+    at each size (`Calibration.sized_model`). An all-reduce of n bytes takes the alpha
+    interpolated at n on a log scale (the nearest end's outside them), in place of one alpha
+    for every size: on shared cores gloo's small calls wait on its polling I/O thread, so the
+    latency fitted on them does not carry to the large messages training sends. Empty: one
+    alpha (`alpha_for`)."""
 
     def __post_init__(self) -> None:
         for name in ("alpha_s", "beta_s_per_byte", "gamma_s_per_byte", "burst_bytes"):
@@ -142,9 +149,20 @@ class AlphaBeta:
                 raise ValueError(f"unknown collective {collective!r}; accepted: {accepted}")
             if not (math.isfinite(alpha) and alpha >= 0):
                 raise ValueError(f"alpha of {collective} must be finite and >= 0, got {alpha}")
+        points = tuple((float(n), float(a)) for n, a in self.allreduce_alphas)
+        object.__setattr__(self, "allreduce_alphas", points)
+        sizes = [n for n, _ in points]
+        if any(n <= 0 or not math.isfinite(n) for n in sizes) or sizes != sorted(set(sizes)):
+            raise ValueError(f"allreduce_alphas need increasing sizes > 0, got {sizes}")
+        if any(not (math.isfinite(a) and a >= 0) for _, a in points):
+            raise ValueError("allreduce_alphas need finite alphas >= 0")
 
-    def alpha_for(self, collective: str) -> float:
-        """Seconds per message of `collective`: its own alpha if it has one, else `alpha_s`."""
+    def alpha_for(self, collective: str, nbytes: float | None = None) -> float:
+        """Seconds per message of `collective`: for an all-reduce of `nbytes` with
+        `allreduce_alphas`, the latency measured at that size; else its own alpha if it has
+        one, else `alpha_s`."""
+        if collective == "allreduce" and nbytes is not None and self.allreduce_alphas:
+            return _interpolate_log(self.allreduce_alphas, nbytes)
         return dict(self.collective_alphas).get(collective, self.alpha_s)
 
     def for_collective(self, collective: str) -> AlphaBeta:
@@ -235,4 +253,18 @@ class AlphaBeta:
         Collectives and algorithms are listed in `ALGORITHMS`; anything else is a ValueError.
         """
         model = self.for_collective(collective)
+        if collective == "allreduce" and self.allreduce_alphas:
+            model = replace(model, alpha_s=self.alpha_for(collective, nbytes))
         return model._cost(model.terms(collective, algorithm, nbytes, world_size))
+
+
+def _interpolate_log(points: tuple[tuple[float, float], ...], nbytes: float) -> float:
+    """The value at `nbytes` on the line through (log size, value) `points`, sorted by size;
+    the nearest end's value outside them."""
+    if nbytes <= points[0][0]:
+        return points[0][1]
+    for (n0, a0), (n1, a1) in zip(points, points[1:], strict=False):
+        if nbytes <= n1:
+            share = math.log(nbytes / n0) / math.log(n1 / n0)
+            return a0 + share * (a1 - a0)
+    return points[-1][1]

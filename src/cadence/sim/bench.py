@@ -136,8 +136,13 @@ def predict_runs(
             )
         result, _ = run_strategy(
             # cadence-dp at its defaults, as `cadence train --strategy cadence-dp` runs it
-            setup, strategy, None, None, DDP_BUCKET_BYTES,
-            emulated_options(options, bps, payload_fraction, link_bucket), zero=zero,
+            setup,
+            strategy,
+            None,
+            None,
+            DDP_BUCKET_BYTES,
+            emulated_options(options, bps, payload_fraction, link_bucket),
+            zero=zero,
         )
         measured = float(data["median_iteration_s"])
         rows.append(
@@ -300,7 +305,7 @@ def bench_sim_command(args: Any) -> int:
                 model, batch_size=per_worker, iterations=5, echo=lambda _: None
             )
     from cadence.bench.contention import ContentionFit
-    from cadence.comm.calibrate import Calibration
+    from cadence.comm.calibrate import calibrated_link
 
     # Without a measurement: a spare core for communication, workers not slowing each other.
     contention = charges["contention"]
@@ -316,7 +321,8 @@ def bench_sim_command(args: Any) -> int:
     compute_basis = getattr(args, "compute_basis", "auto")
     in_run = {"auto": None, "in-run": True, "beside": False}[compute_basis]
     calibration = charges["calibration"]
-    calibrated = Calibration.load(calibration).model if calibration else None
+    calibration_latency = getattr(args, "calibration_latency", "by-size")
+    calibrated = calibrated_link(calibration, calibration_latency) if calibration else None
     link_bucket = getattr(args, "link_bucket", "none") == "tbf"
     runtime_cost = charges["runtime-cost"]
     slowdowns = read_slowdowns(runtime_cost) if runtime_cost else None
@@ -357,6 +363,7 @@ def bench_sim_command(args: Any) -> int:
             "contention": contention,
             "runtime_cost": charges["runtime-cost"],
             "calibration": calibration,
+            "calibration_latency": calibration_latency if calibration else None,
             "compute_basis": compute_basis,
             "link_bucket": "tbf" if link_bucket else "none",
             "comm_cpu": {

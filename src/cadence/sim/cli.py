@@ -54,6 +54,7 @@ def _sim_arguments(p: Any, worker_list: bool = False) -> None:
         help="`cadence calibrate` JSON: the links' measured alpha-beta, each collective's own "
         "alpha included (replaces --bandwidth, --latency and --payload-fraction)",
     )
+    add_calibration_latency(p)
     p.add_argument(
         "--profile",
         default=None,
@@ -70,6 +71,17 @@ def _sim_arguments(p: Any, worker_list: bool = False) -> None:
         help="workers simulated one by one (the others behave alike)",
     )
     p.add_argument("--json", default=None, metavar="FILE", help="write the figures here")
+
+
+def add_calibration_latency(p: Any) -> None:
+    """`--calibration-latency`, for the commands that take `--calibration`."""
+    p.add_argument(
+        "--calibration-latency",
+        choices=("by-size", "fitted"),
+        default="by-size",
+        help="--calibration: price each all-reduce's per-message latency as measured at its "
+        "own size (by-size) or with the calibration's one fitted alpha (fitted)",
+    )
 
 
 def add_simulate(sub: Any) -> None:
@@ -240,6 +252,7 @@ def add_bench_sim(bsub: Any) -> None:
         help="`cadence calibrate` JSON of the cluster's links: price each message with its "
         "alphas (beta still from each run's cap; default: no per-message latency)",
     )
+    add_calibration_latency(p)
     p.add_argument(
         "--costs",
         default=None,

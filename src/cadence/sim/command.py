@@ -97,6 +97,7 @@ def make_setup(
     optimizer: str = "adam",
     optimizer_step_s: float | None = None,
     calibration: str | None = None,
+    calibration_latency: str = "by-size",
     profile_path: str | None = None,
     batch_size: int = 32,
     profile_iterations: int = 5,
@@ -115,11 +116,12 @@ def make_setup(
     check_step(optimizer, optimizer_step_s)  # before any profiling
     params, buffer_bytes = zoo_layout(model)
     if calibration is not None:
-        from cadence.comm.calibrate import Calibration
+        from cadence.comm.calibrate import calibrated_link
 
-        link = Calibration.load(calibration).model
+        link = calibrated_link(calibration, calibration_latency)
         own = "".join(f", {c} alpha {a * 1e6:.0f} us" for c, a in link.collective_alphas)
-        net = f"calibrated link ({calibration}{own})"
+        sized = ", all-reduce latency by size" if link.allreduce_alphas else ""
+        net = f"calibrated link ({calibration}{own}{sized})"
     else:
         link = AlphaBeta.from_bandwidth(bps * payload_fraction, alpha_s=latency_s)
         net = f"{format_bandwidth(bps)} links" + (
@@ -381,6 +383,7 @@ def setup_from(args: Any, workers: int | None = None, bandwidth: str | None = No
         optimizer=args.optimizer,
         optimizer_step_s=args.optimizer_step,
         calibration=args.calibration,
+        calibration_latency=getattr(args, "calibration_latency", "by-size"),
         profile_path=args.profile,
         batch_size=args.batch_size,
         profile_iterations=args.profile_iterations,

@@ -158,7 +158,7 @@ def allreduce_flow(model: AlphaBeta, nbytes: int, world_size: int) -> tuple[floa
     """(fixed latency seconds, bytes each NIC moves) of a ring all-reduce of `nbytes`: the
     bandwidth term is shared with concurrent flows, the message and reduction terms are not."""
     terms = model.terms("allreduce", "ring", nbytes, world_size)
-    latency = model.alpha_for("allreduce") * terms.messages + model.gamma_s_per_byte * (
+    latency = model.alpha_for("allreduce", nbytes) * terms.messages + model.gamma_s_per_byte * (
         terms.reduce_bytes
     )
     return latency, terms.wire_bytes
