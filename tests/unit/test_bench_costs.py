@@ -214,3 +214,14 @@ def test_a_calibration_whose_small_all_reduces_disagree_is_flagged() -> None:
     assert line is not None and "1.38-3.48 ms a call (2.5x apart)" in line and "1414 us" in line
     steady = Calibration.load(RESULTS / "calibration-small-sizes-loopback-20261126.json")
     assert sim_costs.latency_warning(steady) is None  # 0.34-0.38 ms on the loopback
+
+
+def test_a_runtime_cost_measured_on_an_unsteady_machine_is_flagged() -> None:
+    # Folder h's compute-only blocks spread 1.19-1.58x (its gpt_mini cadence-dp came out at
+    # 0.983, faster than compute alone); the folder before it 1.01-1.08x.
+    line = sim_costs.runtime_cost_warning(RESULTS / "costs-20261126h" / "runtime-cost.json")
+    assert line is not None
+    for model in ("cnn_lstm 1.19x", "resnet32 1.24x", "gpt_mini 1.58x", "vgg16 1.43x"):
+        assert model in line
+    assert sim_costs.runtime_cost_warning(RESULTS / "costs-20261126" / "runtime-cost.json") is None
+

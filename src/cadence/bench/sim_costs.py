@@ -131,7 +131,8 @@ def latency_warning(calibration: Calibration) -> str | None:
         f"note: all-reduces of {SMALL_BYTES >> 10} KB and less took {fastest * 1e3:.2f}-"
         f"{slowest * 1e3:.2f} ms a call ({slowest / fastest:.1f}x apart), so this alpha "
         f"({calibration.model.alpha_s * 1e6:.0f} us) is unsteady here and another calibration "
-        "may differ; `bench sim --calibration FILE` beside --costs keeps one you trust"
+        "may differ; `bench sim` prices each all-reduce at its own size's latency unless "
+        "given --calibration-latency fitted"
     )
 
 
@@ -149,6 +150,32 @@ def _calibration(config: CostsConfig, command: str) -> None:
         print(warning)
 
 
+UNSTEADY_COMPUTE = 1.15
+"""Slowest over fastest block of compute alone, within one model's runtime-cost rounds, above
+which its runtime cost is flagged."""
+
+
+def runtime_cost_warning(path: str | Path) -> str | None:
+    """A line naming the models whose compute alone, the yardstick of their runtime cost,
+    took blocks more than `UNSTEADY_COMPUTE` apart while the cost was measured, else None.
+    The costs are a few percent, so a machine that drifts by more cannot measure them: one
+    folder here measured resnet32's DDP at 1.078 where the one before had 1.022."""
+    import json
+
+    unsteady = []
+    for row in json.loads(Path(path).read_text())["rows"]:
+        blocks = [s for rounds in row["rounds_s"] for s in rounds["compute"]]
+        if blocks and max(blocks) > UNSTEADY_COMPUTE * min(blocks):
+            unsteady.append(f"{row['model']} {max(blocks) / min(blocks):.2f}x")
+    if not unsteady:
+        return None
+    return (
+        f"note: compute alone moved between blocks while the runtime cost was measured "
+        f"({', '.join(unsteady)} slowest over fastest), so those costs may be off by as "
+        "much; rerun `--parts runtime-cost` on a quieter machine"
+    )
+
+
 def _runtime_cost(config: CostsConfig, command: str) -> None:
     from cadence.bench.runtime_cost import RuntimeCostConfig, run_runtime_cost_bench
 
@@ -159,6 +186,9 @@ def _runtime_cost(config: CostsConfig, command: str) -> None:
         out=str(config.path("runtime-cost")),
     )
     run_runtime_cost_bench(part, command)
+    warning = runtime_cost_warning(part.out)
+    if warning:
+        print(warning)
 
 
 _RUNNERS = {"contention": _contention, "calibration": _calibration, "runtime-cost": _runtime_cost}
