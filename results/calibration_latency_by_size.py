@@ -10,6 +10,7 @@ FILES = (
     "results/calibration-400mbit-2hosts-20261126.json",
     "results/costs-20261126/calibration.json",
     "results/calibration-small-sizes-400mbit-20261126.json",
+    "results/costs-20261126h/calibration.json",
 )
 
 for path in FILES:

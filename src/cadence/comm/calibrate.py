@@ -118,11 +118,12 @@ class Calibration:
     def sized_model(self) -> AlphaBeta:
         """`model` with all-reduce's latency taken at each measured size (`AlphaBeta.
         allreduce_alphas`): each all-reduce row's time less its wire and reduction terms, per
-        message, at least 0 (`model` itself without all-reduce rows). The wire term's beta is refitted on the bandwidth-bound rows alone
-        (a relative least-squares line through them), so an alpha fitted on the small calls
-        does not leak into it. On 2 emulated hosts at 400mbit three calibrations put 1-16 KB
-        calls 0.6-3.5 ms apart and the fitted alpha at 294-1414 us, while their calls from
-        64 KB up agree within 0.3% and leave tens of us a message
+        message, at least 0 (`model` itself without all-reduce rows). The wire term's beta is
+        refitted on the bandwidth-bound rows alone (a relative least-squares line through
+        them), so an alpha fitted on the small calls does not leak into it. On 2 emulated
+        hosts at 400mbit four calibrations timed 1-16 KB calls at 0.6-3.5 ms and fitted alphas
+        of 294-1414 us, while their calls from 64 KB up agree within 3.1% (from 256 KB up,
+        0.11%) and leave 0-90 us a message
         (`results/calibration-latency-by-size-20261126.txt`)."""
         if self.model.overlap:
             raise ValueError("a token-bucket (overlap) fit has no per-size latency to take")
