@@ -119,7 +119,7 @@ class _Worker:
             return None
         algorithm = {"all_to_all": "pairwise"}.get(collective, "ring")
         terms = self.link.terms(collective, algorithm, nbytes, self.p)
-        latency = self.link.alpha_for(collective) * terms.messages + (
+        latency = self.link.alpha_for(collective, nbytes) * terms.messages + (
             self.link.gamma_s_per_byte * terms.reduce_bytes
         )
         wire = terms.wire_bytes if self.link.beta_s_per_byte > 0 else 0.0
