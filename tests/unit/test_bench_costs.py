@@ -225,3 +225,16 @@ def test_a_runtime_cost_measured_on_an_unsteady_machine_is_flagged() -> None:
         assert model in line
     assert sim_costs.runtime_cost_warning(RESULTS / "costs-20261126" / "runtime-cost.json") is None
 
+
+def test_bench_sim_repeats_the_note_on_an_unsteady_runtime_cost(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    matrix = _one_row_matrix(tmp_path)
+    args = ["bench", "sim", "--from-bench-dp", str(matrix), "--optimizer-step", "0.001"]
+    args += ["--profile", str(RESULTS / "cnn_lstm-profile-b32-forward.json")]
+    assert main([*args, "--costs", str(RESULTS / "costs-20261126h")]) == 0
+    out = capsys.readouterr().out
+    assert "note: compute alone moved between blocks" in out and "vgg16 1.43x" in out
+    assert main([*args, "--costs", str(RESULTS / "costs-20261126")]) == 0
+    assert "note: compute alone" not in capsys.readouterr().out
+

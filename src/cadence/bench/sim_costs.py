@@ -164,7 +164,7 @@ def runtime_cost_warning(path: str | Path) -> str | None:
 
     unsteady = []
     for row in json.loads(Path(path).read_text())["rows"]:
-        blocks = [s for rounds in row["rounds_s"] for s in rounds["compute"]]
+        blocks = [s for rounds in row.get("rounds_s", []) for s in rounds.get("compute", [])]
         if blocks and max(blocks) > UNSTEADY_COMPUTE * min(blocks):
             unsteady.append(f"{row['model']} {max(blocks) / min(blocks):.2f}x")
     if not unsteady:
@@ -172,7 +172,7 @@ def runtime_cost_warning(path: str | Path) -> str | None:
     return (
         f"note: compute alone moved between blocks while the runtime cost was measured "
         f"({', '.join(unsteady)} slowest over fastest), so those costs may be off by as "
-        "much; rerun `--parts runtime-cost` on a quieter machine"
+        "much; rerun `cadence bench costs --parts runtime-cost` on a quieter machine"
     )
 
 

@@ -326,6 +326,12 @@ def bench_sim_command(args: Any) -> int:
     link_bucket = getattr(args, "link_bucket", "none") == "tbf"
     runtime_cost = charges["runtime-cost"]
     slowdowns = read_slowdowns(runtime_cost) if runtime_cost else None
+    if runtime_cost:
+        from cadence.bench.sim_costs import runtime_cost_warning
+
+        warning = runtime_cost_warning(runtime_cost)  # the predictions carry its drift
+        if warning:
+            print(warning)
     rows = predict_runs(
         runs, profiles, args.payload_fraction, options, args.optimizer_step, co_run, calibrated,
         slowdowns, in_run, link_bucket,
