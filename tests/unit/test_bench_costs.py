@@ -40,6 +40,13 @@ def _one_row_matrix(tmp_path: Path) -> Path:
     return path
 
 
+def _bench_sim_args(matrix: Path) -> list[str]:
+    """`cadence bench sim` of `matrix` with cnn_lstm's committed profile and a fixed step."""
+    profile = str(RESULTS / "cnn_lstm-profile-b32-forward.json")
+    return ["bench", "sim", "--from-bench-dp", str(matrix), "--optimizer-step", "0.001",
+            "--profile", profile]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -70,9 +77,7 @@ def test_a_costs_folder_must_hold_all_three_files(tmp_path: Path) -> None:
 
 
 def test_bench_sim_reads_the_three_charges_from_a_costs_folder(tmp_path: Path) -> None:
-    matrix, folder = _one_row_matrix(tmp_path), _costs_folder(tmp_path)
-    args = ["bench", "sim", "--from-bench-dp", str(matrix), "--optimizer-step", "0.001"]
-    args += ["--profile", str(RESULTS / "cnn_lstm-profile-b32-forward.json")]
+    args, folder = _bench_sim_args(_one_row_matrix(tmp_path)), _costs_folder(tmp_path)
     flags = ["--contention", str(COMMITTED["contention"])]
     flags += ["--calibration", str(COMMITTED["calibration"])]
     flags += ["--runtime-cost", str(COMMITTED["runtime-cost"])]
@@ -104,9 +109,7 @@ def test_bench_sim_prices_all_reduce_latency_by_size_unless_told_fitted(tmp_path
     # The fresh folder's calibration fitted 1.4 ms a message on its 1-4 KB calls; its calls
     # from 64 KB up, the sizes cnn_lstm's all-reduces are, took tens of microseconds more
     # than their bytes. By size (the default) prices those; fitted prices 1.4 ms.
-    matrix = _one_row_matrix(tmp_path)
-    args = ["bench", "sim", "--from-bench-dp", str(matrix), "--optimizer-step", "0.001"]
-    args += ["--profile", str(RESULTS / "cnn_lstm-profile-b32-forward.json")]
+    args = _bench_sim_args(_one_row_matrix(tmp_path))
     args += ["--calibration", str(RESULTS / "costs-20261126" / "calibration.json")]
     reports = {}
     for latency in ("by-size", "fitted"):
@@ -125,9 +128,7 @@ def test_bench_sim_prices_all_reduce_latency_by_size_unless_told_fitted(tmp_path
 def test_bench_sim_prices_the_emulated_links_token_bucket_with_link_bucket_tbf(
     tmp_path: Path,
 ) -> None:
-    matrix = _one_row_matrix(tmp_path)
-    args = ["bench", "sim", "--from-bench-dp", str(matrix), "--optimizer-step", "0.001"]
-    args += ["--profile", str(RESULTS / "cnn_lstm-profile-b32-forward.json")]
+    args = _bench_sim_args(_one_row_matrix(tmp_path))
     reports = {}
     for bucket in ("none", "tbf"):
         out = tmp_path / f"{bucket}.json"
@@ -229,9 +230,7 @@ def test_a_runtime_cost_measured_on_an_unsteady_machine_is_flagged() -> None:
 def test_bench_sim_repeats_the_note_on_an_unsteady_runtime_cost(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    matrix = _one_row_matrix(tmp_path)
-    args = ["bench", "sim", "--from-bench-dp", str(matrix), "--optimizer-step", "0.001"]
-    args += ["--profile", str(RESULTS / "cnn_lstm-profile-b32-forward.json")]
+    args = _bench_sim_args(_one_row_matrix(tmp_path))
     assert main([*args, "--costs", str(RESULTS / "costs-20261126h")]) == 0
     out = capsys.readouterr().out
     assert "note: compute alone moved between blocks" in out and "vgg16 1.43x" in out

@@ -105,7 +105,9 @@ class Calibration:
             f"alpha {self.model.alpha_s * 1e6:.2f} us, beta {self.model.beta_s_per_byte * 1e9:.4f}"
             f" ns/B ({1e-9 / max(self.model.beta_s_per_byte, 1e-30):.2f} GB/s), "
             f"world {self.world_size}, {self.backend}"
-            + "".join(f"; {c} alpha {a * 1e6:.2f} us" for c, a in self.model.collective_alphas),
+            + "".join(
+                f"; {c} alpha {a * 1e6:.2f} us" for c, a in self.model.collective_alphas
+            ),
             f"{'collective':<11}{'bytes':>10}{'measured ms':>13}{'predicted ms':>14}{'error':>8}",
         ]
         for r in self.rows:

@@ -136,13 +136,8 @@ def predict_runs(
             )
         result, _ = run_strategy(
             # cadence-dp at its defaults, as `cadence train --strategy cadence-dp` runs it
-            setup,
-            strategy,
-            None,
-            None,
-            DDP_BUCKET_BYTES,
-            emulated_options(options, bps, payload_fraction, link_bucket),
-            zero=zero,
+            setup, strategy, None, None, DDP_BUCKET_BYTES,
+            emulated_options(options, bps, payload_fraction, link_bucket), zero=zero,
         )
         measured = float(data["median_iteration_s"])
         rows.append(
