@@ -20,6 +20,7 @@ from cadence.comm.cost import AlphaBeta
 from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.api import DDP_BUCKET_BYTES
+from cadence.sim.bench_halves import halves_line, halves_summary
 from cadence.sim.command import (
     STRATEGIES,
     Setup,
@@ -175,6 +176,9 @@ def table_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
             f"{r['measured_s']:>9.3f}s{r['predicted_s']:>10.3f}s{r['error'] * 100:>7.1f}%"
             f"{r['optimizer_step_s']:>9.3f}s"
         )
+    halves = halves_summary(rows)
+    if halves:  # before the score line, which scripts read as the output's last
+        lines.append(halves_line(halves))
     s = summary(rows)
     lines.append(
         f"mean |error| {s['mean_abs_error'] * 100:.1f}%, worst {s['worst_abs_error'] * 100:.1f}% "
@@ -359,6 +363,7 @@ def bench_sim_command(args: Any) -> int:
             "command": "cadence " + shlex.join(sys.argv[1:]),
             "rows": rows,
             **summary(rows),
+            "halves": halves_summary(rows),
             "profiles": sorted(args.profile or []),
             "costs": getattr(args, "costs", None),
             "contention": contention,
