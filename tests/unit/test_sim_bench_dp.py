@@ -287,3 +287,19 @@ def test_the_emulated_links_token_bucket_shortens_predictions_only_when_asked(
         # The link idles while the workers compute (0.2 s here), and the tokens it gathers
         # then pass at once: at most the compute's worth of bytes, never the whole bucket.
         assert p["predicted_s"] - 0.2 - 1e-6 <= b["predicted_s"] < p["predicted_s"] - 0.05
+
+
+def test_a_profiles_recorded_optimizer_step_is_priced_unless_a_step_is_given(
+    tmp_path: Path,
+) -> None:
+    from dataclasses import replace
+
+    # Recorded with the profile, the step gives the same prediction whenever it is made;
+    # --optimizer-step still wins; a profile without one has its step timed now (> 0).
+    recorded = replace(zoo_profile("cnn"), optimizer_step_s={"adam": 0.05})
+    bench = str(_bench_file(tmp_path))
+    for profile, given, expected in ((recorded, None, 0.05), (recorded, 0.001, 0.001)):
+        rows, _ = predict_bench_dp([bench], {"cnn": profile}, 1.0, optimizer_step_s=given)
+        assert [r["optimizer_step_s"] for r in rows] == pytest.approx([expected, expected])
+    rows, _ = predict_bench_dp([bench], {"cnn": zoo_profile("cnn")}, 1.0)
+    assert all(0 < r["optimizer_step_s"] != 0.05 for r in rows)

@@ -32,7 +32,7 @@ from cadence.sim.command import (
 from cadence.sim.compute import cap_link, emulated_options
 from cadence.sim.metrics import write_text
 from cadence.sim.options import SimOptions
-from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION
+from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION, chosen_step_s
 from cadence.sim.zero_graph import ZeroSimPlan
 
 PROBE_STEPS = 10
@@ -100,7 +100,8 @@ def predict_runs(
         params, buffer_bytes = zoo_layout(model)
         key = (model, cfg.get("optimizer", "adam"))
         if key not in steps:
-            steps[key] = step_cost(model, key[1], optimizer_step_s, params)
+            given = chosen_step_s(key[1], optimizer_step_s, profile.optimizer_step_s)
+            steps[key] = step_cost(model, key[1], given, params)
         step_s = steps[key] * sum(p.nbytes for p in params)
         slowdown = 1.0
         if runtime_slowdowns is not None and strategy in RUNTIME_COSTED.values():

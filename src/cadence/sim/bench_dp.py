@@ -39,7 +39,7 @@ from cadence.sim.command import (
 )
 from cadence.sim.compute import cap_link, emulated_options
 from cadence.sim.options import SimOptions
-from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION
+from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION, chosen_step_s
 
 # bench-dp variant -> simulated strategy
 _VARIANTS = {"ddp": "ddp", "cadence": "cadence-dp"}
@@ -234,7 +234,8 @@ def predict_bench_dp(
                 slowdown = runtime_slowdowns[model]
             params, buffer_bytes = zoo_layout(model)
             gradient_bytes = sum(p.nbytes for p in params)
-            update = step_cost(model, "adam", optimizer_step_s, params)
+            step_s = chosen_step_s("adam", optimizer_step_s, profiles[model].optimizer_step_s)
+            update = step_cost(model, "adam", step_s, params)
             threshold = recorded_threshold(cfg)
             case = _Case(
                 profile=profiles[model],

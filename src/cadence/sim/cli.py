@@ -229,7 +229,7 @@ def add_bench_sim(bsub: Any) -> None:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="one optimizer step over the whole model; default: time it now",
+        help="one optimizer step over the whole model; default: the profile's, else timed now",
     )
     p.add_argument(
         "--contention",

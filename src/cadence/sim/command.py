@@ -25,7 +25,12 @@ from cadence.sim.api import DDP_BUCKET_BYTES, plan_dp, simulate_ddp, simulate_dp
 from cadence.sim.compute import block_costs
 from cadence.sim.metrics import SimResult
 from cadence.sim.options import SimOptions
-from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION, check_step, step_s_per_byte
+from cadence.sim.stepcost import (
+    TCP_PAYLOAD_FRACTION,
+    check_step,
+    chosen_step_s,
+    step_s_per_byte,
+)
 from cadence.sim.zero_graph import ZeroSimPlan, simulate_zero
 from cadence.sizes import parse_size
 
@@ -139,10 +144,8 @@ def make_setup(
         profile = profile_command(
             model, batch_size=batch_size, iterations=profile_iterations, echo=lambda _: None
         )
-    timed_with_profile = profile.optimizer_step_s or {}
-    if optimizer_step_s is None and optimizer in timed_with_profile:
-        # The step as it ran where the profile was made (a GPU's, not this machine's CPU's).
-        optimizer_step_s = timed_with_profile[optimizer]
+    # The step as it ran where the profile was made (a GPU's, not this machine's CPU's).
+    optimizer_step_s = chosen_step_s(optimizer, optimizer_step_s, profile.optimizer_step_s)
     update = step_cost(model, optimizer, optimizer_step_s, params)
     description = (
         f"{model}, batch {profile.batch_size} per worker, {workers} workers, {net}, "

@@ -20,6 +20,17 @@ def check_step(optimizer: str, step_s: float | None) -> None:
         raise UserError(f"--optimizer-step must be >= 0 seconds, got {step_s}")
 
 
+def chosen_step_s(
+    optimizer: str, given_s: float | None, recorded: dict[str, float] | None
+) -> float | None:
+    """The whole-model step to price: `given_s` (`--optimizer-step`) if set, else the one the
+    profile recorded for `optimizer` (as it ran where the profile was made, so the same files
+    give the same prediction at any time), else None (time it now)."""
+    if given_s is not None or not recorded:
+        return given_s
+    return recorded.get(optimizer)
+
+
 def step_s_per_byte(model_name: str, optimizer: str, repeats: int = 5) -> float:
     """Seconds per parameter byte of one `optimizer` step over zoo `model_name`'s parameters,
     on one CPU thread (as a training rank runs): the least of `repeats` timed steps after an
