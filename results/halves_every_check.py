@@ -1,0 +1,68 @@
+"""Every check the README's simulator figures come from, scored on all its runs (or rounds)
+and on each alternate half of them (`cadence bench sim`'s halves line), under one folder of
+charges.
+
+Run from the repository root:
+    python results/halves_every_check.py [COSTS_FOLDER] > results/halves-every-check-DATE.txt
+(default folder: results/costs-20261126). About 1 minute.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from cadence.cli import main
+
+PROFILES = [f"results/{m}-profile-b32-forward.json" for m in ("vgg16", "cnn_lstm", "resnet32",
+                                                               "gpt_mini")]  # fmt: skip
+LONG = "results/bench-dp-small-long-probe-{}.json"
+CHECKS = {  # name -> the benchmark files one `bench sim` call reads
+    **{f"long {s}": [LONG.format("20261126" + ("" if s == "a" else s))] for s in "abcdefgh"},
+    "long i": [LONG.format("20261127i")],
+    "in turns a": ["results/bench-dp-paired-small-defaults-20261126.json",
+                   "results/bench-dp-paired-vgg16-400mbit-defaults-20261126.json"],
+    "in turns b": ["results/bench-dp-paired-small-defaults-20261126b.json",
+                   "results/bench-dp-paired-vgg16-400mbit-defaults-20261126b.json"],
+    "in turns c": ["results/bench-dp-paired-small-defaults-20261126c.json"],
+    "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
+}  # fmt: skip
+
+
+def score(s: dict[str, float]) -> str:
+    return f"{s['mean_abs_error'] * 100:.1f}/{s['worst_abs_error'] * 100:.1f}"
+
+
+def main_(costs: str) -> None:
+    print(f"# mean/worst |error| in %, charges from {costs}: all runs | odd runs | even runs; "
+          "the row whose halves differ most")  # fmt: skip
+    print("| check | all | odd | even | widest row (odd / even) |")
+    print("| --- | --- | --- | --- | --- |")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, files in CHECKS.items():
+            if not all(Path(f).exists() for f in files):
+                continue
+            out = Path(tmp) / "sim.json"
+            args = ["bench", "sim", "--from-bench-dp", *files, "--costs", costs,
+                    "--json", str(out)]  # fmt: skip
+            for profile in PROFILES:
+                args += ["--profile", profile]
+            with contextlib.redirect_stdout(io.StringIO()):
+                assert main(args) == 0
+            report = json.loads(out.read_text())
+            h = report["halves"]
+            if h is None:  # each row from one figure (compute-only runs): nothing to split
+                print(f"| {name} | {score(report)} | - | - | - |")
+                continue
+            w = h["widest"]
+            print(f"| {name} | {score(report)} | {score(h['odd_samples'])} | "
+                  f"{score(h['even_samples'])} | {w['model']} {w['strategy']} {w['bandwidth']} "
+                  f"{w['odd_error'] * 100:+.1f} / {w['even_error'] * 100:+.1f} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main_(sys.argv[1] if len(sys.argv) > 1 else "results/costs-20261126")
