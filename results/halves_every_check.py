@@ -29,6 +29,8 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "in turns b": ["results/bench-dp-paired-small-defaults-20261126b.json",
                    "results/bench-dp-paired-vgg16-400mbit-defaults-20261126b.json"],
     "in turns c": ["results/bench-dp-paired-small-defaults-20261126c.json"],
+    "in turns d": ["results/bench-dp-paired-small-defaults-20261127d.json",
+                   "results/bench-dp-paired-vgg16-400mbit-defaults-20261127d.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
 }  # fmt: skip
 
