@@ -40,20 +40,21 @@ def halves_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     split = [(row, row_halves(row)) for row in rows]
     if not any(halves for _, halves in split):
         return None
-    first = [halves[0] if halves else row["error"] for row, halves in split]
-    second = [halves[1] if halves else row["error"] for row, halves in split]
-    row, (a, b) = max(
+    odd = [halves[0] if halves else row["error"] for row, halves in split]
+    even = [halves[1] if halves else row["error"] for row, halves in split]
+    widest, (odd_error, even_error) = max(
         ((row, halves) for row, halves in split if halves), key=lambda x: abs(x[1][0] - x[1][1])
     )
-    kinds = {key.split("_")[0] + "s" for key in SAMPLE_ERRORS for row in rows if row.get(key)}
+    kinds = {key.split("_")[0] + "s" for key in SAMPLE_ERRORS for r in rows if r.get(key)}
     return {
         "samples": " and ".join(sorted(kinds)),
         "rows_split": sum(halves is not None for _, halves in split),
-        "odd_samples": _score(first),
-        "even_samples": _score(second),
+        "odd_samples": _score(odd),
+        "even_samples": _score(even),
         "widest": {
-            "run": row.get("run"), "model": row.get("model"), "strategy": row.get("strategy"),
-            "bandwidth": row.get("bandwidth"), "odd_error": a, "even_error": b,
+            "run": widest.get("run"), "model": widest.get("model"),
+            "strategy": widest.get("strategy"), "bandwidth": widest.get("bandwidth"),
+            "odd_error": odd_error, "even_error": even_error,
         },
     }  # fmt: skip
 
