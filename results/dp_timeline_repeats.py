@@ -124,6 +124,11 @@ def main() -> None:
             )
             for step in _ddp_steps(data["runs"]["ddp"]):
                 print("  ddp rank 0 (forward+backward, wait, all-reduce, update) ms:", step)
+            for ranks in data["runs"]["ddp"].get("iteration_breakdowns", []):
+                print("  ddp every rank (forward+backward, all-reduce in flight) ms:", [
+                    (round((b["forward_s"] + b["backward_s"]) * 1e3, 1),
+                     round(b["allreduce_in_flight_s"] * 1e3, 1)) for b in ranks
+                ])  # fmt: skip
             for name, run in data["runs"].items():
                 print(f"  {name} rank 0 forward call to first layer ms:", _first_layer_gaps(run))
 
