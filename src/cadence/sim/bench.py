@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import statistics
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,7 +19,7 @@ from cadence.comm.cost import AlphaBeta
 from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.api import DDP_BUCKET_BYTES
-from cadence.sim.bench_halves import halves_line, halves_summary
+from cadence.sim.bench_halves import error_score, halves_line, halves_summary
 from cadence.sim.command import (
     STRATEGIES,
     Setup,
@@ -100,8 +99,8 @@ def predict_runs(
         params, buffer_bytes = zoo_layout(model)
         key = (model, cfg.get("optimizer", "adam"))
         if key not in steps:
-            given = chosen_step_s(key[1], optimizer_step_s, profile.optimizer_step_s)
-            steps[key] = step_cost(model, key[1], given, params)
+            chosen = chosen_step_s(key[1], optimizer_step_s, profile.optimizer_step_s)
+            steps[key] = step_cost(model, key[1], chosen, params)
         step_s = steps[key] * sum(p.nbytes for p in params)
         slowdown = 1.0
         if runtime_slowdowns is not None and strategy in RUNTIME_COSTED.values():
@@ -162,8 +161,7 @@ def predict_runs(
 
 
 def summary(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
-    errors = [abs(r["error"]) for r in rows]
-    return {"mean_abs_error": statistics.fmean(errors), "worst_abs_error": max(errors)}
+    return error_score([r["error"] for r in rows])
 
 
 def table_lines(rows: Sequence[dict[str, Any]]) -> list[str]:

@@ -16,8 +16,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-SAMPLE_ERRORS = ("run_errors", "round_errors")
-"""Row keys that hold each sample's error (`bench_dp._median_row`)."""
+SAMPLE_ERRORS = {"run_errors": "runs", "round_errors": "rounds"}
+"""Row key that holds each sample's error (`bench_dp._median_row`) -> what a sample is."""
 
 
 def row_halves(row: dict[str, Any]) -> tuple[float, float] | None:
@@ -29,7 +29,8 @@ def row_halves(row: dict[str, Any]) -> tuple[float, float] | None:
     return statistics.median(errors[0::2]), statistics.median(errors[1::2])
 
 
-def _score(errors: list[float]) -> dict[str, float]:
+def error_score(errors: Sequence[float]) -> dict[str, float]:
+    """The mean and the worst absolute error: how `cadence bench sim` scores a check."""
     magnitudes = [abs(e) for e in errors]
     return {"mean_abs_error": statistics.fmean(magnitudes), "worst_abs_error": max(magnitudes)}
 
@@ -45,12 +46,12 @@ def halves_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     widest, (odd_error, even_error) = max(
         ((row, halves) for row, halves in split if halves), key=lambda x: abs(x[1][0] - x[1][1])
     )
-    kinds = {key.split("_")[0] + "s" for key in SAMPLE_ERRORS for r in rows if r.get(key)}
+    kinds = {kind for key, kind in SAMPLE_ERRORS.items() for r in rows if r.get(key)}
     return {
         "samples": " and ".join(sorted(kinds)),
         "rows_split": sum(halves is not None for _, halves in split),
-        "odd_samples": _score(odd),
-        "even_samples": _score(even),
+        "odd_samples": error_score(odd),
+        "even_samples": error_score(even),
         "widest": {
             "run": widest.get("run"), "model": widest.get("model"),
             "strategy": widest.get("strategy"), "bandwidth": widest.get("bandwidth"),
