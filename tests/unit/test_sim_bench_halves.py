@@ -11,8 +11,7 @@ import pytest
 
 from cadence.cli import main
 from cadence.sim.bench_halves import halves_line, halves_summary, row_halves
-
-RESULTS = Path(__file__).resolve().parents[2] / "results"
+from tests.unit.test_bench_costs import RESULTS, _bench_sim_args, _one_row_matrix
 
 
 def _row(errors: list[float], key: str = "run_errors", **extra: object) -> dict[str, object]:
@@ -58,15 +57,9 @@ def test_no_row_with_two_samples_gives_no_halves() -> None:
 def test_bench_sim_prints_and_saves_the_halves_before_its_score_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    data = json.loads((RESULTS / "bench-dp-small-long-probe-20261126.json").read_text())
-    data["rows"] = [r for r in data["rows"] if (r["model"], r["cap"]) == ("cnn_lstm", "400mbit")]
-    matrix = tmp_path / "matrix.json"
-    matrix.write_text(json.dumps(data))
     out = tmp_path / "sim.json"
-    args = ["bench", "sim", "--from-bench-dp", str(matrix), "--optimizer-step", "0.001",
-            "--profile", str(RESULTS / "cnn_lstm-profile-b32-forward.json"),
-            "--costs", str(RESULTS / "costs-20261126"), "--json", str(out)]  # fmt: skip
-    assert main(args) == 0
+    args = _bench_sim_args(_one_row_matrix(tmp_path))  # cnn_lstm at 400mbit, five runs
+    assert main([*args, "--costs", str(RESULTS / "costs-20261126"), "--json", str(out)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-1].startswith("mean |error|")  # the score stays last for scripts
     assert lines[-2].startswith("scored on alternate runs (odd | even):")
