@@ -30,6 +30,9 @@ def test_bench_dp_measures_every_variant_and_writes_json_png_and_table(tmp_path)
     for name, runs in row["variant_compute_runs_s"].items():
         assert len(runs) == 1 and 0 < runs[0] < 5
         assert row["variant_compute_s"][name] == runs[0]
+        # With the optimizer step the same probe timed, a part of its whole step.
+        (step,) = row["variant_step_runs_s"][name]
+        assert 0 < step < runs[0]
     assert row["ddp_tuned_s"] == min(row["iteration_s"]["ddp"], row["iteration_s"]["ddp-1mb"])
     assert row["cadence_over_ddp"] == pytest.approx(
         row["iteration_s"]["cadence"] / row["iteration_s"]["ddp"]

@@ -58,6 +58,10 @@ def test_dp_paired_times_every_variant_in_turns_and_writes_json_png_and_table(tm
     assert len(lockstep) == 2 and row["lockstep_compute_s"] == pytest.approx(sum(lockstep) / 2)
     for each_step, per_rank in zip(lockstep, row["rounds_s"]["compute"], strict=True):
         assert each_step >= per_rank * (1 - 1e-9)
+    # And each round's optimizer step of compute alone, a part of its whole step.
+    steps = row["compute_step_rounds_s"]
+    assert len(steps) == 2
+    assert all(0 < step < each_step for step, each_step in zip(steps, lockstep, strict=True))
     # The bytes the main cadence-dp variant let in flight: its default for the model.
     from cadence.dp.config import DPConfig
 

@@ -37,6 +37,9 @@ def test_the_probe_is_agreed_on_every_rank_and_leaves_training_as_it_was(strateg
     assert first["steps"] == 5
     # Each step's slowest rank is at least either rank's step, so its median is too.
     assert first["lockstep_median_s"] >= first["slowest_rank_median_s"] > 0
+    # The optimizer step is part of every step, so each rank's median of it is below its
+    # median step, and so are their maxima.
+    assert 0 < first["optimizer_step_median_s"] < first["slowest_rank_median_s"]
 
 
 def test_a_probe_is_only_for_strategies_that_compute_the_whole_model():

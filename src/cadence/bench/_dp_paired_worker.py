@@ -86,21 +86,26 @@ def _block(
     steps: int,
     next_batch: Callable[[], tuple[Any, Any]],
     barrier: Callable[[], object],
-) -> list[float]:
+) -> tuple[list[float], list[float]]:
     """Each step's seconds over one block, in steady state: the steps from the block's second
     to the one before its last, each from its start to the next one's, so neither the first
-    step (nothing of the previous iteration to overlap with) nor the final flush is counted."""
+    step (nothing of the previous iteration to overlap with) nor the final flush is counted.
+    Beside them, the same steps' `optimizer.step()` calls (what a simulation prices as the
+    update of compute alone)."""
     barrier()  # every rank starts the block together
     starts = []
+    optimizer_steps = []
     for _ in range(steps):
         starts.append(time.perf_counter())
         x, y = next_batch()
         variant.optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(variant.model(x), y)
         loss.backward()
+        before_step = time.perf_counter()
         variant.optimizer.step()
+        optimizer_steps.append(time.perf_counter() - before_step)
     variant.flush()
-    return [b - a for a, b in zip(starts[1:-1], starts[2:], strict=True)]
+    return [b - a for a, b in zip(starts[1:-1], starts[2:], strict=True)], optimizer_steps[1:-1]
 
 
 def _mean(values: list[float]) -> float:
@@ -138,6 +143,8 @@ def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.b
         rounds: dict[str, list[float]] = {name: [] for name in names}
         # Compute alone as a synchronous step would see it: each step's slowest rank.
         lockstep: list[float] = []
+        # And its optimizer step: each round's slowest rank's mean.
+        compute_steps: list[float] = []
         wire: list[float] = []
         # Round 0 warms every variant up (cadence-dp builds its plan from its first iteration)
         # and is not kept; its times set the timed blocks' length.
@@ -149,16 +156,20 @@ def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.b
                 if round_index > 0:
                     wire.append(seconds)
             for name in order:
-                durations = _block(variants[name], steps, next_batch, barrier)
+                durations, optimizer_steps = _block(variants[name], steps, next_batch, barrier)
                 # Autotuning finishes in the warm-up round: its trials are never timed.
                 while round_index == 0 and variants[name].tuning():
-                    durations = _block(variants[name], steps, next_batch, barrier)
+                    durations, optimizer_steps = _block(
+                        variants[name], steps, next_batch, barrier
+                    )
                 (seconds,) = slowest([_mean(durations)])
                 rounds[name].append(seconds)
                 if name == COMPUTE and round_index > 0:
                     # The ranks started the block together, so step i ran at about the same
                     # time on each: their maximum is what a step that waits for all costs.
-                    lockstep.append(_mean(slowest(durations)))
+                    *per_step, step_s = slowest([*durations, _mean(optimizer_steps)])
+                    lockstep.append(_mean(per_step))
+                    compute_steps.append(step_s)
             if round_index == 0:
                 fastest = min(times.pop() for times in rounds.values())
                 # Agreed on every rank: the times are the slowest rank's.
@@ -192,6 +203,7 @@ def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.b
                 "block_steps": steps,
                 "rounds_s": rounds,
                 "lockstep_compute_rounds_s": lockstep,
+                "compute_step_rounds_s": compute_steps,
                 "wire_runs_s": wire,
             }
             result.write_text(json.dumps(out, indent=1) + "\n")

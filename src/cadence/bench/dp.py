@@ -60,8 +60,8 @@ class DPBenchConfig:
     probe_steps: int = 10
     """After its steps, each DDP and cadence-dp run times this many steps of compute alone in
     its own processes, all ranks at once (`TrainConfig.compute_probe_steps`): the compute that
-    `cadence bench sim --compute-basis in-run` replays each run with (`variant_compute_runs_s`);
-    0: none."""
+    `cadence bench sim --compute-basis in-run` replays each run with (`variant_compute_runs_s`,
+    and the optimizer step it timed, `variant_step_runs_s`); 0: none."""
     out: str = "results/bench-dp.json"
     """JSON output; the PNG goes next to it."""
     run_root: str = "/tmp/cadence-bench-dp"
@@ -189,6 +189,8 @@ def measure_case(
     runs: dict[str, list[float]] = {}
     # Each variant run's own compute (its probe's lockstep median), run by run.
     run_computes: dict[str, list[float]] = {}
+    # And the optimizer step each probe timed (the slowest rank's median), run by run.
+    run_steps: dict[str, list[float]] = {}
     plans: list[dict[str, Any]] = []  # cadence-dp's plan in each of its runs
     wire_runs: list[float] = []
     compute_runs: list[float] = []
@@ -210,6 +212,9 @@ def measure_case(
             if "compute_probe" in metrics:
                 probe = metrics["compute_probe"]["lockstep_median_s"]
                 run_computes.setdefault(variant.name, []).append(probe)
+                step = metrics["compute_probe"].get("optimizer_step_median_s")
+                if step is not None:
+                    run_steps.setdefault(variant.name, []).append(step)
             if "dp_chunks" in metrics:
                 plans.append(_plan(metrics))
     # Without a cap the link is the loopback, limited by the processors: no wire time.
@@ -238,6 +243,7 @@ def measure_case(
         # Compute timed inside each variant's runs, after their steps (`probe_steps`).
         "variant_compute_s": {k: statistics.median(v) for k, v in run_computes.items()},
         "variant_compute_runs_s": run_computes,
+        "variant_step_runs_s": run_steps,
         "model_compute_s": model_compute_s,
         "wire_s": wire,
         "wire_runs_s": wire_runs,

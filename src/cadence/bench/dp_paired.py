@@ -220,6 +220,8 @@ def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
         "rounds_s": rounds,
         # Compute alone, each step's slowest rank (older files lack it).
         **_lockstep(measured.get("lockstep_compute_rounds_s")),
+        # And its optimizer step, each round's slowest rank's mean (older files lack it).
+        **_present("compute_step_rounds_s", measured.get("compute_step_rounds_s")),
         "wire_runs_s": wire,
         "ddp_tuned": tuned,
         "bound_rounds_s": bound,
@@ -233,6 +235,10 @@ def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
             name: statistics.median(values) for name, values in against_main.items()
         },
     }
+
+
+def _present(key: str, value: Any) -> dict[str, Any]:
+    return {} if not value else {key: value}
 
 
 def _credit(credit_bytes: int | None) -> dict[str, Any]:

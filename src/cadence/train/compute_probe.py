@@ -39,7 +39,9 @@ def probe_compute(
     step) of a fresh copy of the model on this rank's `batches`. `optimizer` is the run's: it is
     flushed first, so no gradient of the run is still on the wire. `alone`: the ranks do not
     agree on the figures (each keeps its own). Returns the lockstep median (each step's slowest
-    rank), the slowest rank's median and the steps timed."""
+    rank), the slowest rank's median, the slowest rank's median optimizer step (the share of
+    the step a simulation prices as the update, timed in the same processes as the run's steps)
+    and the steps timed."""
     flush = getattr(optimizer, "flush", None)
     if callable(flush):
         flush()  # cadence-dp returns from step() with reductions in flight
@@ -50,6 +52,7 @@ def probe_compute(
     if not alone and dist.is_initialized():
         dist.barrier()  # every rank starts together: step i runs at about the same time on each
     stamps = []
+    optimizer_steps = []
     # One step more than timed: the first allocates everything and is not counted.
     for _ in range(steps + 1):
         stamps.append(time.perf_counter())
@@ -57,17 +60,27 @@ def probe_compute(
         x, y = data.train_x[idx].to(ctx.device), data.train_y[idx].to(ctx.device)
         probe_optimizer.zero_grad(set_to_none=True)
         loss_fn(model(x), y).backward()
+        _synchronize(ctx.device)
+        before_step = time.perf_counter()
         probe_optimizer.step()
-        if ctx.device.type == "cuda":
-            torch.cuda.synchronize(ctx.device)  # the step's kernels, not their launches
+        _synchronize(ctx.device)
+        optimizer_steps.append(time.perf_counter() - before_step)
     stamps.append(time.perf_counter())
     durations = [b - a for a, b in zip(stamps[1:-1], stamps[2:], strict=True)]
-    figures = [*durations, statistics.median(durations)]  # each step, then this rank's median
+    # Each step, then this rank's medians of whole steps and of optimizer steps (the first
+    # optimizer step, which creates Adam's state, is not counted either).
+    figures = [*durations, statistics.median(durations), statistics.median(optimizer_steps[1:])]
     if not alone and dist.is_initialized():
         figures = slowest(figures)  # one collective: each figure's maximum over the ranks
-    *durations, rank_median = figures
+    *durations, rank_median, step_median = figures
     return {
         "steps": len(durations),
         "lockstep_median_s": statistics.median(durations),
         "slowest_rank_median_s": rank_median,
+        "optimizer_step_median_s": step_median,
     }
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # the kernels, not their launches
