@@ -303,3 +303,73 @@ def test_a_profiles_recorded_optimizer_step_is_priced_unless_a_step_is_given(
         assert [r["optimizer_step_s"] for r in rows] == pytest.approx([expected, expected])
     rows, _ = predict_bench_dp([bench], {"cnn": zoo_profile("cnn")}, 1.0)
     assert all(0 < r["optimizer_step_s"] != 0.05 for r in rows)
+
+
+def _write(path: Path, row: dict) -> str:
+    # cadence-dp in chunks of 10 KB, so that its updates overlap its later chunks' transfers
+    # and the length of the optimizer step moves its prediction.
+    path.write_text(json.dumps({"config": {"workers": 2, "threshold_mb": 0.01}, "rows": [row]}))
+    return str(path)
+
+
+def test_each_round_is_priced_at_the_optimizer_step_its_own_compute_timed(tmp_path: Path) -> None:
+    profile = zoo_profile("cnn")
+    rounds = {"compute": [0.2, 0.2], "ddp": [0.3, 0.3], "cadence": [0.25, 0.25]}
+    row = {"model": "cnn", "cap": "10mbit", "compute_s": 0.2, "rounds_s": rounds,
+           "iteration_s": {"ddp": 0.3, "cadence": 0.25}}  # fmt: skip
+    steps = [0.01, 0.15]
+    own = _write(tmp_path / "own.json", row | {"compute_step_rounds_s": steps})
+    rows, _ = predict_bench_dp([own], {"cnn": profile}, 1.0)
+    assert {r["optimizer_step_basis"] for r in rows} == {"timed with the compute"}
+    assert all(r["optimizer_step_s"] == pytest.approx(0.08) for r in rows)  # their median
+    # Round i predicts what a one-round file predicts with --optimizer-step steps[i].
+    for i, step in enumerate(steps):
+        one_round = {k: [v[i]] for k, v in rounds.items()}
+        alone = _write(tmp_path / f"round{i}.json", row | {"rounds_s": one_round})
+        given, _ = predict_bench_dp([alone], {"cnn": profile}, 1.0, optimizer_step_s=step)
+        for r, g in zip(rows, given, strict=True):
+            assert r["round_errors"][i] == pytest.approx(g["round_errors"][0])
+    # The steps matter to cadence-dp's chunked plan here (DDP sends one bucket after the
+    # backward, so its step only moves within the compute it is scaled to).
+    assert rows[1]["round_errors"][0] != pytest.approx(rows[1]["round_errors"][1], abs=0.01)
+    # --optimizer-step still wins over the file's own.
+    given, _ = predict_bench_dp([own], {"cnn": profile}, 1.0, optimizer_step_s=0.0)
+    assert {(r["optimizer_step_basis"], r["optimizer_step_s"]) for r in given} == {("given", 0.0)}
+
+
+def test_each_separate_run_is_priced_at_the_optimizer_step_its_probe_timed(tmp_path: Path) -> None:
+    profile = zoo_profile("cnn")
+    row = {
+        "model": "cnn", "cap": "10mbit", "compute_s": 0.2,
+        "iteration_s": {"ddp": 0.3, "cadence": 0.25},
+        "runs_s": {"ddp": [0.3, 0.3], "cadence": [0.25, 0.25]},
+        "variant_compute_runs_s": {"ddp": [0.2, 0.2], "cadence": [0.2, 0.2]},
+        "variant_step_runs_s": {"ddp": [0.01, 0.15], "cadence": [0.02, 0.12]},
+    }  # fmt: skip
+    rows, _ = predict_bench_dp([_write(tmp_path / "own.json", row)], {"cnn": profile}, 1.0,
+                               in_run_compute=True)  # fmt: skip
+    assert {r["optimizer_step_basis"] for r in rows} == {"timed with the compute"}
+    for r, variant in zip(rows, ("ddp", "cadence"), strict=True):
+        for i, step in enumerate(row["variant_step_runs_s"][variant]):
+            one_run = row | {
+                key: {v: [row[key][v][i]] for v in ("ddp", "cadence")}
+                for key in ("runs_s", "variant_compute_runs_s")
+            }
+            del one_run["variant_step_runs_s"]
+            given, _ = predict_bench_dp(
+                [_write(tmp_path / f"run{i}.json", one_run)], {"cnn": profile}, 1.0,
+                optimizer_step_s=step, in_run_compute=True,
+            )  # fmt: skip
+            (g,) = [x for x in given if x["strategy"] == r["strategy"]]
+            assert r["run_errors"][i] == pytest.approx(g["run_errors"][0])
+    assert rows[1]["run_errors"][0] != pytest.approx(rows[1]["run_errors"][1], abs=0.01)
+
+
+def test_a_row_without_steps_of_its_own_takes_the_profiles_or_times_one() -> None:
+    from cadence.sim.bench_dp import own_step_samples, step_source
+
+    assert own_step_samples({"rounds_s": {}}) == []
+    assert own_step_samples({"variant_step_runs_s": {"ddp": [0.1], "cadence": [0.2]}}) == [0.1, 0.2]
+    assert step_source(0.5, 0.5) == "given"
+    assert step_source(None, 0.07) == "profile"
+    assert step_source(None, None) == "timed now"

@@ -150,6 +150,14 @@ class _Case:
     slowdown: dict[str, float] = dataclasses.field(default_factory=dict)
     """Per simulated strategy, how much its runtime slows compute on a host whose cores all
     compute (`cadence bench runtime-cost`); absent: 1."""
+    own_steps: bool = False
+    """Price each round or run at the optimizer step its own compute timed (`own_step_samples`)
+    rather than at `step_s`."""
+
+    def with_step(self, step_s: float) -> _Case:
+        """The same case with a whole-model optimizer step of `step_s`."""
+        per_byte = step_s / max(1, sum(p.nbytes for p in self.params))
+        return dataclasses.replace(self, step_s=step_s, update_s_per_byte=per_byte)
 
     def predict(
         self, compute_s: float, co_run: float, variants: Sequence[str] = tuple(_VARIANTS)
@@ -234,7 +242,15 @@ def predict_bench_dp(
                 slowdown = runtime_slowdowns[model]
             params, buffer_bytes = zoo_layout(model)
             gradient_bytes = sum(p.nbytes for p in params)
-            step_s = chosen_step_s("adam", optimizer_step_s, profiles[model].optimizer_step_s)
+            # `--optimizer-step` first, then the steps the row's own compute timed.
+            own = [] if optimizer_step_s is not None else own_step_samples(row)
+            step_s: float | None
+            if own:
+                step_s, step_basis = statistics.median(own), "timed with the compute"
+            else:
+                recorded = profiles[model].optimizer_step_s
+                step_s = chosen_step_s("adam", optimizer_step_s, recorded)
+                step_basis = step_source(optimizer_step_s, step_s)
             update = step_cost(model, "adam", step_s, params)
             threshold = recorded_threshold(cfg)
             case = _Case(
@@ -255,6 +271,7 @@ def predict_bench_dp(
                 ),
                 default_plan=recorded_default_plan(row),
                 slowdown=slowdown,
+                own_steps=bool(own),
             )
             common = {
                 "run": f"{Path(path).name}:{model}",
@@ -262,6 +279,7 @@ def predict_bench_dp(
                 "bandwidth": cap,
                 "workers": workers,
                 "optimizer_step_s": case.step_s,
+                "optimizer_step_basis": step_basis,
                 "compute_s": row["compute_s"],
             }
             if "rounds_s" in row:  # `cadence bench dp-paired`
@@ -290,6 +308,23 @@ def predict_bench_dp(
     return rows, skipped
 
 
+def own_step_samples(row: dict[str, Any]) -> list[float]:
+    """The optimizer steps a benchmark row's compute timed beside itself: each round's of
+    `dp-paired` (`compute_step_rounds_s`), each run's probe of `bench dp`
+    (`variant_step_runs_s`); empty for files from before 2026-11-27, which have neither."""
+    if "rounds_s" in row:
+        return list(row.get("compute_step_rounds_s") or [])
+    runs: dict[str, list[float]] = row.get("variant_step_runs_s") or {}
+    return [step for steps in runs.values() for step in steps]
+
+
+def step_source(given_s: float | None, chosen_s: float | None) -> str:
+    """Where a row's optimizer step came from when the row timed none of its own."""
+    if given_s is not None:
+        return "given"
+    return "profile" if chosen_s is not None else "timed now"
+
+
 def has_in_run_compute(data: dict[str, Any]) -> bool:
     """Whether every separate-run row of a `cadence bench dp` file timed its variants' compute
     inside their runs (`variant_compute_runs_s`, files since 2026-11-26)."""
@@ -310,10 +345,19 @@ def _in_run_rows(
             "2026-11-26): use --compute-basis beside"
         )
     out = []
+    own_steps: dict[str, list[float]] = row.get("variant_step_runs_s") or {}
     for variant, strategy in _VARIANTS.items():
         if variant not in computes:
             continue
-        results = [case.predict(c, 1.0, [variant])[variant] for c in computes[variant]]
+        steps = own_steps.get(variant, [])
+        if case.own_steps and len(steps) == len(computes[variant]):
+            cases = [case.with_step(step) for step in steps]  # each run at its own step
+        else:
+            cases = [case] * len(computes[variant])
+        results = [
+            c.predict(compute, 1.0, [variant])[variant]
+            for c, compute in zip(cases, computes[variant], strict=True)
+        ]
         run_common = {
             **common,
             "compute_s": statistics.median(computes[variant]),
@@ -359,7 +403,12 @@ def _paired_rows(
     rounds: dict[str, list[float]] = row["rounds_s"]
     lockstep = row.get("lockstep_compute_rounds_s")
     computes = lockstep or rounds["compute"]
-    per_round = [case.predict(compute, 1.0) for compute in computes]
+    steps = row.get("compute_step_rounds_s") or []
+    if case.own_steps and len(steps) == len(computes):
+        cases = [case.with_step(step) for step in steps]  # each round at its own step
+    else:
+        cases = [case] * len(computes)
+    per_round = [c.predict(compute, 1.0) for c, compute in zip(cases, computes, strict=True)]
     common = {**common, "compute_basis": "lockstep" if lockstep else "per-rank"}
     return [
         _median_row(
