@@ -24,6 +24,7 @@ LONG = "results/bench-dp-small-long-probe-{}.json"
 CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     **{f"long {s}": [LONG.format("20261126" + ("" if s == "a" else s))] for s in "abcdefgh"},
     "long i": [LONG.format("20261127i")],
+    "long j": [LONG.format("20261127j")],
     "in turns a": ["results/bench-dp-paired-small-defaults-20261126.json",
                    "results/bench-dp-paired-vgg16-400mbit-defaults-20261126.json"],
     "in turns b": ["results/bench-dp-paired-small-defaults-20261126b.json",
@@ -31,6 +32,8 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "in turns c": ["results/bench-dp-paired-small-defaults-20261126c.json"],
     "in turns d": ["results/bench-dp-paired-small-defaults-20261127d.json",
                    "results/bench-dp-paired-vgg16-400mbit-defaults-20261127d.json"],
+    "in turns e": ["results/bench-dp-paired-small-defaults-20261127e.json",
+                   "results/bench-dp-paired-vgg16-400mbit-defaults-20261127e.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
 }  # fmt: skip
 
