@@ -34,6 +34,9 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
                    "results/bench-dp-paired-vgg16-400mbit-defaults-20261127d.json"],
     "in turns e": ["results/bench-dp-paired-small-defaults-20261127e.json",
                    "results/bench-dp-paired-vgg16-400mbit-defaults-20261127e.json"],
+    "in turns f (10 rounds)": [
+        "results/bench-dp-paired-small-defaults-10rounds-20261127f.json",
+        "results/bench-dp-paired-vgg16-400mbit-defaults-10rounds-20261127f.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
 }  # fmt: skip
 

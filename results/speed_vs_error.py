@@ -1,0 +1,60 @@
+"""Is the simulator's error tied to how fast the machine ran? For every check of
+`results/halves_every_check.py`, the median over its rows of the compute the rows were
+predicted from over the same model's compute when the charges were measured
+(`runtime-cost.json` of the folder), and the mean signed error of its rows. Charges in
+seconds (communication's processor time, latency) measured on a faster machine would price
+too little on a slower one, so slow checks would lean low.
+
+Run from the repository root:
+    python results/speed_vs_error.py [COSTS_FOLDER] > results/speed-vs-error-DATE.txt
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from halves_every_check import CHECKS, PROFILES  # noqa: E402
+
+from cadence.cli import main  # noqa: E402
+
+
+def main_(costs: str) -> None:
+    cost_rows = json.loads(Path(costs, "runtime-cost.json").read_text())["rows"]
+    base = {r["model"]: r["compute_s"] for r in cost_rows}
+    print(f"# charges from {costs}; compute ratio: the rows' compute over the folder's")
+    print("| check | compute ratio (median) | mean signed error |")
+    print("| --- | --- | --- |")
+    per_check = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, files in CHECKS.items():
+            if not all(Path(f).exists() for f in files):
+                continue
+            out = Path(tmp) / "sim.json"
+            args = ["bench", "sim", "--from-bench-dp", *files, "--costs", costs,
+                    "--json", str(out)]  # fmt: skip
+            for profile in PROFILES:
+                args += ["--profile", profile]
+            with contextlib.redirect_stdout(io.StringIO()):
+                assert main(args) == 0
+            rows = json.loads(out.read_text())["rows"]
+            ratio = statistics.median(r["compute_s"] / base[r["model"]] for r in rows)
+            signed = statistics.mean(r["error"] for r in rows)
+            per_check.append((ratio, signed))
+            print(f"| {name} | {ratio:.2f} | {100 * signed:+.1f}% |")
+    x, y = np.array(per_check).T
+    print(f"correlation over {len(x)} checks: {np.corrcoef(x, y)[0, 1]:+.2f}")
+    for label, keep in (("ratio <= 1.05", x <= 1.05), ("ratio > 1.05", x > 1.05)):
+        print(f"{label}: {keep.sum()} checks, mean signed error {100 * y[keep].mean():+.1f}%")
+
+
+if __name__ == "__main__":
+    main_(sys.argv[1] if len(sys.argv) > 1 else "results/costs-20261126")
