@@ -14,6 +14,7 @@ import io
 import json
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from cadence.cli import main
@@ -45,11 +46,8 @@ def score(s: dict[str, float]) -> str:
     return f"{s['mean_abs_error'] * 100:.1f}/{s['worst_abs_error'] * 100:.1f}"
 
 
-def main_(costs: str) -> None:
-    print(f"# mean/worst |error| in %, charges from {costs}: all runs | odd runs | even runs; "
-          "the row whose halves differ most")  # fmt: skip
-    print("| check | all | odd | even | widest row (odd / even) |")
-    print("| --- | --- | --- | --- | --- |")
+def check_reports(costs: str) -> Iterator[tuple[str, dict]]:
+    """(check name, `bench sim --json` report) for every check whose files are here."""
     with tempfile.TemporaryDirectory() as tmp:
         for name, files in CHECKS.items():
             if not all(Path(f).exists() for f in files):
@@ -61,15 +59,23 @@ def main_(costs: str) -> None:
                 args += ["--profile", profile]
             with contextlib.redirect_stdout(io.StringIO()):
                 assert main(args) == 0
-            report = json.loads(out.read_text())
-            h = report["halves"]
-            if h is None:  # each row from one figure (compute-only runs): nothing to split
-                print(f"| {name} | {score(report)} | - | - | - |")
-                continue
-            w = h["widest"]
-            print(f"| {name} | {score(report)} | {score(h['odd_samples'])} | "
-                  f"{score(h['even_samples'])} | {w['model']} {w['strategy']} {w['bandwidth']} "
-                  f"{w['odd_error'] * 100:+.1f} / {w['even_error'] * 100:+.1f} |")  # fmt: skip
+            yield name, json.loads(out.read_text())
+
+
+def main_(costs: str) -> None:
+    print(f"# mean/worst |error| in %, charges from {costs}: all runs | odd runs | even runs; "
+          "the row whose halves differ most")  # fmt: skip
+    print("| check | all | odd | even | widest row (odd / even) |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, report in check_reports(costs):
+        h = report["halves"]
+        if h is None:  # each row from one figure (compute-only runs): nothing to split
+            print(f"| {name} | {score(report)} | - | - | - |")
+            continue
+        w = h["widest"]
+        print(f"| {name} | {score(report)} | {score(h['odd_samples'])} | "
+              f"{score(h['even_samples'])} | {w['model']} {w['strategy']} {w['bandwidth']} "
+              f"{w['odd_error'] * 100:+.1f} / {w['even_error'] * 100:+.1f} |")  # fmt: skip
 
 
 if __name__ == "__main__":

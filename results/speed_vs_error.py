@@ -11,20 +11,15 @@ Run from the repository root:
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from halves_every_check import CHECKS, PROFILES  # noqa: E402
-
-from cadence.cli import main  # noqa: E402
+from halves_every_check import check_reports  # noqa: E402
 
 
 def main_(costs: str) -> None:
@@ -34,22 +29,12 @@ def main_(costs: str) -> None:
     print("| check | compute ratio (median) | mean signed error |")
     print("| --- | --- | --- |")
     per_check = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, files in CHECKS.items():
-            if not all(Path(f).exists() for f in files):
-                continue
-            out = Path(tmp) / "sim.json"
-            args = ["bench", "sim", "--from-bench-dp", *files, "--costs", costs,
-                    "--json", str(out)]  # fmt: skip
-            for profile in PROFILES:
-                args += ["--profile", profile]
-            with contextlib.redirect_stdout(io.StringIO()):
-                assert main(args) == 0
-            rows = json.loads(out.read_text())["rows"]
-            ratio = statistics.median(r["compute_s"] / base[r["model"]] for r in rows)
-            signed = statistics.mean(r["error"] for r in rows)
-            per_check.append((ratio, signed))
-            print(f"| {name} | {ratio:.2f} | {100 * signed:+.1f}% |")
+    for name, report in check_reports(costs):
+        rows = report["rows"]
+        ratio = statistics.median(r["compute_s"] / base[r["model"]] for r in rows)
+        signed = statistics.mean(r["error"] for r in rows)
+        per_check.append((ratio, signed))
+        print(f"| {name} | {ratio:.2f} | {100 * signed:+.1f}% |")
     x, y = np.array(per_check).T
     print(f"correlation over {len(x)} checks: {np.corrcoef(x, y)[0, 1]:+.2f}")
     for label, keep in (("ratio <= 1.05", x <= 1.05), ("ratio > 1.05", x > 1.05)):
