@@ -210,11 +210,9 @@ def measure_case(
             metrics = _train(model, cap, variant, config.workers, config, config.probe_steps)
             runs.setdefault(variant.name, []).append(metrics["median_iteration_s"])
             if "compute_probe" in metrics:
-                probe = metrics["compute_probe"]["lockstep_median_s"]
-                run_computes.setdefault(variant.name, []).append(probe)
-                step = metrics["compute_probe"].get("optimizer_step_median_s")
-                if step is not None:
-                    run_steps.setdefault(variant.name, []).append(step)
+                probe = metrics["compute_probe"]
+                run_computes.setdefault(variant.name, []).append(probe["lockstep_median_s"])
+                run_steps.setdefault(variant.name, []).append(probe["optimizer_step_median_s"])
             if "dp_chunks" in metrics:
                 plans.append(_plan(metrics))
     # Without a cap the link is the loopback, limited by the processors: no wire time.

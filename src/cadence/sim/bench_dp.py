@@ -159,6 +159,13 @@ class _Case:
         per_byte = step_s / max(1, sum(p.nbytes for p in self.params))
         return dataclasses.replace(self, step_s=step_s, update_s_per_byte=per_byte)
 
+    def per_sample(self, steps: Sequence[float], count: int) -> list[_Case]:
+        """One case for each of `count` samples (rounds or runs): each at its own optimizer
+        step where the row timed one per sample and they are to be priced, else this one."""
+        if self.own_steps and len(steps) == count:
+            return [self.with_step(step) for step in steps]
+        return [self] * count
+
     def predict(
         self, compute_s: float, co_run: float, variants: Sequence[str] = tuple(_VARIANTS)
     ) -> dict[str, Any]:
@@ -349,11 +356,7 @@ def _in_run_rows(
     for variant, strategy in _VARIANTS.items():
         if variant not in computes:
             continue
-        steps = own_steps.get(variant, [])
-        if case.own_steps and len(steps) == len(computes[variant]):
-            cases = [case.with_step(step) for step in steps]  # each run at its own step
-        else:
-            cases = [case] * len(computes[variant])
+        cases = case.per_sample(own_steps.get(variant, []), len(computes[variant]))
         results = [
             c.predict(compute, 1.0, [variant])[variant]
             for c, compute in zip(cases, computes[variant], strict=True)
@@ -403,11 +406,7 @@ def _paired_rows(
     rounds: dict[str, list[float]] = row["rounds_s"]
     lockstep = row.get("lockstep_compute_rounds_s")
     computes = lockstep or rounds["compute"]
-    steps = row.get("compute_step_rounds_s") or []
-    if case.own_steps and len(steps) == len(computes):
-        cases = [case.with_step(step) for step in steps]  # each round at its own step
-    else:
-        cases = [case] * len(computes)
+    cases = case.per_sample(row.get("compute_step_rounds_s") or [], len(computes))
     per_round = [c.predict(compute, 1.0) for c, compute in zip(cases, computes, strict=True)]
     common = {**common, "compute_basis": "lockstep" if lockstep else "per-rank"}
     return [
