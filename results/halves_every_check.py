@@ -46,20 +46,24 @@ def score(s: dict[str, float]) -> str:
     return f"{s['mean_abs_error'] * 100:.1f}/{s['worst_abs_error'] * 100:.1f}"
 
 
+def bench_sim(files: list[str], costs: str, out: Path) -> tuple[str, dict]:
+    """`cadence bench sim` of `files` with PROFILES and the charges in `costs`: its printed
+    text and its `--json` report (written to `out`)."""
+    args = ["bench", "sim", "--from-bench-dp", *files, "--costs", costs, "--json", str(out)]
+    for profile in PROFILES:
+        args += ["--profile", profile]
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        assert main(args) == 0
+    return text.getvalue(), json.loads(out.read_text())
+
+
 def check_reports(costs: str) -> Iterator[tuple[str, dict]]:
     """(check name, `bench sim --json` report) for every check whose files are here."""
     with tempfile.TemporaryDirectory() as tmp:
         for name, files in CHECKS.items():
-            if not all(Path(f).exists() for f in files):
-                continue
-            out = Path(tmp) / "sim.json"
-            args = ["bench", "sim", "--from-bench-dp", *files, "--costs", costs,
-                    "--json", str(out)]  # fmt: skip
-            for profile in PROFILES:
-                args += ["--profile", profile]
-            with contextlib.redirect_stdout(io.StringIO()):
-                assert main(args) == 0
-            yield name, json.loads(out.read_text())
+            if all(Path(f).exists() for f in files):
+                yield name, bench_sim(files, costs, Path(tmp) / "sim.json")[1]
 
 
 def main_(costs: str) -> None:

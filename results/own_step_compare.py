@@ -10,30 +10,25 @@ writes OUT_PREFIX-own-step.json and OUT_PREFIX-timed-now.json (the `--json` of e
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-from cadence.cli import main
+sys.path.insert(0, str(Path(__file__).parent))
+from halves_every_check import bench_sim  # noqa: E402
 
-PROFILES = [f"results/{m}-profile-b32-forward.json" for m in ("vgg16", "cnn_lstm", "resnet32",
-                                                               "gpt_mini")]  # fmt: skip
+from cadence.sim.bench_dp import own_step_samples  # noqa: E402
+
 STEP_KEYS = ("compute_step_rounds_s", "variant_step_runs_s")
 
 
-def _sim(files: list[str], costs: str, out: Path) -> dict:
-    args = ["bench", "sim", "--from-bench-dp", *files, "--costs", costs, "--json", str(out)]
-    for profile in PROFILES:
-        args += ["--profile", profile]
-    text = io.StringIO()
-    with contextlib.redirect_stdout(text):
-        assert main(args) == 0
-    print("\n".join(text.getvalue().rstrip().splitlines()[-2:]))
-    return json.loads(out.read_text())
+def _scored(files: list[str], costs: str, out: Path) -> dict:
+    """The call's report, after printing its last two lines (halves, then score)."""
+    text, report = bench_sim(files, costs, out)
+    print("\n".join(text.rstrip().splitlines()[-2:]))
+    return report
 
 
 def _without_steps(files: list[str], tmp: Path) -> list[str]:
@@ -52,25 +47,19 @@ def _without_steps(files: list[str], tmp: Path) -> list[str]:
 def main_(prefix: str, files: list[str], costs: str) -> None:
     print(f"# {' '.join(files)}; charges from {costs}")
     print("## each round or run at the optimizer step timed beside its compute")
-    own = _sim(files, costs, Path(f"{prefix}-own-step.json"))
+    _scored(files, costs, Path(f"{prefix}-own-step.json"))
     with tempfile.TemporaryDirectory() as tmp:
         print("## every round or run at one step timed now (as before 2026-11-27)")
-        now = _sim(_without_steps(files, Path(tmp)), costs, Path(f"{prefix}-timed-now.json"))
+        now = _scored(_without_steps(files, Path(tmp)), costs, Path(f"{prefix}-timed-now.json"))
+    timed_now = {(r["run"], r["bandwidth"]): r["optimizer_step_s"] for r in now["rows"]}
     print("## optimizer step, ms: median of the file's own (their range) | timed now")
-    seen = set()
-    for a, b in zip(own["rows"], now["rows"], strict=True):
-        if (a["run"], a["bandwidth"]) in seen:
-            continue
-        seen.add((a["run"], a["bandwidth"]))
-        row = next(r for f in files for r in json.loads(Path(f).read_text())["rows"]
-                   if f.endswith(a["run"].split(":")[0]) and r["model"] == a["model"]
-                   and r["cap"] == a["bandwidth"])  # fmt: skip
-        steps = row.get("compute_step_rounds_s") or [
-            s for runs in row.get("variant_step_runs_s", {}).values() for s in runs
-        ]
-        print(f"{a['run']} {a['bandwidth']}: {statistics.median(steps) * 1e3:.1f} "
-              f"({min(steps) * 1e3:.1f}-{max(steps) * 1e3:.1f}) | "
-              f"{b['optimizer_step_s'] * 1e3:.1f}")  # fmt: skip
+    for f in files:
+        for row in json.loads(Path(f).read_text())["rows"]:
+            steps = own_step_samples(row)
+            run = f"{Path(f).name}:{row['model']}"
+            print(f"{run} {row['cap']}: {statistics.median(steps) * 1e3:.1f} "
+                  f"({min(steps) * 1e3:.1f}-{max(steps) * 1e3:.1f}) | "
+                  f"{timed_now[run, row['cap']] * 1e3:.1f}")  # fmt: skip
 
 
 if __name__ == "__main__":
