@@ -34,6 +34,7 @@ def test_dp_paired_times_every_variant_in_turns_and_writes_json_png_and_table(tm
         "0.01",
         "--cadence-variants",
         "reorder_k=1,credit_mb=0.05",
+        "--twins",
         "--out",
         "out/paired.json",
         cwd=tmp_path,
@@ -46,8 +47,15 @@ def test_dp_paired_times_every_variant_in_turns_and_writes_json_png_and_table(tm
     assert (row["model"], row["cap"]) == ("mlp", "none")
     assert set(row["rounds_s"]) == {
         "compute", "ddp", "ddp-1mb", "cadence", "cadence-0.01mb",
-        "cadence[reorder_k=1,credit_mb=0.05]",
+        "cadence[reorder_k=1,credit_mb=0.05]", "ddp-twin", "cadence-twin",
     }  # fmt: skip
+    # The A/A twins, each against what it copies round by round; not among the variants.
+    for original, twin in (("ddp", "ddp-twin"), ("cadence", "cadence-twin")):
+        expected = [t / o for t, o in zip(row["rounds_s"][twin], row["rounds_s"][original],
+                                          strict=True)]  # fmt: skip
+        assert row["twin_over_original_rounds"][original] == pytest.approx(expected)
+        assert f"mlp @ none: A/A {twin}" in proc.stdout
+    assert row["ddp_tuned"] in ("ddp", "ddp-1mb")
     assert set(row["variant_over_cadence_paired"]) == {
         "cadence-0.01mb", "cadence[reorder_k=1,credit_mb=0.05]"
     }  # fmt: skip
@@ -151,6 +159,36 @@ def test_each_size_given_twice_is_one_variant():
                             cadence_thresholds_mb=(2.0, 2.0))  # fmt: skip
     names = variant_names(config.case("mlp", "none", None))
     assert names == ["compute", "ddp", "ddp-5mb", "cadence", "cadence-2mb"]
+
+
+def test_twins_go_last_and_are_neither_tuned_ddp_nor_a_cadence_variant():
+    config = PairedDPConfig(models=("mlp",), caps=("none",), twins=True)
+    names = variant_names(config.case("mlp", "none", None))
+    assert names == ["compute", "ddp", "ddp-5mb", "cadence", "ddp-twin", "cadence-twin"]
+    measured = {
+        "gradient_bytes": 4_000,
+        "block_steps": 8,
+        "rounds_s": {
+            "compute": [1.0, 1.0, 1.0],
+            "ddp": [2.0, 2.0, 2.0],
+            "ddp-5mb": [1.8, 1.9, 1.8],
+            "cadence": [1.6, 1.6, 1.6],
+            "ddp-twin": [1.5, 1.6, 1.7],  # the fastest DDP here: still not the "tuned" one
+            "cadence-twin": [1.6, 1.7, 1.5],
+        },
+        "wire_runs_s": [1.5, 1.5, 1.5],
+    }
+    row = summarise("m", "400mbit", measured)
+    assert row["ddp_tuned"] == "ddp-5mb"
+    assert row["variant_over_cadence_paired"] == {}
+    assert row["twin_over_original_rounds"]["ddp"] == pytest.approx([0.75, 0.8, 0.85])
+    assert row["twin_over_original_paired"] == {
+        "ddp": pytest.approx(0.8),
+        "cadence": pytest.approx(1.0),
+    }
+    # Without twins, no twin fields.
+    del measured["rounds_s"]["ddp-twin"], measured["rounds_s"]["cadence-twin"]
+    assert "twin_over_original_paired" not in summarise("m", "400mbit", measured)
 
 
 def test_cadence_variants_name_what_they_set():

@@ -26,7 +26,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from cadence.bench.dp_paired import COMPUTE, PairedCase, cadence_settings, variant_names
+from cadence.bench.dp_paired import (
+    COMPUTE,
+    TWINS,
+    PairedCase,
+    cadence_settings,
+    variant_names,
+)
 from cadence.comm import destroy, init_from_env
 from cadence.comm.calibrate import measure_s, slowest
 from cadence.config import TrainConfig
@@ -60,6 +66,9 @@ def _build(name: str, base: nn.Module, config: PairedCase, profile: Any) -> _Var
     optimizer = build_optimizer(model.parameters(), TrainConfig(model=config.model))
     if name == COMPUTE:  # each rank trains alone: the compute every schedule has to do
         return _Variant(name, model, optimizer, lambda: None)
+    copied = {twin: original for original, twin in TWINS.items()}.get(name)
+    if copied is not None:  # an A/A twin: built exactly as what it copies
+        return dataclasses.replace(_build(copied, base, config, profile), name=name)
     if name.startswith("ddp"):
         bucket_mb = 25.0 if name == "ddp" else float(name[len("ddp-") : -len("mb")])
         ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_mb)

@@ -207,6 +207,7 @@ def _cmd_dp_paired(args: argparse.Namespace) -> int:
         cadence_variants=tuple(v.strip() for v in args.cadence_variants.split(";") if v.strip()),
         reorder_k=args.reorder_k,
         autotune=args.autotune,
+        twins=args.twins,
         out=args.out,
     )
     run_paired_bench(config, _command_line())
@@ -255,6 +256,12 @@ def _add_dp_paired(bsub: Any) -> None:
     p.add_argument("--reorder-k", type=int, default=None, help="cadence-dp reorder point")
     p.add_argument(
         "--autotune", default="off", help="cadence-dp: off, exhaustive or guided (warm-up round)"
+    )
+    p.add_argument(
+        "--twins",
+        action="store_true",
+        help="also time an identical copy of DDP and of cadence-dp in the same rounds (A/A: "
+        "how far the benchmark's own medians move between identical variants)",
     )
     p.add_argument("--out", default="results/bench-dp-paired.json", help="JSON; PNG next to it")
     p.set_defaults(func=_cmd_dp_paired)

@@ -28,6 +28,8 @@ from cadence.errors import UserError
 NO_CAP = "none"
 COMPUTE = "compute"
 CADENCE = "cadence"
+TWINS = {"ddp": "ddp-twin", CADENCE: "cadence-twin"}
+"""With `twins`: the identical second copy of each variant, by the variant it copies."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,10 @@ class PairedSettings:
     warm-up round, which is extended until they end, so no timed round includes them."""
     threads: int = 1
     """Intra-op threads per worker."""
+    twins: bool = False
+    """Also time an identical second copy of DDP and of cadence-dp (`TWINS`) in the same
+    rounds: an A/A check of how far this benchmark's medians move between variants that
+    differ in nothing but their turn, i.e. the noise floor of its own figures."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,7 +181,10 @@ def variant_names(case: PairedCase) -> list[str]:
     """Turn order within a round (reversed every other round); a size given twice is one
     variant."""
     extra = [f"ddp-{mb:g}mb" for mb in case.ddp_buckets_mb if mb != 25.0]
-    return list(dict.fromkeys([COMPUTE, "ddp", *extra, *cadence_settings(case)]))
+    # Twins go last: as the order reverses every other round, each sits as far from the
+    # compute turn, on average, as what it copies.
+    twins = list(TWINS.values()) if case.twins else []
+    return list(dict.fromkeys([COMPUTE, "ddp", *extra, *cadence_settings(case), *twins]))
 
 
 def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
@@ -184,8 +193,13 @@ def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
     rounds: dict[str, list[float]] = measured["rounds_s"]
     wire: list[float] = measured["wire_runs_s"]
     n = len(rounds[CADENCE])
-    ddps = [name for name in rounds if name.startswith("ddp")]
-    others = [name for name in rounds if name.startswith(CADENCE) and name != CADENCE]
+    twins = {name: twin for name, twin in TWINS.items() if twin in rounds}
+    ddps = [name for name in rounds if name.startswith("ddp") and name not in twins.values()]
+    others = [
+        name
+        for name in rounds
+        if name.startswith(CADENCE) and name != CADENCE and name not in twins.values()
+    ]
     # The tuned bucket is the one fastest over all rounds, then compared round by round.
     tuned = min(ddps, key=lambda name: statistics.median(rounds[name]))
     bound = [max(rounds[COMPUTE][i], wire[i] if wire else 0.0) for i in range(n)]
@@ -200,6 +214,8 @@ def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
         "ddp_over_bound": per_round(rounds["ddp"], bound),
     }
     against_main = {name: per_round(rounds[name], rounds[CADENCE]) for name in others}
+    # A/A: each twin against what it copies, round by round.
+    twin_rounds = {name: per_round(rounds[twin], rounds[name]) for name, twin in twins.items()}
     medians = {name: statistics.median(times) for name, times in rounds.items()}
     compute = medians[COMPUTE]
     wire_s = statistics.median(wire) if wire else 0.0
@@ -234,6 +250,17 @@ def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
         "variant_over_cadence_paired": {
             name: statistics.median(values) for name, values in against_main.items()
         },
+        **_twins(twin_rounds),
+    }
+
+
+def _twins(rounds: dict[str, list[float]]) -> dict[str, Any]:
+    """Twin over original per round and their median, by original (`twins` runs only)."""
+    if not rounds:
+        return {}
+    return {
+        "twin_over_original_rounds": rounds,
+        "twin_over_original_paired": {k: statistics.median(v) for k, v in rounds.items()},
     }
 
 
@@ -299,6 +326,12 @@ def table_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
             lines.append(
                 f"{r['model']} @ {r['cap']}: {name} {r['iteration_s'][name]:.3f} s, "
                 f"{r['variant_over_cadence_paired'][name]:.2f}x cadence ({each})"
+            )
+        for name, ratios in r.get("twin_over_original_rounds", {}).items():
+            each = " / ".join(f"{x:.2f}" for x in ratios)
+            lines.append(
+                f"{r['model']} @ {r['cap']}: A/A {TWINS[name]} "
+                f"{r['twin_over_original_paired'][name]:.3f}x {name} ({each})"
             )
     return lines
 

@@ -20,6 +20,7 @@ from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.api import DDP_BUCKET_BYTES
 from cadence.sim.bench_halves import error_score, halves_line, halves_summary
+from cadence.sim.bench_twins import twins_line, twins_summary
 from cadence.sim.command import (
     STRATEGIES,
     Setup,
@@ -178,6 +179,9 @@ def table_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
     halves = halves_summary(rows)
     if halves:  # before the score line, which scripts read as the output's last
         lines.append(halves_line(halves))
+    twins = twins_summary(rows)
+    if twins:
+        lines.append(twins_line(twins))
     s = summary(rows)
     lines.append(
         f"mean |error| {s['mean_abs_error'] * 100:.1f}%, worst {s['worst_abs_error'] * 100:.1f}% "
@@ -363,6 +367,7 @@ def bench_sim_command(args: Any) -> int:
             "rows": rows,
             **summary(rows),
             "halves": halves_summary(rows),
+            "twins": twins_summary(rows),
             "profiles": sorted(args.profile or []),
             "costs": getattr(args, "costs", None),
             "contention": contention,

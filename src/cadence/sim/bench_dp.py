@@ -24,12 +24,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cadence.bench.dp_paired import TWINS
 from cadence.comm.cost import AlphaBeta
 from cadence.dp.config import mb_to_bytes
 from cadence.dp.plan import DEFAULT_CREDIT_CHUNKS, default_threshold
 from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.api import DDP_BUCKET_BYTES
+from cadence.sim.bench_twins import twin_fields
 from cadence.sim.command import (
     Setup,
     run_strategy,
@@ -409,9 +411,12 @@ def _paired_rows(
     cases = case.per_sample(row.get("compute_step_rounds_s") or [], len(computes))
     per_round = [c.predict(compute, 1.0) for c, compute in zip(cases, computes, strict=True)]
     common = {**common, "compute_basis": "lockstep" if lockstep else "per-rank"}
-    return [
-        _median_row(
-            common, strategy, rounds[variant], [p[variant] for p in per_round], "round_errors"
-        )
-        for variant, strategy in _VARIANTS.items()
-    ]
+    out = []
+    for variant, strategy in _VARIANTS.items():
+        results = [p[variant] for p in per_round]
+        median_row = _median_row(common, strategy, rounds[variant], results, "round_errors")
+        twin = rounds.get(TWINS[variant])
+        if twin:  # `dp-paired --twins`: the same predictions against the identical copy
+            median_row.update(twin_fields([r.iteration_s for r in results], rounds[variant], twin))
+        out.append(median_row)
+    return out
