@@ -37,11 +37,13 @@ def test_the_summary_scores_both_copies_and_names_the_twin_that_moved_most() -> 
     assert summary["against_twins"] == {"mean_abs_error": pytest.approx(0.02),
                                         "worst_abs_error": pytest.approx(0.04)}  # fmt: skip
     assert summary["against_originals"]["worst_abs_error"] == pytest.approx(0.12)
+    assert summary["twins_as_predictions"] == {"mean_abs_error": pytest.approx(0.05),
+                                               "worst_abs_error": pytest.approx(0.08)}  # fmt: skip
     assert summary["widest_gap"]["model"] == "a"
     line = twins_line(summary)
     assert "against the twins mean |error| 2.0%, worst 4.0%" in line
     assert "(against the originals 7.0%, 12.0%)" in line
-    assert "up to 8.0% from its original's (a ddp 1gbit)" in line
+    assert "predictions of their originals: 5.0%, worst 8.0% (a ddp 1gbit)" in line
     assert twins_summary(rows[2:]) is None
 
 
