@@ -181,8 +181,9 @@ def variant_names(case: PairedCase) -> list[str]:
     """Turn order within a round (reversed every other round); a size given twice is one
     variant."""
     extra = [f"ddp-{mb:g}mb" for mb in case.ddp_buckets_mb if mb != 25.0]
-    # Twins go last: as the order reverses every other round, each sits as far from the
-    # compute turn, on average, as what it copies.
+    # Twins go last, so the other variants keep their turns. A twin comes after its original
+    # in one round and before it in the next, but always further from the compute turn: the
+    # compute turns of two rounds are back to back, and DDP's copy is next to them.
     twins = list(TWINS.values()) if case.twins else []
     return list(dict.fromkeys([COMPUTE, "ddp", *extra, *cadence_settings(case), *twins]))
 
