@@ -21,13 +21,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from halves_every_check import CHECKS  # noqa: E402
+from speed_vs_error import folder_compute  # noqa: E402
 
 VARIANTS = {"ddp": "DDP", "cadence": "cadence-dp"}
 
 
 def main_(costs: str) -> None:
-    cost_rows = json.loads(Path(costs, "runtime-cost.json").read_text())["rows"]
-    base = {r["model"]: r["compute_s"] for r in cost_rows}
+    base = folder_compute(costs)
     print(f"# compute ratio: the rows' lockstep compute over {costs}'s; excess in ms per round")
     summary = []
     for name, files in CHECKS.items():

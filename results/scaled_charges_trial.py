@@ -13,7 +13,6 @@ About 2 minutes (four scorings of every check).
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
 import sys
 from collections.abc import Sequence
@@ -26,6 +25,7 @@ import cadence.sim.bench_dp as bench_dp
 
 sys.path.insert(0, str(Path(__file__).parent))
 from halves_every_check import check_reports  # noqa: E402
+from speed_vs_error import compute_ratio, folder_compute  # noqa: E402
 
 SCALED = {  # scoring -> which charges follow the sample's speed
     "as measured": (),
@@ -58,8 +58,7 @@ def scaled_case(case: Any, ratio: float, charges: Sequence[str]) -> Any:
 
 
 def main_(costs: str) -> None:
-    cost_rows = json.loads(Path(costs, "runtime-cost.json").read_text())["rows"]
-    base = {r["model"]: r["compute_s"] for r in cost_rows}
+    base = folder_compute(costs)
     original = bench_dp._Case.predict
     print(
         f"# charges from {costs}; per check under each scoring: mean signed error; "
@@ -80,7 +79,7 @@ def main_(costs: str) -> None:
         try:
             for name, report in check_reports(costs):
                 rows = report["rows"]
-                ratio = statistics.median(r["compute_s"] / base[r["model"]] for r in rows)
+                ratio = compute_ratio(rows, base)
                 signed = statistics.mean(r["error"] for r in rows)
                 lean[scoring].append((ratio, signed))
                 mean, worst = report["mean_abs_error"], report["worst_abs_error"]

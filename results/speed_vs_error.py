@@ -22,16 +22,26 @@ sys.path.insert(0, str(Path(__file__).parent))
 from halves_every_check import check_reports  # noqa: E402
 
 
-def main_(costs: str) -> None:
+def folder_compute(costs: str) -> dict[str, float]:
+    """Each model's compute when the folder's charges were measured (its runtime-cost.json)."""
     cost_rows = json.loads(Path(costs, "runtime-cost.json").read_text())["rows"]
-    base = {r["model"]: r["compute_s"] for r in cost_rows}
+    return {r["model"]: r["compute_s"] for r in cost_rows}
+
+
+def compute_ratio(rows: list[dict], base: dict[str, float]) -> float:
+    """The median over `bench sim` rows of the row's compute over its model's in `base`."""
+    return statistics.median(r["compute_s"] / base[r["model"]] for r in rows)
+
+
+def main_(costs: str) -> None:
+    base = folder_compute(costs)
     print(f"# charges from {costs}; compute ratio: the rows' compute over the folder's")
     print("| check | compute ratio (median) | mean signed error |")
     print("| --- | --- | --- |")
     per_check = []
     for name, report in check_reports(costs):
         rows = report["rows"]
-        ratio = statistics.median(r["compute_s"] / base[r["model"]] for r in rows)
+        ratio = compute_ratio(rows, base)
         signed = statistics.mean(r["error"] for r in rows)
         per_check.append((ratio, signed))
         print(f"| {name} | {ratio:.2f} | {100 * signed:+.1f}% |")

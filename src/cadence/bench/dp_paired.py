@@ -195,12 +195,9 @@ def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
     wire: list[float] = measured["wire_runs_s"]
     n = len(rounds[CADENCE])
     twins = {name: twin for name, twin in TWINS.items() if twin in rounds}
-    ddps = [name for name in rounds if name.startswith("ddp") and name not in twins.values()]
-    others = [
-        name
-        for name in rounds
-        if name.startswith(CADENCE) and name != CADENCE and name not in twins.values()
-    ]
+    compared = [name for name in rounds if name not in TWINS.values()]  # twins only A/A
+    ddps = [name for name in compared if name.startswith("ddp")]
+    others = [name for name in compared if name.startswith(CADENCE) and name != CADENCE]
     # The tuned bucket is the one fastest over all rounds, then compared round by round.
     tuned = min(ddps, key=lambda name: statistics.median(rounds[name]))
     bound = [max(rounds[COMPUTE][i], wire[i] if wire else 0.0) for i in range(n)]
