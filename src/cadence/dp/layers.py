@@ -7,9 +7,10 @@ most others; a parameter shared by several layers belongs to the front-most one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from torch import nn
+from torch import Tensor, nn
 
 from cadence.dp.plan import ParamInfo
 
@@ -55,3 +56,29 @@ def model_layout(model: nn.Module) -> ModelLayout:
         for i, p in enumerate(params)
     )
     return ModelLayout(tuple(layers), tuple(params), infos, tuple(layer_params))
+
+
+def gradient_arrival_order(
+    model: nn.Module, loss: Callable[[nn.Module], Tensor]
+) -> tuple[int, ...]:
+    """Indices (as `model_layout` numbers them) of `model`'s parameters in the order one
+    backward pass of `loss(model)` accumulates their gradients: the order cadence-dp's gradient
+    hooks see, and DDP's buckets follow once rebuilt. Within a layer it need not be the reverse
+    of registration (an LSTM's input weights come before its hidden weights). The gradients
+    are cleared afterwards."""
+    params = model_layout(model).params
+    order: list[int] = []
+    hooks = [
+        p.register_post_accumulate_grad_hook(lambda _p, i=i: order.append(i))
+        for i, p in enumerate(params)
+    ]
+    try:
+        loss(model).backward()
+    finally:
+        for hook in hooks:
+            hook.remove()
+        for p in params:
+            p.grad = None
+    seen = set(order)
+    # A parameter the loss does not reach gets no gradient: last, in reverse registration order.
+    return tuple(order) + tuple(i for i in reversed(range(len(params))) if i not in seen)

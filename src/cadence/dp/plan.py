@@ -269,19 +269,26 @@ def build_plan(
     ready_s: Sequence[float] | None = None,
     link_bytes_per_s: float | None = None,
     reorder_k: int | None = None,
+    arrival_order: Sequence[int] | None = None,
 ) -> DPPlan:
     """Chunk the gradients and fix the issue order every rank will follow.
 
     `ready_s[i]` is when parameter i's gradient is expected (seconds after backward starts);
     without it, gradients are assumed to arrive one per time unit in backward order. Without
     `link_bytes_per_s` the link is assumed to need as long for all bytes as the backward takes.
+    `arrival_order` (parameter indices, `gradient_arrival_order`) breaks ties between equal
+    `ready_s`, as a simulator gives every gradient of one block: the order the runtime's hooks
+    would see them in. Without it ties fall back on the expected backward order.
     """
     expected = expected_ready_order(params, reorder_k)
+    position = {p.index: t for t, p in enumerate(expected)}
     if ready_s is None:
-        position = {p.index: t for t, p in enumerate(expected)}
         ready_s = [float(position[p.index]) for p in sorted(params, key=lambda p: p.index)]
     else:  # measured (rank 0's, so the same everywhere): fuse in the order they really came
-        position = {p.index: t for t, p in enumerate(expected)}
+        if arrival_order is not None:
+            if sorted(arrival_order) != sorted(p.index for p in params):
+                raise ValueError("arrival_order must list every parameter index once")
+            position = {index: t for t, index in enumerate(arrival_order)}
         expected = sorted(params, key=lambda p: (ready_s[p.index], position[p.index]))
     chunks = make_chunks(params, threshold_bytes, expected)
     chunk_ready = [max(ready_s[s.param] for s in chunk.segments) for chunk in chunks]

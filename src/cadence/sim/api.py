@@ -58,12 +58,15 @@ def simulate_ddp(
     options: SimOptions | None = None,
     buffer_bytes: int = 0,
     buffer_broadcasts: int = 1,
+    arrival_order: Sequence[int] | None = None,
 ) -> SimResult:
-    """Predict torch DDP (ring all-reduce of reverse-order buckets, optimizer step after
-    backward). `params` (e.g. `plan.params`) gives exact bucket contents; without it each
-    block's parameters count as one tensor. `buffer_bytes`: the model's buffers (e.g.
-    BatchNorm's running statistics), which DDP broadcasts from rank 0 before every forward, in
-    `buffer_broadcasts` calls (one per dtype)."""
+    """Predict torch DDP (ring all-reduce of buckets, optimizer step after backward).
+    `params` (e.g. `plan.params`) gives exact bucket contents; without it each block's
+    parameters count as one tensor. `buffer_bytes`: the model's buffers (e.g. BatchNorm's
+    running statistics), which DDP broadcasts from rank 0 before every forward, in
+    `buffer_broadcasts` calls (one per dtype). `arrival_order` (with `params`; see
+    `gradient_arrival_order`): the order DDP rebuilds its buckets in after the first
+    iteration; None: reverse registration order."""
     _check(world_size, iterations)
     if bucket_bytes < 1:
         raise UserError(f"bucket size must be >= 1 byte, got {bucket_bytes}")
@@ -76,26 +79,9 @@ def simulate_ddp(
     infos = list(params) if params is not None else block_params(costs)
     built = build_ddp(
         costs, infos, world_size, link_model(link), bucket_bytes, iterations, options,
-        buffer_bytes, buffer_broadcasts,
+        buffer_bytes, buffer_broadcasts, arrival_order if params is not None else None,
     )  # fmt: skip
     return analyse(built, run(built.graph), sum(costs.param_bytes))
-
-
-def _build(
-    params: Sequence[ParamInfo],
-    threshold_bytes: int,
-    credit_bytes: int,
-    ready: Sequence[float] | None,
-    rate: float | None,
-    reorder_k: int | None,
-) -> DPPlan:
-    if reorder_k is None:
-        return build_plan(params, threshold_bytes, credit_bytes, ready, rate)
-    if "reorder_k" not in {f.name for f in dataclasses.fields(DPPlan)}:
-        raise UserError("this cadence.dp has no backward reordering (reorder_k)")
-    return build_plan(  # type: ignore[call-arg,unused-ignore]
-        params, threshold_bytes, credit_bytes, ready, rate, reorder_k=reorder_k
-    )
 
 
 def plan_dp(
@@ -108,13 +94,15 @@ def plan_dp(
     options: SimOptions | None = None,
     reorder_k: int | None = None,
     one_chunk_warmup: bool = False,
+    arrival_order: Sequence[int] | None = None,
 ) -> DPPlan:
     """The plan the runtime builds after its warm-up iteration, which it runs with the initial
     plan (expected order, no rates) while timing gradient ready times and the link: the
     warm-up is simulated and the same figures are read off it (ready times from backward
     start; link rate = chunk bytes / time from the first gradient to the last update). With
     `one_chunk_warmup` (the runtime's default plan), the warm-up is one chunk instead and the
-    rate its all-reduce's bytes / duration."""
+    rate its all-reduce's bytes / duration. `arrival_order` (`gradient_arrival_order`): the
+    order one block's gradients reach the runtime's hooks, which the simulator times alike."""
     if threshold_bytes < 1 or credit_bytes < 1:
         raise UserError(
             f"threshold and credit must be >= 1 byte, got {threshold_bytes}, {credit_bytes}"
@@ -124,9 +112,9 @@ def plan_dp(
     blocks = param_blocks(costs, params)
     whole = max(1, sum(p.nbytes for p in params))
     initial = (
-        _build(params, whole, whole, None, None, None)
+        build_plan(params, whole, whole)
         if one_chunk_warmup
-        else _build(params, threshold_bytes, credit_bytes, None, None, reorder_k)
+        else build_plan(params, threshold_bytes, credit_bytes, reorder_k=reorder_k)
     )
     one = dataclasses.replace(options, replicas=1, warmup_iterations=0)
     warm = simulate_dp(profile, initial, world_size, link, iterations=1, options=one)
@@ -151,4 +139,6 @@ def plan_dp(
         (reduce,) = (t for t in graph.tasks if t.kind == "allreduce" and t.iteration == 0)
         first, last = schedule.start_s[reduce.id], schedule.end_s[reduce.id]
     rate = sum(c.nbytes for c in initial.chunks) / max(last - first, 1e-6)
-    return _build(params, threshold_bytes, credit_bytes, ready, rate, reorder_k)
+    return build_plan(
+        params, threshold_bytes, credit_bytes, ready, rate, reorder_k, arrival_order
+    )

@@ -26,6 +26,7 @@ from cadence.sim.command import (
     Setup,
     run_strategy,
     step_cost,
+    zoo_arrival_order,
     zoo_buffer_broadcasts,
     zoo_layout,
 )
@@ -130,6 +131,7 @@ def predict_runs(
             link=cap_link(bps, payload_fraction, calibrated),
             description=f"{model} {cfg['emulate_bandwidth']}",
             update_s_per_byte=steps[key],
+            arrival_order=zoo_arrival_order(model),
         )
         zero = None
         if strategy == "zero":

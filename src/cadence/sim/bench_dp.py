@@ -36,6 +36,7 @@ from cadence.sim.command import (
     Setup,
     run_strategy,
     step_cost,
+    zoo_arrival_order,
     zoo_buffer_broadcasts,
     zoo_layout,
 )
@@ -155,6 +156,8 @@ class _Case:
     own_steps: bool = False
     """Price each round or run at the optimizer step its own compute timed (`own_step_samples`)
     rather than at `step_s`."""
+    arrival_order: tuple[int, ...] | None = None
+    """The order the model's gradients arrive in (`Setup.arrival_order`)."""
 
     def with_step(self, step_s: float) -> _Case:
         """The same case with a whole-model optimizer step of `step_s`."""
@@ -188,6 +191,7 @@ class _Case:
                 link=self.link,
                 description=self.description,
                 update_s_per_byte=self.update_s_per_byte,
+                arrival_order=self.arrival_order,
             )
             out[variant], _ = run_strategy(
                 setup,
@@ -281,6 +285,7 @@ def predict_bench_dp(
                 default_plan=recorded_default_plan(row),
                 slowdown=slowdown,
                 own_steps=bool(own),
+                arrival_order=zoo_arrival_order(model),
             )
             common = {
                 "run": f"{Path(path).name}:{model}",

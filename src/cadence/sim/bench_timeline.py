@@ -27,7 +27,7 @@ from cadence.dp.plan import DPPlan
 from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.bench_dp import recorded_threshold, scaled_profile
-from cadence.sim.command import Setup, model_params, run_strategy
+from cadence.sim.command import Setup, model_params, run_strategy, zoo_arrival_order
 from cadence.sim.compute import cap_link, emulated_options
 from cadence.sim.options import SimOptions
 from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION
@@ -134,6 +134,7 @@ def predict_timelines(
                     link=link,
                     description=f"{model} {cap}",
                     update_s_per_byte=slowest["updates_s"] / param_bytes,
+                    arrival_order=zoo_arrival_order(model),
                 )
                 result, _ = run_strategy(
                     setup,

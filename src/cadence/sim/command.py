@@ -59,6 +59,10 @@ class Setup:
     broadcasts from rank 0 before every forward; 0: none."""
     buffer_broadcasts: int = 1
     """Broadcast calls DDP makes for those buffers: one per dtype (`zoo_buffer_broadcasts`)."""
+    arrival_order: tuple[int, ...] | None = None
+    """Indices of `params` in the order one backward pass accumulates their gradients
+    (`zoo_arrival_order`): how the runtime fuses one block's gradients into chunks and DDP
+    fills its buckets. None: the expected order (reverse registration)."""
 
 
 @functools.cache  # a prediction asks once per row or run: build each model once
@@ -70,6 +74,23 @@ def zoo_buffer_broadcasts(model: str) -> int:
 
     module = get_model_spec(model).build()
     return max(len({b.dtype for b in module.buffers()}), 1)
+
+
+@functools.cache
+def zoo_arrival_order(model: str) -> tuple[int, ...]:
+    """The order zoo `model`'s gradients arrive in one backward pass (`gradient_arrival_order`
+    on a batch of two synthetic samples): the same on every batch, since it follows the graph."""
+    import torch
+
+    from cadence.dp.layers import gradient_arrival_order
+    from cadence.models import get_model_spec
+    from cadence.models.loss import loss_fn
+
+    spec = get_model_spec(model)
+    torch.manual_seed(0)
+    module = spec.build()
+    inputs, targets = spec.synthetic_batch(2)
+    return gradient_arrival_order(module, lambda m: loss_fn(m(inputs), targets))
 
 
 def model_params(model: str) -> tuple[ParamInfo, ...]:
@@ -160,6 +181,7 @@ def make_setup(
         update_s_per_byte=update,
         buffer_bytes=buffer_bytes,
         buffer_broadcasts=zoo_buffer_broadcasts(model),
+        arrival_order=zoo_arrival_order(model),
     )
 
 
@@ -220,6 +242,7 @@ def run_strategy(
             options,
             setup.buffer_bytes,
             setup.buffer_broadcasts,
+            setup.arrival_order,
         )
         return result, None
     if strategy != "cadence-dp":
@@ -248,6 +271,7 @@ def run_strategy(
         options,
         reorder_k,
         one_chunk_warmup=default,
+        arrival_order=setup.arrival_order,
     )
     if default and default_plan == "choose":
         result, one = _one_chunk(setup, gradient_bytes, iterations, options)

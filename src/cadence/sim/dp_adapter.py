@@ -11,10 +11,10 @@ Both follow what the executors do, step by step:
   (all input gradients first, then weight gradients of layers K..1, L..K+1).
 - DDP: before each forward, a model with buffers (BatchNorm's running statistics) has them
   broadcast from rank 0 (`broadcast_buffers`, on by default), and the forward waits for it;
-  gradients are bucketed in reverse registration order (first bucket 1 MiB, then
-  `bucket_bytes`), a bucket's all-reduce is launched once it is ready and every earlier bucket
-  is launched, the optimizer steps after backward once all are done, and the next forward
-  waits for that step.
+  gradients are bucketed in the order they arrive (DDP rebuilds its buckets so after the
+  first iteration; first bucket 1 MiB, then `bucket_bytes`), a bucket's all-reduce is
+  launched once it is ready and every earlier bucket is launched, the optimizer steps after
+  backward once all are done, and the next forward waits for that step.
 """
 
 from __future__ import annotations
@@ -338,14 +338,23 @@ def ddp_buckets(
     params: Sequence[ParamInfo],
     bucket_bytes: int,
     first_bucket_bytes: int | None = DDP_FIRST_BUCKET_BYTES,
+    arrival_order: Sequence[int] | None = None,
 ) -> list[list[ParamInfo]]:
-    """DDP's buckets: parameters in reverse registration order, a bucket closes once it holds
-    at least its cap (`first_bucket_bytes` for the first, None meaning `bucket_bytes`, then
-    `bucket_bytes`); parameters are never split."""
+    """DDP's buckets: parameters in the order their gradients arrive (`arrival_order`, in
+    which DDP rebuilds its buckets after the first iteration; None: reverse registration
+    order), a bucket closes once it holds at least its cap (`first_bucket_bytes` for the
+    first, None meaning `bucket_bytes`, then `bucket_bytes`); parameters are never split."""
     first_cap = bucket_bytes if first_bucket_bytes is None else first_bucket_bytes
+    by_index = {p.index: p for p in params}
+    if arrival_order is None:
+        ordered = sorted(params, key=lambda p: -p.index)
+    elif sorted(arrival_order) != sorted(by_index):
+        raise ValueError("arrival_order must list every parameter index once")
+    else:
+        ordered = [by_index[i] for i in arrival_order]
     buckets: list[list[ParamInfo]] = [[]]
     size = 0
-    for p in sorted(params, key=lambda p: -p.index):
+    for p in ordered:
         if p.numel == 0:
             continue
         buckets[-1].append(p)
@@ -367,12 +376,14 @@ def build_ddp(
     options: SimOptions,
     buffer_bytes: int = 0,
     buffer_broadcasts: int = 1,
+    arrival_order: Sequence[int] | None = None,
 ) -> Built:
     """Graph of `options.warmup_iterations + iterations` iterations of DDP (`buffer_bytes`: the
-    model's buffers, broadcast before every forward in `buffer_broadcasts` calls)."""
+    model's buffers, broadcast before every forward in `buffer_broadcasts` calls;
+    `arrival_order`: see `ddp_buckets`)."""
     graph = TaskGraph()
     blocks = param_blocks(costs, params)
-    buckets = ddp_buckets(params, bucket_bytes, options.ddp_first_bucket_bytes)
+    buckets = ddp_buckets(params, bucket_bytes, options.ddp_first_bucket_bytes, arrival_order)
     steps = backward_steps(len(costs.forward_s), None)
     # DDP's reducer runs on its own thread: only communication's processor time shares compute.
     shared = options.charges_comm_cpu

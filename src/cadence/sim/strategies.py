@@ -69,7 +69,7 @@ def _data_parallel(setup: Setup, costs: BlockCosts, options: SimOptions) -> list
     memory = state_bytes(p, 2, "replicated", n) + _activations(costs)
     ddp = simulate_ddp(
         setup.profile, n, setup.link, DDP_BUCKET_BYTES, 3, setup.params, options,
-        setup.buffer_bytes, setup.buffer_broadcasts,
+        setup.buffer_bytes, setup.buffer_broadcasts, setup.arrival_order,
     )  # fmt: skip
     rows = [Candidate("ddp", "25 MiB buckets", ddp.iteration_s, memory, ddp.wire_bytes, SIMULATED)]
     best = None
@@ -82,6 +82,7 @@ def _data_parallel(setup: Setup, costs: BlockCosts, options: SimOptions) -> list
             n,
             setup.link,
             options,
+            arrival_order=setup.arrival_order,
         )
         result = simulate_dp(setup.profile, plan, n, setup.link, 3, options)
         if best is None or result.iteration_s < best[0].iteration_s:
