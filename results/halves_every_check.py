@@ -44,6 +44,9 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
                            "results/bench-dp-paired-vgg16-400mbit-twins-20261127h.json"],
     "in turns i (twins, 10 rounds, no vgg16)": [
         "results/bench-dp-paired-small-twins-10rounds-20261127i.json"],
+    "in turns j (twins, small 10 rounds, vgg16 5)": [
+        "results/bench-dp-paired-small-twins-10rounds-20261127j.json",
+        "results/bench-dp-paired-vgg16-400mbit-twins-20261127j.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
 }  # fmt: skip
 
