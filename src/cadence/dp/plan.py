@@ -286,9 +286,7 @@ def build_plan(
         ready_s = [float(position[p.index]) for p in sorted(params, key=lambda p: p.index)]
     else:  # measured (rank 0's, so the same everywhere): fuse in the order they really came
         if arrival_order is not None:
-            if sorted(arrival_order) != sorted(p.index for p in params):
-                raise ValueError("arrival_order must list every parameter index once")
-            position = {index: t for t, index in enumerate(arrival_order)}
+            position = arrival_positions(params, arrival_order)
         expected = sorted(params, key=lambda p: (ready_s[p.index], position[p.index]))
     chunks = make_chunks(params, threshold_bytes, expected)
     chunk_ready = [max(ready_s[s.param] for s in chunk.segments) for chunk in chunks]
@@ -313,6 +311,14 @@ def weight_grad_order(num_layers: int, k: int) -> list[int]:
     if not 1 <= k <= num_layers:
         raise ValueError(f"reorder point K must be in 1..{num_layers}, got {k}")
     return [*range(k - 1, -1, -1), *range(num_layers - 1, k - 1, -1)]
+
+
+def arrival_positions(params: Sequence[ParamInfo], arrival_order: Sequence[int]) -> dict[int, int]:
+    """Each parameter index's position in `arrival_order` (`gradient_arrival_order`), or a
+    ValueError unless it lists every index of `params` once."""
+    if sorted(arrival_order) != sorted(p.index for p in params):
+        raise ValueError("arrival_order must list every parameter index once")
+    return {index: t for t, index in enumerate(arrival_order)}
 
 
 def expected_ready_order(params: Sequence[ParamInfo], reorder_k: int | None) -> list[ParamInfo]:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cadence.comm.cost import AlphaBeta
-from cadence.dp.plan import DPPlan, ParamInfo
+from cadence.dp.plan import DPPlan, ParamInfo, arrival_positions
 from cadence.sim.compute import (
     BlockCosts,
     add_compute_iteration,
@@ -345,13 +345,11 @@ def ddp_buckets(
     order), a bucket closes once it holds at least its cap (`first_bucket_bytes` for the
     first, None meaning `bucket_bytes`, then `bucket_bytes`); parameters are never split."""
     first_cap = bucket_bytes if first_bucket_bytes is None else first_bucket_bytes
-    by_index = {p.index: p for p in params}
     if arrival_order is None:
         ordered = sorted(params, key=lambda p: -p.index)
-    elif sorted(arrival_order) != sorted(by_index):
-        raise ValueError("arrival_order must list every parameter index once")
     else:
-        ordered = [by_index[i] for i in arrival_order]
+        position = arrival_positions(params, arrival_order)
+        ordered = sorted(params, key=lambda p: position[p.index])
     buckets: list[list[ParamInfo]] = [[]]
     size = 0
     for p in ordered:
