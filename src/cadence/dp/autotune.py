@@ -108,7 +108,7 @@ class Autotuner:
         self,
         method: str,
         initial: Candidate,
-        thresholds: Sequence[Candidate],
+        thresholds: Sequence[Candidate] | Callable[[], Sequence[Candidate]],
         reorder_points: Callable[[Candidate], list[Candidate]],
         apply: Callable[[Candidate], None],
         waited_s: Callable[[], float],
@@ -130,7 +130,10 @@ class Autotuner:
         self._cheapest = cheapest
         self._wire_s = wire_s  # one all-reduce of every gradient at the probed link rate
         self._cheap_wire_fraction = cheap_wire_fraction
-        self._queue = list(thresholds)
+        # Listed when the trials start, after the warm-up: a guided ranking can then plan
+        # from that warm-up's measured gradient order, and is not run when nothing is tried.
+        self._thresholds = thresholds
+        self._queue: list[Candidate] = []
         self._reorder_points: Callable[[Candidate], list[Candidate]] | None = reorder_points
         self._apply = apply
         self._waited_s = waited_s
@@ -166,6 +169,8 @@ class Autotuner:
             return
         if n == self._warmup + 1:
             if not self._comm_hidden():
+                thresholds = self._thresholds
+                self._queue = list(thresholds() if callable(thresholds) else thresholds)
                 self._next_trial()
             elif self._cheapest is None or self._cheapest == self._initial:
                 self._finish("skipped", None)
@@ -274,8 +279,12 @@ class SimulatedRanking:
         world_size: int,
         link_bytes_per_s: float,
         broadcast: bool,
+        arrival_order: Callable[[], Sequence[int] | None] | None = None,
     ):
         self._profile = profile
+        # Asked for when ranking: the order the runtime's hooks saw the gradients in (ties in
+        # the simulated ready times, one block's gradients, are broken by it; see plan_dp).
+        self._arrival_order = arrival_order
         self._params = list(params)
         self._gradient_bytes = sum(p.nbytes for p in self._params)
         self._world = world_size
@@ -283,7 +292,7 @@ class SimulatedRanking:
         self._broadcast = broadcast
         self.simulations = 0
 
-    def predict(self, candidate: Candidate) -> float:
+    def predict(self, candidate: Candidate, arrival_order: Sequence[int] | None = None) -> float:
         from cadence.dp.plan import default_credit
         from cadence.sim import plan_dp, simulate_dp  # heavy; only guided tuning needs it
 
@@ -295,13 +304,15 @@ class SimulatedRanking:
             self._world,
             self._link,
             reorder_k=candidate.reorder_k,
+            arrival_order=arrival_order,
         )
         self.simulations += 1
         return float(simulate_dp(self._profile, plan, self._world, self._link).iteration_s)
 
     def fastest(self, candidates: Sequence[Candidate], count: int) -> list[Candidate]:
         def rank() -> list[Candidate]:
-            scored = sorted(candidates, key=lambda c: (self.predict(c), c.threshold_bytes))
+            order = self._arrival_order() if self._arrival_order is not None else None
+            scored = sorted(candidates, key=lambda c: (self.predict(c, order), c.threshold_bytes))
             return scored[:count]
 
         chosen: list[Candidate] = _rank0_then_broadcast(rank, self._broadcast)

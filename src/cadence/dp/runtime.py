@@ -271,6 +271,15 @@ class SyncEngine:
         else:
             self.plan = chunked
 
+    def measured_arrival_order(self) -> tuple[int, ...] | None:
+        """Parameter indices in the order the last complete backward pass made their gradients
+        ready (this rank's hooks), or None before any backward pass has completed."""
+        with self._cv:
+            if self._snapshot_iter == 0:
+                return None
+            ready = list(self._last_ready_s)
+        return tuple(sorted(range(len(ready)), key=lambda i: (ready[i], -i)))
+
     @property
     def threshold_bytes(self) -> int:
         """The threshold the plan is built with now (the config's, the default's or tuning's)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -68,13 +69,25 @@ def attach_tuner(
     def every_k(best: Candidate) -> list[Candidate]:
         return [Candidate(best.threshold_bytes, k) for k in k_trials(num_layers)]
 
-    first, then = thresholds, every_k
+    first: list[Candidate] | Callable[[], list[Candidate]] = thresholds
+    then = every_k
     rate = probe_link_bytes_per_s(world_size)
     total_bytes = sum(info.nbytes for info in engine.layout.infos)
     wire_s = 2 * (world_size - 1) / world_size * total_bytes / rate
     if config.autotune == "guided":
-        ranking = SimulatedRanking(profile, engine.layout.infos, world_size, rate, broadcast)
-        first = ranking.fastest(thresholds, config.guided_thresholds)
+        ranking = SimulatedRanking(
+            profile,
+            engine.layout.infos,
+            world_size,
+            rate,
+            broadcast,
+            arrival_order=engine.measured_arrival_order,
+        )
+
+        def ranked_thresholds() -> list[Candidate]:  # after the warm-up: its gradient order
+            return ranking.fastest(thresholds, config.guided_thresholds)
+
+        first = ranked_thresholds
 
         def then(best: Candidate) -> list[Candidate]:
             return ranking.fastest(every_k(best), config.guided_reorder_points)
