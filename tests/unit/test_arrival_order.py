@@ -10,9 +10,11 @@ import pytest
 import torch
 from torch import nn
 
+import cadence.sim.api
 from cadence.dp.layers import gradient_arrival_order, model_layout
-from cadence.dp.plan import ParamInfo, build_plan
+from cadence.dp.plan import DPPlan, ParamInfo, build_plan
 from cadence.models.loss import loss_fn
+from cadence.sim.api import plan_dp, spaced_in_arrival_order
 from cadence.sim.command import make_setup, model_params, zoo_arrival_order
 from cadence.sim.dp_adapter import ddp_buckets
 from tests.unit.test_sim_cli import zoo_profile
@@ -93,3 +95,34 @@ def test_simulate_setup_carries_the_zoo_arrival_order(tmp_path: Path) -> None:
         optimizer_step_s=0.001, echo=lambda _: None,
     )  # fmt: skip
     assert setup.arrival_order == zoo_arrival_order("cnn_lstm")
+
+
+def test_spacing_keeps_block_times_and_orders_ties_by_arrival() -> None:
+    params = [ParamInfo(i, f"p{i}", 10, 4, 0) for i in range(3)]
+    spaced = spaced_in_arrival_order([1.0, 1.0, 0.5], params, (2, 1, 0), 1e-9)
+    assert sorted(range(3), key=lambda i: spaced[i]) == [2, 1, 0]
+    assert spaced == pytest.approx([1.0, 1.0, 0.5], abs=1e-8)
+
+
+def test_vgg16_classifier_chunk_goes_first_only_when_spaced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The runtime's hooks see the classifier's and conv13's BatchNorm gradients before
+    # conv13's weight (one block, timed alike here), so the runtime sends the chunk holding
+    # them first (results/vgg16_issue_order_replay.py on recorded dp-timeline runs). Tied, the
+    # default, the front-most of the block's chunks wins on priority: conv13's weight first.
+    profile = zoo_profile("vgg16")
+    params = model_params("vgg16")
+    order = zoo_arrival_order("vgg16")
+    names = {p.index: p.name for p in params}
+
+    def chunk_names(plan: DPPlan, position: int) -> set[str]:
+        return {names[s.param] for s in plan.chunks[plan.issue_order[position]].segments}
+
+    tied = plan_dp(profile, params, 4 << 20, 16 << 20, 2, 50e6, arrival_order=order)
+    assert chunk_names(tied, 0) == {"conv13.0.weight"}
+    assert "head.weight" not in chunk_names(tied, 0)
+    monkeypatch.setattr(cadence.sim.api, "HOOK_SPACING_S", 1e-9)
+    spaced = plan_dp(profile, params, 4 << 20, 16 << 20, 2, 50e6, arrival_order=order)
+    assert [c.segments for c in spaced.chunks] == [c.segments for c in tied.chunks]
+    assert {"head.weight", "conv13.1.weight"} <= chunk_names(spaced, 0)
