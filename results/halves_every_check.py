@@ -27,6 +27,7 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "long i": [LONG.format("20261127i")],
     "long j": [LONG.format("20261127j")],
     "long k": [LONG.format("20261127k")],
+    "long m": [LONG.format("20261127m")],
     "in turns a": ["results/bench-dp-paired-small-defaults-20261126.json",
                    "results/bench-dp-paired-vgg16-400mbit-defaults-20261126.json"],
     "in turns b": ["results/bench-dp-paired-small-defaults-20261126b.json",
