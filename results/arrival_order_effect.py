@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import statistics
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import cadence.sim.bench as bench
 import cadence.sim.bench_dp as bench_dp
 
 sys.path.insert(0, str(Path(__file__).parent))
-from halves_every_check import check_reports, score  # noqa: E402
+from halves_every_check import check_reports, print_side_by_side, row_errors  # noqa: E402
 
 ORDERS = ("expected", "arrival")
 
@@ -39,23 +38,8 @@ def reports(costs: str, order: str) -> list[tuple[str, dict]]:
 
 def main_(costs: str) -> None:
     scored = {order: reports(costs, order) for order in ORDERS}
-    print(f"# charges from {costs}; mean/worst |error| in %: expected order | arrival order")
-    print("| check | expected | arrival |")
-    print("| --- | --- | --- |")
-    for (name, old), (_, new) in zip(scored["expected"], scored["arrival"], strict=True):
-        print(f"| {name} | {score(old)} | {score(new)} |")
-    for order in ORDERS:
-        met = sum(r["mean_abs_error"] <= 0.05 and r["worst_abs_error"] <= 0.10
-                  for _, r in scored[order])  # fmt: skip
-        print(f"{order} order: target met on {met} of {len(scored[order])} checks")
-    errors: dict[tuple[str, str, str], dict[str, list[float]]] = defaultdict(
-        lambda: {o: [] for o in ORDERS}
-    )
-    for order in ORDERS:
-        for _, report in scored[order]:
-            for row in report["rows"]:
-                key = (row["model"], row["strategy"], row["bandwidth"])
-                errors[key][order].append(row["error"] * 100)
+    print_side_by_side(scored, costs, "expected order | arrival order", " order")
+    errors = row_errors(scored)
     print()
     print("# per row over the checks that have it: checks predicted low, mean signed error, "
           "mean |error| (%): expected order -> arrival order")  # fmt: skip

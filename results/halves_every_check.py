@@ -60,6 +60,40 @@ def score(s: dict[str, float]) -> str:
     return f"{s['mean_abs_error'] * 100:.1f}/{s['worst_abs_error'] * 100:.1f}"
 
 
+def meets(report: dict) -> bool:
+    """Whether a `bench sim` report meets the target: mean |error| <= 5%, worst <= 10%."""
+    return report["mean_abs_error"] <= 0.05 and report["worst_abs_error"] <= 0.10
+
+
+def row_errors(scored: dict[str, list[tuple[str, dict]]]) -> dict[tuple, dict[str, list[float]]]:
+    """Per row (model, strategy, cap), per variant of `scored` (variant -> its checks'
+    reports): the row's signed errors in % over the checks that have it."""
+    errors: dict[tuple, dict[str, list[float]]] = {}
+    for variant, reports in scored.items():
+        for _, report in reports:
+            for row in report["rows"]:
+                key = (row["model"], row["strategy"], row["bandwidth"])
+                per = errors.setdefault(key, {v: [] for v in scored})
+                per[variant].append(row["error"] * 100)
+    return errors
+
+
+def print_side_by_side(
+    scored: dict[str, list[tuple[str, dict]]], costs: str, what: str, suffix: str = ""
+) -> None:
+    """Two variants' scores (`scored`: variant -> its checks' reports) check by check, then
+    how many checks each meets the target on. `what` names the columns in the heading."""
+    first, second = scored
+    print(f"# charges from {costs}; mean/worst |error| in %: {what}")
+    print(f"| check | {first} | {second} |")
+    print("| --- | --- | --- |")
+    for (name, a), (_, b) in zip(scored[first], scored[second], strict=True):
+        print(f"| {name} | {score(a)} | {score(b)} |")
+    for variant, reports in scored.items():
+        met = sum(meets(r) for _, r in reports)
+        print(f"{variant}{suffix}: target met on {met} of {len(reports)} checks")
+
+
 def bench_sim(files: list[str], costs: str, out: Path) -> tuple[str, dict]:
     """`cadence bench sim` of `files` with PROFILES and the charges in `costs`: its printed
     text and its `--json` report (written to `out`)."""

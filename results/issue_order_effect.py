@@ -18,14 +18,13 @@ from __future__ import annotations
 import functools
 import statistics
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import cadence.sim.api as api
 import cadence.sim.command as command
 
 sys.path.insert(0, str(Path(__file__).parent))
-from halves_every_check import check_reports, score  # noqa: E402
+from halves_every_check import check_reports, print_side_by_side, row_errors  # noqa: E402
 
 SPACINGS = {"tied": 0.0, "spaced": 1e-9}  # tied: the default (`HOOK_SPACING_S`)
 
@@ -43,24 +42,8 @@ def reports(costs: str, spacing: float) -> list[tuple[str, dict]]:
 def main_(costs: str) -> None:
     command.step_s_per_byte = functools.cache(command.step_s_per_byte)  # one timing per model
     scored = {label: reports(costs, spacing) for label, spacing in SPACINGS.items()}
-    print(f"# charges from {costs}; mean/worst |error| in %: tied | spaced in arrival order")
-    print("| check | tied | spaced |")
-    print("| --- | --- | --- |")
-    for (name, old), (_, new) in zip(scored["tied"], scored["spaced"], strict=True):
-        print(f"| {name} | {score(old)} | {score(new)} |")
-    for label in SPACINGS:
-        met = sum(
-            r["mean_abs_error"] <= 0.05 and r["worst_abs_error"] <= 0.10 for _, r in scored[label]
-        )
-        print(f"{label}: target met on {met} of {len(scored[label])} checks")
-    errors: dict[tuple[str, str, str], dict[str, list[float]]] = defaultdict(
-        lambda: {label: [] for label in SPACINGS}
-    )
-    for label in SPACINGS:
-        for _, report in scored[label]:
-            for row in report["rows"]:
-                key = (row["model"], row["strategy"], row["bandwidth"])
-                errors[key][label].append(row["error"] * 100)
+    print_side_by_side(scored, costs, "tied | spaced in arrival order")
+    errors = row_errors(scored)
     print()
     print(
         "# per row over the checks that have it: mean signed error, mean |error| (%), "
