@@ -52,6 +52,9 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "in turns l (twins, small 10 rounds, vgg16 5)": [
         "results/bench-dp-paired-small-twins-10rounds-20261127l.json",
         "results/bench-dp-paired-vgg16-400mbit-twins-20261127l.json"],
+    "in turns n (twins, small 10 rounds, vgg16 5)": [
+        "results/bench-dp-paired-small-twins-10rounds-20261127n.json",
+        "results/bench-dp-paired-vgg16-400mbit-twins-20261127n.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
 }  # fmt: skip
 
