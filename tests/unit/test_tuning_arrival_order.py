@@ -3,6 +3,8 @@ the ranking runs when the trials begin, after the warm-up, not when training sta
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 import cadence
@@ -40,11 +42,11 @@ class _Clock:
         self.waited = 0.0
 
 
-def _tuner(clock: _Clock, thresholds: object) -> Autotuner:
+def _tuner(clock: _Clock, thresholds: Callable[[], list[Candidate]]) -> Autotuner:
     return Autotuner(
         "guided",
         Candidate(100, None),
-        thresholds,  # type: ignore[arg-type]
+        thresholds,
         lambda best: [],
         apply=lambda c: None,
         waited_s=lambda: clock.waited,
