@@ -97,10 +97,13 @@ def print_side_by_side(
         print(f"{variant}{suffix}: target met on {met} of {len(reports)} checks")
 
 
-def bench_sim(files: list[str], costs: str, out: Path) -> tuple[str, dict]:
-    """`cadence bench sim` of `files` with PROFILES and the charges in `costs`: its printed
-    text and its `--json` report (written to `out`)."""
-    args = ["bench", "sim", "--from-bench-dp", *files, "--costs", costs, "--json", str(out)]
+def bench_sim(
+    files: list[str], costs: str, out: Path, extra: tuple[str, ...] = ()
+) -> tuple[str, dict]:
+    """`cadence bench sim` of `files` with PROFILES, the charges in `costs` and `extra`
+    arguments: its printed text and its `--json` report (written to `out`)."""
+    args = ["bench", "sim", "--from-bench-dp", *files, "--costs", costs, "--json", str(out),
+            *extra]  # fmt: skip
     for profile in PROFILES:
         args += ["--profile", profile]
     text = io.StringIO()

@@ -65,6 +65,11 @@ class TrainConfig:
     of the model, no communication, all ranks at once) and record them in the metrics as
     `compute_probe`: the run's own compute speed, for comparing the run with a simulation of
     it (`cadence bench dp`); 0: none."""
+    interleaved_probe_every: int = 0
+    """During training, after every this many steps (not after the last), flush the run's
+    reductions and time two steps of compute alone as `compute_probe_steps` does; recorded
+    as `interleaved_compute_probe`, and the step after each block is left out of the median
+    iteration. 0: none."""
     # --- data parallel (--strategy ddp / cadence-dp) ---
     ddp_bucket_mb: float = 25.0
     """DDP's gradient bucket size in MB (torch's default is 25)."""
@@ -168,7 +173,12 @@ class TrainConfig:
             raise UserError(f"--threads must be at least 1 (got {self.threads})")
         if self.compute_probe_steps < 0:
             raise UserError(f"compute_probe_steps must be >= 0 (got {self.compute_probe_steps})")
-        if self.compute_probe_steps and self.strategy not in _WHOLE_MODEL_STRATEGIES:
+        if self.interleaved_probe_every < 0:
+            raise UserError(
+                f"interleaved_probe_every must be >= 0 (got {self.interleaved_probe_every})"
+            )
+        probing = self.compute_probe_steps or self.interleaved_probe_every
+        if probing and self.strategy not in _WHOLE_MODEL_STRATEGIES:
             raise UserError(
                 "the compute probe times the whole model on each rank's share of the batch: "
                 f"it is for --strategy {', '.join(_WHOLE_MODEL_STRATEGIES)}, not {self.strategy}"
@@ -209,6 +219,9 @@ class TrainConfig:
                 f"unknown --autotune '{self.autotune}': choose one of "
                 f"{', '.join(AUTOTUNE_METHODS)}"
             )
+        if self.interleaved_probe_every and self.autotune != "off":
+            # Its blocks would land inside the tuner's timed trials.
+            raise UserError("an interleaved compute probe needs --autotune off")
 
     def _check_pipeline(self) -> None:
         from cadence.pipeline.schedule import build_schedule  # torch-free

@@ -10,7 +10,8 @@ from tests.cli_helpers import assert_one_line_error, run_cadence
 def test_bench_dp_measures_every_variant_and_writes_json_png_and_table(tmp_path):
     proc = run_cadence(
         "bench", "dp", "--models", "mlp", "--caps", "none", "--steps", "11", "--repeats", "1",
-        "--ddp-buckets-mb", "1", "--out", "out/bench.json", cwd=tmp_path, timeout=300,
+        "--ddp-buckets-mb", "1", "--interleaved-probe-every", "4", "--out", "out/bench.json",
+        cwd=tmp_path, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "out" / "bench.json").read_text())
@@ -33,6 +34,11 @@ def test_bench_dp_measures_every_variant_and_writes_json_png_and_table(tmp_path)
         # With the optimizer step the same probe timed, a part of its whole step.
         (step,) = row["variant_step_runs_s"][name]
         assert 0 < step < runs[0]
+    # And between the steps, in cadence-dp's runs only (two blocks of two steps in 11).
+    assert set(row["variant_interleaved_compute_runs_s"]) == {"cadence"}
+    (between,) = row["variant_interleaved_compute_runs_s"]["cadence"]
+    (between_step,) = row["variant_interleaved_step_runs_s"]["cadence"]
+    assert 0 < between_step < between < 5
     assert row["ddp_tuned_s"] == min(row["iteration_s"]["ddp"], row["iteration_s"]["ddp-1mb"])
     assert row["cadence_over_ddp"] == pytest.approx(
         row["iteration_s"]["cadence"] / row["iteration_s"]["ddp"]
@@ -49,6 +55,7 @@ def test_bench_dp_measures_every_variant_and_writes_json_png_and_table(tmp_path)
         (["--steps", "5"], "--steps must be at least 11"),
         (["--ddp-buckets-mb", "big"], "--ddp-buckets-mb must be numbers"),
         (["--probe-steps", "-1"], "--probe-steps must be >= 0"),
+        (["--interleaved-probe-every", "-2"], "--interleaved-probe-every must be >= 0"),
     ],
 )
 def test_bench_dp_bad_input_is_one_line(tmp_path, args, needle):

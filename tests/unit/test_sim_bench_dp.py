@@ -213,6 +213,56 @@ def test_rows_with_in_run_compute_are_predicted_run_by_run_from_each_runs_own(
     assert cadence["error"] == pytest.approx(0.0, abs=0.02)
 
 
+def test_the_interleaved_basis_takes_the_blocks_between_the_steps(tmp_path: Path) -> None:
+    profile = zoo_profile("cnn")
+    row = {"model": "cnn", "cap": "100gbit", "compute_s": 0.2,
+           "iteration_s": {"ddp": 0.3, "cadence": 0.25},
+           "runs_s": {"ddp": [0.3, 0.3, 0.3], "cadence": [0.25, 0.25, 0.25]},
+           # After the steps: far off; between them: each run's compute as it ran.
+           "variant_compute_runs_s": {"ddp": [0.6, 0.6, 0.6], "cadence": [0.5, 0.5, 0.5]},
+           "variant_interleaved_compute_runs_s": {"ddp": [0.3, 0.33, 0.3],
+                                                  "cadence": [0.25, 0.25, 0.2]}}  # fmt: skip
+    three_runs = [0.3, 0.3, 0.3]
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"config": {"workers": 2, "threshold_mb": None}, "rows": [row]}))
+    ddp, cadence = predict_bench_dp(
+        [str(path)], {"cnn": profile}, 1.0, optimizer_step_s=0.0, in_run_compute=True,
+        probe="interleaved",
+    )[0]  # fmt: skip
+    assert {ddp["compute_basis"], cadence["compute_basis"]} == {"in-run, interleaved"}
+    assert ddp["run_errors"] == pytest.approx([0.0, 0.1, 0.0], abs=0.02)
+    assert cadence["run_errors"] == pytest.approx([0.0, 0.0, -0.2], abs=0.02)
+    after, _ = predict_bench_dp(
+        [str(path)], {"cnn": profile}, 1.0, optimizer_step_s=0.0, in_run_compute=True
+    )
+    assert after[0]["error"] == pytest.approx(1.0, abs=0.02)  # the probe after the steps
+    # A variant whose runs timed no blocks (DDP since the bench times them in cadence-dp's
+    # runs only) is taken from the probe after its steps.
+    row["variant_interleaved_compute_runs_s"] = {"cadence": [0.25, 0.25, 0.2]}
+    row["variant_compute_runs_s"]["ddp"] = three_runs
+    path.write_text(json.dumps({"config": {"workers": 2, "threshold_mb": None}, "rows": [row]}))
+    ddp, cadence = predict_bench_dp(
+        [str(path)], {"cnn": profile}, 1.0, optimizer_step_s=0.0, in_run_compute=True,
+        probe="interleaved",
+    )[0]  # fmt: skip
+    assert (ddp["compute_basis"], cadence["compute_basis"]) == ("in-run", "in-run, interleaved")
+    assert ddp["run_errors"] == pytest.approx([0.0, 0.0, 0.0], abs=0.02)
+    assert cadence["run_errors"] == pytest.approx([0.0, 0.0, -0.2], abs=0.02)
+    # A file whose runs timed no blocks says so in one line; auto falls back to beside.
+    del row["variant_interleaved_compute_runs_s"]
+    path.write_text(json.dumps({"config": {"workers": 2, "threshold_mb": None}, "rows": [row]}))
+    with pytest.raises(UserError, match="no in-run compute .*--interleaved-probe-every"):
+        predict_bench_dp(
+            [str(path)], {"cnn": profile}, 1.0, optimizer_step_s=0.0, in_run_compute=True,
+            probe="interleaved",
+        )  # fmt: skip
+    auto, _ = predict_bench_dp(
+        [str(path)], {"cnn": profile}, 1.0, optimizer_step_s=0.0, in_run_compute=None,
+        probe="interleaved",
+    )  # fmt: skip
+    assert {r["compute_basis"] for r in auto} == {"compute-only runs"}
+
+
 def test_in_run_compute_from_a_file_without_it_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no in-run compute .* use --compute-basis beside"):
         predict_bench_dp(
@@ -370,6 +420,13 @@ def test_a_row_without_steps_of_its_own_takes_the_profiles_or_times_one() -> Non
 
     assert own_step_samples({"rounds_s": {}}) == []
     assert own_step_samples({"variant_step_runs_s": {"ddp": [0.1], "cadence": [0.2]}}) == [0.1, 0.2]
+    # Interleaved: each variant from its blocks where its runs timed them, else from after.
+    both = {"variant_compute_runs_s": {"ddp": [0.5], "cadence": [0.5]},
+            "variant_step_runs_s": {"ddp": [0.1], "cadence": [0.2]},
+            "variant_interleaved_compute_runs_s": {"cadence": [0.5]},
+            "variant_interleaved_step_runs_s": {"cadence": [0.4]}}  # fmt: skip
+    assert own_step_samples(both, "interleaved") == [0.1, 0.4]
+    assert own_step_samples(both) == [0.1, 0.2]
     assert step_source(0.5, 0.5) == "given"
     assert step_source(None, 0.07) == "profile"
     assert step_source(None, None) == "timed now"

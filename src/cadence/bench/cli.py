@@ -138,6 +138,7 @@ def _cmd_dp(args: argparse.Namespace) -> int:
         reorder_k=args.reorder_k,
         autotune=args.autotune,
         probe_steps=args.probe_steps,
+        interleaved_probe_every=args.interleaved_probe_every,
         out=args.out,
     )
     run_dp_bench(config, _command_line())
@@ -174,6 +175,13 @@ def _add_dp(bsub: Any) -> None:
         type=int,
         default=10,
         help="steps of compute alone each DDP / cadence-dp run times after its own (0: none)",
+    )
+    p.add_argument(
+        "--interleaved-probe-every",
+        type=int,
+        default=0,
+        help="each cadence-dp run also times two steps of compute alone after every N of "
+        "its steps, the same moments as the steps (0: none)",
     )
     p.add_argument("--out", default="results/bench-dp.json", help="JSON; PNG next to it")
     p.set_defaults(func=_cmd_dp)

@@ -62,6 +62,14 @@ class DPBenchConfig:
     its own processes, all ranks at once (`TrainConfig.compute_probe_steps`): the compute that
     `cadence bench sim --compute-basis in-run` replays each run with (`variant_compute_runs_s`,
     and the optimizer step it timed, `variant_step_runs_s`); 0: none."""
+    interleaved_probe_every: int = 0
+    """Each cadence-dp run also times compute in two-step blocks after every this many of its
+    steps (`TrainConfig.interleaved_probe_every`): the same moments as the steps it prices
+    (`variant_interleaved_compute_runs_s`, `cadence bench sim --compute-basis interleaved`);
+    the step after each block is left out of the run's median. Not DDP's runs: their
+    processes leave glibc's heap thresholds dynamic, and there a model's steps between
+    another model's time 1.10-1.42x slower than the same steps after them (cnn_lstm, 2026-11-27;
+    level once the thresholds are fixed as cadence-dp fixes them). 0: none."""
     out: str = "results/bench-dp.json"
     """JSON output; the PNG goes next to it."""
     run_root: str = "/tmp/cadence-bench-dp"
@@ -83,6 +91,10 @@ class DPBenchConfig:
             raise UserError("--repeats must be >= 1 and --workers >= 2")
         if self.probe_steps < 0:
             raise UserError(f"--probe-steps must be >= 0, got {self.probe_steps}")
+        if self.interleaved_probe_every < 0:
+            raise UserError(
+                f"--interleaved-probe-every must be >= 0, got {self.interleaved_probe_every}"
+            )
         if self.batch_size % self.workers:
             raise UserError(f"--batch-size {self.batch_size} must divide by --workers")
 
@@ -120,7 +132,7 @@ def variants(config: DPBenchConfig) -> list[Variant]:
 
 def _train(
     model: str, cap: str, variant: Variant, workers: int, config: DPBenchConfig,
-    probe_steps: int = 0,
+    probe_steps: int = 0, interleaved_every: int = 0,
 ) -> dict[str, Any]:  # fmt: skip
     from cadence.bench._train import train_for_bench
     from cadence.config import TrainConfig
@@ -136,6 +148,7 @@ def _train(
         eval_every_epoch=False,
         threads=1,
         compute_probe_steps=probe_steps,
+        interleaved_probe_every=interleaved_every,
         **variant.settings,
     )
     return train_for_bench(train_config)
@@ -191,6 +204,9 @@ def measure_case(
     run_computes: dict[str, list[float]] = {}
     # And the optimizer step each probe timed (the slowest rank's median), run by run.
     run_steps: dict[str, list[float]] = {}
+    # The same two from the blocks spread across each run (`interleaved_probe_every`).
+    interleaved_computes: dict[str, list[float]] = {}
+    interleaved_steps: dict[str, list[float]] = {}
     plans: list[dict[str, Any]] = []  # cadence-dp's plan in each of its runs
     wire_runs: list[float] = []
     compute_runs: list[float] = []
@@ -207,12 +223,21 @@ def measure_case(
         sequence = order if repeat % 2 == 0 else list(reversed(order))
         for variant in sequence:
             echo(f"  {model} @ {cap}: {variant.name} (run {repeat + 1}/{config.repeats})")
-            metrics = _train(model, cap, variant, config.workers, config, config.probe_steps)
+            between = config.interleaved_probe_every if variant.strategy == "cadence-dp" else 0
+            metrics = _train(
+                model, cap, variant, config.workers, config, config.probe_steps, between
+            )
             runs.setdefault(variant.name, []).append(metrics["median_iteration_s"])
             if "compute_probe" in metrics:
                 probe = metrics["compute_probe"]
                 run_computes.setdefault(variant.name, []).append(probe["lockstep_median_s"])
                 run_steps.setdefault(variant.name, []).append(probe["optimizer_step_median_s"])
+            if "interleaved_compute_probe" in metrics:
+                probe = metrics["interleaved_compute_probe"]
+                computes = interleaved_computes.setdefault(variant.name, [])
+                computes.append(probe["lockstep_median_s"])
+                steps = interleaved_steps.setdefault(variant.name, [])
+                steps.append(probe["optimizer_step_median_s"])
             if "dp_chunks" in metrics:
                 plans.append(_plan(metrics))
     # Without a cap the link is the loopback, limited by the processors: no wire time.
@@ -242,6 +267,9 @@ def measure_case(
         "variant_compute_s": {k: statistics.median(v) for k, v in run_computes.items()},
         "variant_compute_runs_s": run_computes,
         "variant_step_runs_s": run_steps,
+        # And timed in blocks between their steps (`interleaved_probe_every`).
+        "variant_interleaved_compute_runs_s": interleaved_computes,
+        "variant_interleaved_step_runs_s": interleaved_steps,
         "model_compute_s": model_compute_s,
         "wire_s": wire,
         "wire_runs_s": wire_runs,

@@ -66,6 +66,7 @@ def predict_runs(
     runtime_slowdowns: dict[str, dict[str, float]] | None = None,
     in_run_compute: bool | None = None,
     link_bucket: bool = False,
+    probe: str = "after",
 ) -> list[dict[str, Any]]:
     """One row per run: measured and predicted median iteration and the relative error.
     `co_run_slowdown` scales the (one-worker) profile's times for workers sharing a host;
@@ -74,7 +75,8 @@ def predict_runs(
     runtime's own cost. `in_run_compute`: scale the compute to the one the run timed in its
     own processes after its steps (`compute_probe`; an error where a run lacks it) instead
     of the profile's; None: where the run has it. `link_bucket`: price the emulated links'
-    token bucket (`emulated_options`)."""
+    token bucket (`emulated_options`). `probe`: "interleaved" takes the compute the run
+    timed in blocks between its steps (`interleaved_compute_probe`) instead."""
     from cadence.bench.runtime_cost import STRATEGIES as RUNTIME_COSTED
     from cadence.netem import parse_bandwidth
     from cadence.sim.bench_dp import compute_scale, scaled_profile
@@ -109,16 +111,17 @@ def predict_runs(
             if model not in runtime_slowdowns:
                 raise UserError(f"run {path}: no runtime cost of {model!r} given")
             slowdown = runtime_slowdowns[model].get(strategy, 1.0)
-        probe = data.get("compute_probe")
-        if in_run_compute and not probe:
+        probe_key = "compute_probe" if probe == "after" else "interleaved_compute_probe"
+        probed = data.get(probe_key)
+        if in_run_compute and not probed:
             raise UserError(
-                f"run {path} timed no compute of its own (`compute_probe`): use "
+                f"run {path} timed no compute of its own (`{probe_key}`): use "
                 "--compute-basis beside"
             )
-        if probe and in_run_compute is not False:
+        if probed and in_run_compute is not False:
             # Profile + optimizer step = the run's own step without communication.
-            factor = compute_scale(profile, float(probe["lockstep_median_s"]) * slowdown, step_s)
-            basis = "in-run"
+            factor = compute_scale(profile, float(probed["lockstep_median_s"]) * slowdown, step_s)
+            basis = "in-run" if probe == "after" else "in-run, interleaved"
         else:
             factor, basis = co_run_slowdown * slowdown, "profile"
         bps = parse_bandwidth(cfg["emulate_bandwidth"])
@@ -323,7 +326,8 @@ def bench_sim_command(args: Any) -> int:
     from cadence.bench.runtime_cost import read_slowdowns
 
     compute_basis = getattr(args, "compute_basis", "auto")
-    in_run = {"auto": None, "in-run": True, "beside": False}[compute_basis]
+    in_run = {"auto": None, "in-run": True, "beside": False, "interleaved": True}[compute_basis]
+    probe = "interleaved" if compute_basis == "interleaved" else "after"
     calibration = charges["calibration"]
     calibration_latency = getattr(args, "calibration_latency", "by-size")
     calibrated = calibrated_link(calibration, calibration_latency) if calibration else None
@@ -338,7 +342,7 @@ def bench_sim_command(args: Any) -> int:
             print(warning)
     rows = predict_runs(
         runs, profiles, args.payload_fraction, options, args.optimizer_step, co_run, calibrated,
-        slowdowns, in_run, link_bucket,
+        slowdowns, in_run, link_bucket, probe,
     )  # fmt: skip
     if bench_files:
         from cadence.sim.bench_dp import predict_bench_dp
@@ -346,6 +350,7 @@ def bench_sim_command(args: Any) -> int:
         more, skipped = predict_bench_dp(
             bench_files, profiles, args.payload_fraction, args.optimizer_step, options, co_run,
             slowdowns, in_run_compute=in_run, calibrated=calibrated, link_bucket=link_bucket,
+            probe=probe,
         )  # fmt: skip
         rows += more
         for line in skipped:

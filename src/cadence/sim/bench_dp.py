@@ -217,6 +217,7 @@ def predict_bench_dp(
     in_run_compute: bool | None = False,
     calibrated: AlphaBeta | None = None,
     link_bucket: bool = False,
+    probe: str = "after",
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """(rows of measured vs predicted, skipped rows as text). The measured compute-only
     iteration of `cadence bench dp` ran one worker alone; `co_run_slowdown` scales it for
@@ -227,7 +228,8 @@ def predict_bench_dp(
     timed after its steps (`variant_compute_runs_s`; see `_in_run_rows`); a file without it
     is an error. None: in-run for the files that have it, the compute-only runs for others.
     `calibrated` gives the links their alphas (`cap_link`); `link_bucket` their emulated
-    token bucket (`emulated_options`)."""
+    token bucket (`emulated_options`). `probe`: which of a run's probes is its in-run compute,
+    the one "after" its steps or the "interleaved" blocks between them (`PROBE_KEYS`)."""
     from cadence.netem import parse_bandwidth
 
     rows: list[dict[str, Any]] = []
@@ -236,7 +238,7 @@ def predict_bench_dp(
         data = read_bench_dp(path)
         cfg = data.get("config", {})
         workers = int(cfg.get("workers", 2))
-        in_run = has_in_run_compute(data) if in_run_compute is None else in_run_compute
+        in_run = has_in_run_compute(data, probe) if in_run_compute is None else in_run_compute
         for row in data["rows"]:
             model, cap = row["model"], row["cap"]
             try:
@@ -256,7 +258,7 @@ def predict_bench_dp(
             params, buffer_bytes = zoo_layout(model)
             gradient_bytes = sum(p.nbytes for p in params)
             # `--optimizer-step` first, then the steps the row's own compute timed.
-            own = [] if optimizer_step_s is not None else own_step_samples(row)
+            own = [] if optimizer_step_s is not None else own_step_samples(row, probe)
             step_s: float | None
             if own:
                 step_s, step_basis = statistics.median(own), "timed with the compute"
@@ -300,7 +302,7 @@ def predict_bench_dp(
                 rows += _paired_rows(row, case, common)
                 continue
             if in_run:
-                rows += _in_run_rows(row, case, common, f"{path}: {model} at {cap}")
+                rows += _in_run_rows(row, case, common, f"{path}: {model} at {cap}", probe)
                 continue
             predicted = case.predict(row["compute_s"], co_run_slowdown)
             for variant, strategy in _VARIANTS.items():
@@ -322,13 +324,41 @@ def predict_bench_dp(
     return rows, skipped
 
 
-def own_step_samples(row: dict[str, Any]) -> list[float]:
+PROBE_KEYS = {
+    "after": ("variant_compute_runs_s", "variant_step_runs_s"),
+    "interleaved": ("variant_interleaved_compute_runs_s", "variant_interleaved_step_runs_s"),
+}
+"""A `cadence bench dp` row's keys for each kind of in-run probe: (each run's compute, each
+run's optimizer step). "after": timed after the run's steps; "interleaved": in blocks between
+them (`--interleaved-probe-every`, files since 2026-11-27; cadence-dp's runs only since the
+second file of that day)."""
+
+
+def probe_samples(
+    row: dict[str, Any], probe: str = "after"
+) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, str]]:
+    """A `cadence bench dp` row's in-run samples per variant: (each run's compute, each run's
+    optimizer step, which probe timed them). With `probe` "interleaved" a variant whose runs
+    timed blocks between their steps is taken from them, the others from the probe after."""
+    after_computes, after_steps = (row.get(key) or {} for key in PROBE_KEYS["after"])
+    computes, steps = dict(after_computes), dict(after_steps)
+    basis = dict.fromkeys(computes, "in-run")
+    if probe == "interleaved":
+        between_computes, between_steps = (row.get(key) or {} for key in PROBE_KEYS[probe])
+        for variant, samples in between_computes.items():
+            computes[variant] = samples
+            steps[variant] = between_steps.get(variant, [])
+            basis[variant] = "in-run, interleaved"
+    return computes, steps, basis
+
+
+def own_step_samples(row: dict[str, Any], probe: str = "after") -> list[float]:
     """The optimizer steps a benchmark row's compute timed beside itself: each round's of
-    `dp-paired` (`compute_step_rounds_s`), each run's probe of `bench dp`
-    (`variant_step_runs_s`); empty for files from before 2026-11-27, which have neither."""
+    `dp-paired` (`compute_step_rounds_s`), each run's of `bench dp` (`probe_samples`);
+    empty for files from before 2026-11-27, which have neither."""
     if "rounds_s" in row:
         return list(row.get("compute_step_rounds_s") or [])
-    runs: dict[str, list[float]] = row.get("variant_step_runs_s") or {}
+    runs = probe_samples(row, probe)[1]
     return [step for steps in runs.values() for step in steps]
 
 
@@ -339,27 +369,29 @@ def step_source(given_s: float | None, chosen_s: float | None) -> str:
     return "profile" if chosen_s is not None else "timed now"
 
 
-def has_in_run_compute(data: dict[str, Any]) -> bool:
+def has_in_run_compute(data: dict[str, Any], probe: str = "after") -> bool:
     """Whether every separate-run row of a `cadence bench dp` file timed its variants' compute
-    inside their runs (`variant_compute_runs_s`, files since 2026-11-26)."""
+    inside their runs with `probe` (`PROBE_KEYS`; after the steps: files since 2026-11-26)."""
     rows = [row for row in data.get("rows", []) if "rounds_s" not in row]
-    return bool(rows) and all(row.get("variant_compute_runs_s") for row in rows)
+    return bool(rows) and all(row.get(PROBE_KEYS[probe][0]) for row in rows)
 
 
 def _in_run_rows(
-    row: dict[str, Any], case: _Case, common: dict[str, Any], where: str
+    row: dict[str, Any], case: _Case, common: dict[str, Any], where: str, probe: str = "after"
 ) -> list[dict[str, Any]]:
     """A `cadence bench dp` row with in-run compute: each run predicted from the compute its
-    own processes timed right after its steps (both workers computing at once, so no co-run
-    factor) and compared with that run's iteration; the error is the median over runs."""
-    computes: dict[str, list[float]] = row.get("variant_compute_runs_s") or {}
-    if not computes:
+    own processes timed (`probe`: right after its steps, or interleaved with them where the
+    run did that; both workers computing at once, so no co-run factor) and compared with that
+    run's iteration; the error is the median over runs."""
+    compute_key = PROBE_KEYS[probe][0]
+    if not row.get(compute_key):
+        since = "2026-11-26" if probe == "after" else "2026-11-27, --interleaved-probe-every"
         raise UserError(
-            f"{where} has no in-run compute (`variant_compute_runs_s`, files since "
-            "2026-11-26): use --compute-basis beside"
+            f"{where} has no in-run compute (`{compute_key}`, files since {since}): use "
+            "--compute-basis beside"
         )
+    computes, own_steps, basis = probe_samples(row, probe)
     out = []
-    own_steps: dict[str, list[float]] = row.get("variant_step_runs_s") or {}
     for variant, strategy in _VARIANTS.items():
         if variant not in computes:
             continue
@@ -371,7 +403,7 @@ def _in_run_rows(
         run_common = {
             **common,
             "compute_s": statistics.median(computes[variant]),
-            "compute_basis": "in-run",
+            "compute_basis": basis[variant],
         }
         out.append(_median_row(run_common, strategy, row["runs_s"][variant], results, "run_errors"))
     return out

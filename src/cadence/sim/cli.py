@@ -263,12 +263,13 @@ def add_bench_sim(bsub: Any) -> None:
     )
     p.add_argument(
         "--compute-basis",
-        choices=("auto", "beside", "in-run"),
+        choices=("auto", "beside", "in-run", "interleaved"),
         default="auto",
         help="--from-bench-dp: scale each row's compute to the compute-only runs timed beside "
         "the variants, or to the compute each variant's runs timed in their own processes "
-        "after their steps, run by run (files since 2026-11-26; `variant_compute_runs_s`); "
-        "auto: in-run for files that have it, beside for older ones",
+        "after their steps, run by run (files since 2026-11-26; `variant_compute_runs_s`), "
+        "or in blocks between their steps (interleaved: files made with "
+        "--interleaved-probe-every); auto: in-run for files that have it, beside for older ones",
     )
     p.add_argument(
         "--link-bucket",

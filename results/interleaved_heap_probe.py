@@ -1,0 +1,65 @@
+"""Why `cadence bench dp` times its between-the-steps compute probe in cadence-dp's runs only:
+DDP runs of one model at 1gbit, 30 steps, each timing two-step blocks after every 5 steps and
+10 steps after its steps, run in processes with glibc's heap thresholds dynamic (as DDP runs)
+and fixed through the environment (`MALLOC_TRIM_THRESHOLD_` and `MALLOC_MMAP_THRESHOLD_` at
+cadence-dp's own values, `cadence.dp.heap`). Printed per run: the blocks' steps by position in
+the block (lockstep medians), the probe after the steps, and the run's median iteration.
+
+Run from the repository root (as root: the links are emulated):
+    python results/interleaved_heap_probe.py [MODEL] [RUNS] > results/interleaved-heap-DATE.txt
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+
+from cadence.bench._train import train_for_bench
+from cadence.config import TrainConfig
+from cadence.dp.heap import MMAP_THRESHOLD_BYTES, TRIM_THRESHOLD_BYTES
+from cadence.train.compute_probe import BLOCK_STEPS
+
+FIXED = {"MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD_BYTES),
+         "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD_BYTES)}  # fmt: skip
+
+
+def one_run(model: str, heap: str) -> str:
+    saved = {k: os.environ.get(k) for k in FIXED}
+    if heap == "fixed":
+        os.environ.update(FIXED)  # the workers are spawned with this environment
+    try:
+        m = train_for_bench(TrainConfig(
+            model=model, workers=2, batch_size=64, steps=30, strategy="ddp",
+            emulate_bandwidth="1gbit", out="/tmp/cadence-heap-probe", eval_every_epoch=False,
+            threads=1, compute_probe_steps=10, interleaved_probe_every=5,
+        ))  # fmt: skip
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    steps = m["interleaved_compute_probe"]["lockstep_steps_s"]
+    by_position = " / ".join(
+        f"{statistics.median(steps[i::BLOCK_STEPS]) * 1e3:.1f}" for i in range(BLOCK_STEPS)
+    )
+    after = m["compute_probe"]["lockstep_median_s"]
+    between = m["interleaved_compute_probe"]["lockstep_median_s"]
+    return (f"| {heap} | {by_position} | {after * 1e3:.1f} | {between / after:.2f} "
+            f"| {m['median_iteration_s'] * 1e3:.1f} |")  # fmt: skip
+
+
+def main(model: str, runs: int) -> None:
+    print(f"# {model}, DDP at 1gbit; ms; blocks after every 5 of 30 steps")
+    print("| heap thresholds | between the steps, by position | after the steps "
+          "| between / after | run's median iteration |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- |")
+    for i in range(runs):
+        for heap in ("dynamic", "fixed") if i % 2 == 0 else ("fixed", "dynamic"):
+            print(one_run(model, heap), flush=True)
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    main(args[0] if args else "cnn_lstm", int(args[1]) if len(args) > 1 else 3)

@@ -1,0 +1,96 @@
+"""The compute probe after a run's steps against the one in blocks between them: a
+`cadence bench dp` file made with `--interleaved-probe-every` has both for its runs, so the
+same runs are predicted from each (`cadence bench sim --compute-basis in-run` and
+`--compute-basis interleaved`) under one folder of charges. Matrix o (2026-11-27) timed blocks
+in DDP's runs too; the third column takes them from cadence-dp's runs only (DDP's from the
+probe after), as the benchmark has done since.
+
+Printed: the scores with their alternate-run halves; each row's error under each; how far a
+row's runs scatter around its error (the median over a row's runs of |run error - row
+error|, then the median over rows); and the two probes side by side (the median over runs of
+between / after, and each probe's run-to-run spread).
+
+Run from the repository root:
+    python results/interleaved_probe_compare.py FILE [COSTS] > results/interleaved-probe-X.txt
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from halves_every_check import bench_sim, meets, score  # noqa: E402
+
+BETWEEN = "variant_interleaved_compute_runs_s"
+BETWEEN_STEPS = "variant_interleaved_step_runs_s"
+
+
+def scatter(report: dict) -> float:
+    """The median over rows of the median |run error - row error|, in %."""
+    per_row = [
+        statistics.median(abs(e - row["error"]) for e in row["run_errors"])
+        for row in report["rows"]
+    ]
+    return 100 * statistics.median(per_row)
+
+
+def spread(values: list[float]) -> float:
+    """Run-to-run spread: population standard deviation over the mean, in %."""
+    return 100 * statistics.pstdev(values) / statistics.mean(values)
+
+
+def cadence_blocks_only(path: str, out: Path) -> str:
+    """A copy of the file whose rows keep the blocks of cadence-dp's runs only."""
+    data = json.loads(Path(path).read_text())
+    for row in data["rows"]:
+        for key in (BETWEEN, BETWEEN_STEPS):
+            row[key] = {k: v for k, v in (row.get(key) or {}).items() if k == "cadence"}
+    out.write_text(json.dumps(data))
+    return str(out)
+
+
+def main(path: str, costs: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        sim = Path(tmp) / "sim.json"
+        cadence_only = cadence_blocks_only(path, Path(tmp) / Path(path).name)
+        reports = {
+            "after the steps": bench_sim([path], costs, sim, ("--compute-basis", "in-run"))[1],
+            "between, where timed": bench_sim(
+                [path], costs, sim, ("--compute-basis", "interleaved")
+            )[1],
+            "between for cadence-dp only": bench_sim(
+                [cadence_only], costs, sim, ("--compute-basis", "interleaved")
+            )[1],
+        }
+    print(f"# {path}, charges from {costs}; mean/worst |error| in %")
+    print("| probe | all runs | odd runs | even runs | target | run scatter |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, r in reports.items():
+        h = r["halves"]
+        print(f"| {name} | {score(r)} | {score(h['odd_samples'])} | {score(h['even_samples'])} "
+              f"| {'met' if meets(r) else 'missed'} | {scatter(r):.1f} |")  # fmt: skip
+    print()
+    print(f"| model | strategy | cap | {' | '.join(reports)} |")
+    print("| --- | --- | --- |" + " --- |" * len(reports))
+    for rows in zip(*(r["rows"] for r in reports.values()), strict=True):
+        first = rows[0]
+        errors = " | ".join(f"{row['error'] * 100:+.1f}" for row in rows)
+        print(f"| {first['model']} | {first['strategy']} | {first['bandwidth']} | {errors} |")
+    print()
+    print("| model | cap | variant | between / after (run median) | spread after | between |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for row in json.loads(Path(path).read_text())["rows"]:
+        after, between = row["variant_compute_runs_s"], row[BETWEEN]
+        for variant in between:
+            pairs = zip(after[variant], between[variant], strict=True)
+            ratio = statistics.median(b / a for a, b in pairs)
+            spreads = f"{spread(after[variant]):.1f}% | {spread(between[variant]):.1f}%"
+            print(f"| {row['model']} | {row['cap']} | {variant} | {ratio:.3f} | {spreads} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "results/costs-20261126")
