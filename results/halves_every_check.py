@@ -28,6 +28,9 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "long j": [LONG.format("20261127j")],
     "long k": [LONG.format("20261127k")],
     "long m": [LONG.format("20261127m")],
+    # cadence-dp's runs priced from the blocks between their steps (`--compute-basis auto`).
+    "long o (between the steps)": ["results/bench-dp-small-long-interleaved-20261127o.json"],
+    "long p (between the steps)": ["results/bench-dp-small-long-interleaved-20261127p.json"],
     "in turns a": ["results/bench-dp-paired-small-defaults-20261126.json",
                    "results/bench-dp-paired-vgg16-400mbit-defaults-20261126.json"],
     "in turns b": ["results/bench-dp-paired-small-defaults-20261126b.json",

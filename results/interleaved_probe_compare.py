@@ -1,9 +1,9 @@
 """The compute probe after a run's steps against the one in blocks between them: a
 `cadence bench dp` file made with `--interleaved-probe-every` has both for its runs, so the
 same runs are predicted from each (`cadence bench sim --compute-basis in-run` and
-`--compute-basis interleaved`) under one folder of charges. Matrix o (2026-11-27) timed blocks
-in DDP's runs too; the third column takes them from cadence-dp's runs only (DDP's from the
-probe after), as the benchmark has done since.
+`--compute-basis interleaved`, which takes the blocks of cadence-dp's runs only) under one
+folder of charges. Matrix o (2026-11-27) timed blocks in DDP's runs too: the last table shows
+them, and this script's version at d9e0f83 also scored them.
 
 Printed: the scores with their alternate-run halves; each row's error under each; how far a
 row's runs scatter around its error (the median over a row's runs of |run error - row
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from halves_every_check import bench_sim, meets, score  # noqa: E402
 
 BETWEEN = "variant_interleaved_compute_runs_s"
-BETWEEN_STEPS = "variant_interleaved_step_runs_s"
+BASES = {"after the steps": "in-run", "between the steps (cadence-dp)": "interleaved"}
 
 
 def scatter(report: dict, strategy: str | None = None) -> float:
@@ -52,28 +52,12 @@ def spread(values: list[float]) -> float:
     return 100 * statistics.pstdev(values) / statistics.mean(values)
 
 
-def cadence_blocks_only(path: str, out: Path) -> str:
-    """A copy of the file whose rows keep the blocks of cadence-dp's runs only."""
-    data = json.loads(Path(path).read_text())
-    for row in data["rows"]:
-        for key in (BETWEEN, BETWEEN_STEPS):
-            row[key] = {k: v for k, v in (row.get(key) or {}).items() if k == "cadence"}
-    out.write_text(json.dumps(data))
-    return str(out)
-
-
 def main(path: str, costs: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         sim = Path(tmp) / "sim.json"
-        cadence_only = cadence_blocks_only(path, Path(tmp) / Path(path).name)
         reports = {
-            "after the steps": bench_sim([path], costs, sim, ("--compute-basis", "in-run"))[1],
-            "between, where timed": bench_sim(
-                [path], costs, sim, ("--compute-basis", "interleaved")
-            )[1],
-            "between for cadence-dp only": bench_sim(
-                [cadence_only], costs, sim, ("--compute-basis", "interleaved")
-            )[1],
+            name: bench_sim([path], costs, sim, ("--compute-basis", basis))[1]
+            for name, basis in BASES.items()
         }
     print(f"# {path}, charges from {costs}; mean/worst |error| in %")
     print("| probe | all runs | odd runs | even runs | target | run scatter "

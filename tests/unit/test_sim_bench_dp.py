@@ -213,54 +213,42 @@ def test_rows_with_in_run_compute_are_predicted_run_by_run_from_each_runs_own(
     assert cadence["error"] == pytest.approx(0.0, abs=0.02)
 
 
-def test_the_interleaved_basis_takes_the_blocks_between_the_steps(tmp_path: Path) -> None:
+def test_the_interleaved_basis_takes_cadence_dps_blocks_between_the_steps(tmp_path: Path) -> None:
     profile = zoo_profile("cnn")
     row = {"model": "cnn", "cap": "100gbit", "compute_s": 0.2,
            "iteration_s": {"ddp": 0.3, "cadence": 0.25},
            "runs_s": {"ddp": [0.3, 0.3, 0.3], "cadence": [0.25, 0.25, 0.25]},
-           # After the steps: far off; between them: each run's compute as it ran.
-           "variant_compute_runs_s": {"ddp": [0.6, 0.6, 0.6], "cadence": [0.5, 0.5, 0.5]},
-           "variant_interleaved_compute_runs_s": {"ddp": [0.3, 0.33, 0.3],
+           # After the steps: each run's compute 1.2x or 2x what it ran at.
+           "variant_compute_runs_s": {"ddp": [0.36, 0.36, 0.36], "cadence": [0.5, 0.5, 0.5]},
+           # Between them: cadence-dp's as it ran; DDP's blocks (as in matrix o) not used.
+           "variant_interleaved_compute_runs_s": {"ddp": [0.9, 0.9, 0.9],
                                                   "cadence": [0.25, 0.25, 0.2]}}  # fmt: skip
-    three_runs = [0.3, 0.3, 0.3]
     path = tmp_path / "bench.json"
-    path.write_text(json.dumps({"config": {"workers": 2, "threshold_mb": None}, "rows": [row]}))
-    ddp, cadence = predict_bench_dp(
-        [str(path)], {"cnn": profile}, 1.0, optimizer_step_s=0.0, in_run_compute=True,
-        probe="interleaved",
-    )[0]  # fmt: skip
-    assert {ddp["compute_basis"], cadence["compute_basis"]} == {"in-run, interleaved"}
-    assert ddp["run_errors"] == pytest.approx([0.0, 0.1, 0.0], abs=0.02)
-    assert cadence["run_errors"] == pytest.approx([0.0, 0.0, -0.2], abs=0.02)
-    after, _ = predict_bench_dp(
-        [str(path)], {"cnn": profile}, 1.0, optimizer_step_s=0.0, in_run_compute=True
-    )
-    assert after[0]["error"] == pytest.approx(1.0, abs=0.02)  # the probe after the steps
-    # A variant whose runs timed no blocks (DDP since the bench times them in cadence-dp's
-    # runs only) is taken from the probe after its steps.
-    row["variant_interleaved_compute_runs_s"] = {"cadence": [0.25, 0.25, 0.2]}
-    row["variant_compute_runs_s"]["ddp"] = three_runs
-    path.write_text(json.dumps({"config": {"workers": 2, "threshold_mb": None}, "rows": [row]}))
-    ddp, cadence = predict_bench_dp(
-        [str(path)], {"cnn": profile}, 1.0, optimizer_step_s=0.0, in_run_compute=True,
-        probe="interleaved",
-    )[0]  # fmt: skip
-    assert (ddp["compute_basis"], cadence["compute_basis"]) == ("in-run", "in-run, interleaved")
-    assert ddp["run_errors"] == pytest.approx([0.0, 0.0, 0.0], abs=0.02)
-    assert cadence["run_errors"] == pytest.approx([0.0, 0.0, -0.2], abs=0.02)
-    # A file whose runs timed no blocks says so in one line; auto falls back to beside.
-    del row["variant_interleaved_compute_runs_s"]
-    path.write_text(json.dumps({"config": {"workers": 2, "threshold_mb": None}, "rows": [row]}))
-    with pytest.raises(UserError, match="no in-run compute .*--interleaved-probe-every"):
-        predict_bench_dp(
-            [str(path)], {"cnn": profile}, 1.0, optimizer_step_s=0.0, in_run_compute=True,
-            probe="interleaved",
+
+    def predict(probe: str, in_run: bool | None = True) -> list[dict]:
+        path.write_text(json.dumps({"config": {"workers": 2, "threshold_mb": None},
+                                    "rows": [row]}))  # fmt: skip
+        return predict_bench_dp(
+            [str(path)], {"cnn": profile}, 1.0, optimizer_step_s=0.0, in_run_compute=in_run,
+            probe=probe,
+        )[0]  # fmt: skip
+
+    for probe in ("interleaved", "auto"):
+        ddp, cadence = predict(probe, None if probe == "auto" else True)
+        assert (ddp["compute_basis"], cadence["compute_basis"]) == (
+            "in-run", "in-run, interleaved"
         )  # fmt: skip
-    auto, _ = predict_bench_dp(
-        [str(path)], {"cnn": profile}, 1.0, optimizer_step_s=0.0, in_run_compute=None,
-        probe="interleaved",
-    )  # fmt: skip
-    assert {r["compute_basis"] for r in auto} == {"compute-only runs"}
+        # On a 100 Gbit link compute decides: DDP from the probe after its steps.
+        assert ddp["run_errors"] == pytest.approx([0.2, 0.2, 0.2], abs=0.02)
+        assert cadence["run_errors"] == pytest.approx([0.0, 0.0, -0.2], abs=0.02)
+    after = predict("after")
+    assert after[1]["error"] == pytest.approx(1.0, abs=0.02)  # the probe after the steps
+    # A file whose runs timed no blocks: auto takes the probe after the steps, and asking
+    # for the blocks is one line.
+    del row["variant_interleaved_compute_runs_s"]
+    assert {r["compute_basis"] for r in predict("auto", None)} == {"in-run"}
+    with pytest.raises(UserError, match="no in-run compute .*--interleaved-probe-every"):
+        predict("interleaved")
 
 
 def test_in_run_compute_from_a_file_without_it_is_one_line(tmp_path: Path) -> None:

@@ -76,7 +76,8 @@ def predict_runs(
     own processes after its steps (`compute_probe`; an error where a run lacks it) instead
     of the profile's; None: where the run has it. `link_bucket`: price the emulated links'
     token bucket (`emulated_options`). `probe`: "interleaved" takes the compute the run
-    timed in blocks between its steps (`interleaved_compute_probe`) instead."""
+    timed in blocks between its steps (`interleaved_compute_probe`) instead ("auto" and
+    "after" do not)."""
     from cadence.bench.runtime_cost import STRATEGIES as RUNTIME_COSTED
     from cadence.netem import parse_bandwidth
     from cadence.sim.bench_dp import compute_scale, scaled_profile
@@ -111,7 +112,7 @@ def predict_runs(
             if model not in runtime_slowdowns:
                 raise UserError(f"run {path}: no runtime cost of {model!r} given")
             slowdown = runtime_slowdowns[model].get(strategy, 1.0)
-        probe_key = "compute_probe" if probe == "after" else "interleaved_compute_probe"
+        probe_key = "interleaved_compute_probe" if probe == "interleaved" else "compute_probe"
         probed = data.get(probe_key)
         if in_run_compute and not probed:
             raise UserError(
@@ -121,7 +122,7 @@ def predict_runs(
         if probed and in_run_compute is not False:
             # Profile + optimizer step = the run's own step without communication.
             factor = compute_scale(profile, float(probed["lockstep_median_s"]) * slowdown, step_s)
-            basis = "in-run" if probe == "after" else "in-run, interleaved"
+            basis = "in-run, interleaved" if probe == "interleaved" else "in-run"
         else:
             factor, basis = co_run_slowdown * slowdown, "profile"
         bps = parse_bandwidth(cfg["emulate_bandwidth"])
@@ -327,7 +328,7 @@ def bench_sim_command(args: Any) -> int:
 
     compute_basis = getattr(args, "compute_basis", "auto")
     in_run = {"auto": None, "in-run": True, "beside": False, "interleaved": True}[compute_basis]
-    probe = "interleaved" if compute_basis == "interleaved" else "after"
+    probe = {"auto": "auto", "interleaved": "interleaved"}.get(compute_basis, "after")
     calibration = charges["calibration"]
     calibration_latency = getattr(args, "calibration_latency", "by-size")
     calibrated = calibrated_link(calibration, calibration_latency) if calibration else None

@@ -229,7 +229,8 @@ def predict_bench_dp(
     is an error. None: in-run for the files that have it, the compute-only runs for others.
     `calibrated` gives the links their alphas (`cap_link`); `link_bucket` their emulated
     token bucket (`emulated_options`). `probe`: which of a run's probes is its in-run compute,
-    the one "after" its steps or the "interleaved" blocks between them (`PROBE_KEYS`)."""
+    the one "after" its steps, the "interleaved" blocks between them (`PROBE_KEYS`,
+    `probe_samples`), or "auto": the blocks where a file has them (`file_probe`)."""
     from cadence.netem import parse_bandwidth
 
     rows: list[dict[str, Any]] = []
@@ -238,7 +239,8 @@ def predict_bench_dp(
         data = read_bench_dp(path)
         cfg = data.get("config", {})
         workers = int(cfg.get("workers", 2))
-        in_run = has_in_run_compute(data, probe) if in_run_compute is None else in_run_compute
+        probe_here = file_probe(data, probe)
+        in_run = has_in_run_compute(data, probe_here) if in_run_compute is None else in_run_compute
         for row in data["rows"]:
             model, cap = row["model"], row["cap"]
             try:
@@ -258,7 +260,7 @@ def predict_bench_dp(
             params, buffer_bytes = zoo_layout(model)
             gradient_bytes = sum(p.nbytes for p in params)
             # `--optimizer-step` first, then the steps the row's own compute timed.
-            own = [] if optimizer_step_s is not None else own_step_samples(row, probe)
+            own = [] if optimizer_step_s is not None else own_step_samples(row, probe_here)
             step_s: float | None
             if own:
                 step_s, step_basis = statistics.median(own), "timed with the compute"
@@ -302,7 +304,7 @@ def predict_bench_dp(
                 rows += _paired_rows(row, case, common)
                 continue
             if in_run:
-                rows += _in_run_rows(row, case, common, f"{path}: {model} at {cap}", probe)
+                rows += _in_run_rows(row, case, common, f"{path}: {model} at {cap}", probe_here)
                 continue
             predicted = case.predict(row["compute_s"], co_run_slowdown)
             for variant, strategy in _VARIANTS.items():
@@ -330,22 +332,31 @@ PROBE_KEYS = {
 }
 """A `cadence bench dp` row's keys for each kind of in-run probe: (each run's compute, each
 run's optimizer step). "after": timed after the run's steps; "interleaved": in blocks between
-them (`--interleaved-probe-every`, files since 2026-11-27; cadence-dp's runs only since the
-second file of that day)."""
+them (`--interleaved-probe-every`, files since 2026-11-27)."""
+
+HEAP_KEPT_VARIANTS = ("cadence",)
+"""The variants whose blocks between the steps price their runs: cadence-dp's processes fix
+glibc's heap thresholds. DDP's leave them dynamic, and there the blocks time a model's steps
+1.10-1.42x slower than the probe after the steps (`results/interleaved-heap-*.txt`); the
+first file with blocks (matrix o, 2026-11-27) timed them in DDP's runs too, and they are not
+used."""
 
 
 def probe_samples(
     row: dict[str, Any], probe: str = "after"
 ) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, str]]:
     """A `cadence bench dp` row's in-run samples per variant: (each run's compute, each run's
-    optimizer step, which probe timed them). With `probe` "interleaved" a variant whose runs
-    timed blocks between their steps is taken from them, the others from the probe after."""
+    optimizer step, which probe timed them). With `probe` "interleaved" the variants of
+    `HEAP_KEPT_VARIANTS` whose runs timed blocks between their steps are taken from them, the
+    others from the probe after."""
     after_computes, after_steps = (row.get(key) or {} for key in PROBE_KEYS["after"])
     computes, steps = dict(after_computes), dict(after_steps)
     basis = dict.fromkeys(computes, "in-run")
     if probe == "interleaved":
         between_computes, between_steps = (row.get(key) or {} for key in PROBE_KEYS[probe])
         for variant, samples in between_computes.items():
+            if variant not in HEAP_KEPT_VARIANTS:
+                continue
             computes[variant] = samples
             steps[variant] = between_steps.get(variant, [])
             basis[variant] = "in-run, interleaved"
@@ -374,6 +385,14 @@ def has_in_run_compute(data: dict[str, Any], probe: str = "after") -> bool:
     inside their runs with `probe` (`PROBE_KEYS`; after the steps: files since 2026-11-26)."""
     rows = [row for row in data.get("rows", []) if "rounds_s" not in row]
     return bool(rows) and all(row.get(PROBE_KEYS[probe][0]) for row in rows)
+
+
+def file_probe(data: dict[str, Any], probe: str) -> str:
+    """The probe a file's runs are priced from: `probe`, or for "auto" the blocks between
+    the steps where every row timed them, else the probe after the steps."""
+    if probe != "auto":
+        return probe
+    return "interleaved" if has_in_run_compute(data, "interleaved") else "after"
 
 
 def _in_run_rows(

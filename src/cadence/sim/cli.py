@@ -268,8 +268,9 @@ def add_bench_sim(bsub: Any) -> None:
         help="--from-bench-dp: scale each row's compute to the compute-only runs timed beside "
         "the variants, or to the compute each variant's runs timed in their own processes "
         "after their steps, run by run (files since 2026-11-26; `variant_compute_runs_s`), "
-        "or in blocks between their steps (interleaved: files made with "
-        "--interleaved-probe-every); auto: in-run for files that have it, beside for older ones",
+        "or for cadence-dp's runs in blocks between their steps (interleaved: files made with "
+        "--interleaved-probe-every); auto: interleaved for files that have it, else in-run, "
+        "else beside",
     )
     p.add_argument(
         "--link-bucket",
