@@ -132,6 +132,8 @@ def run_training(
     interleaved = _interleaved_probe(
         spec, data, config, ctx, optimizer, alone, total_steps, (shard_rank, shard_world)
     )
+    if interleaved is not None:  # the same list, so each epoch's saved summary leaves them out
+        metrics["probe_disturbed_steps"] = interleaved.disturbed_steps
     # A bar only where a person watches; logs get the per-epoch lines.
     show_bar = ctx.is_main and sys.stderr.isatty()
     bar = tqdm(total=total_steps, disable=not show_bar, unit="step", dynamic_ncols=True)
@@ -217,7 +219,6 @@ def run_training(
             spec, data, config, ctx, batches, optimizer, alone
         )
     if interleaved is not None:
-        metrics["probe_disturbed_steps"] = interleaved.disturbed_steps
         probed = interleaved.result()
         if probed is not None:
             metrics["interleaved_compute_probe"] = probed
