@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import statistics
 import sys
+from unittest import mock
 
 from cadence.bench._train import train_for_bench
 from cadence.config import TrainConfig
@@ -25,21 +26,13 @@ FIXED = {"MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD_BYTES),
 
 
 def one_run(model: str, heap: str) -> str:
-    saved = {k: os.environ.get(k) for k in FIXED}
-    if heap == "fixed":
-        os.environ.update(FIXED)  # the workers are spawned with this environment
-    try:
+    # The workers are spawned with this environment; it is restored on the way out.
+    with mock.patch.dict(os.environ, FIXED if heap == "fixed" else {}):
         m = train_for_bench(TrainConfig(
             model=model, workers=2, batch_size=64, steps=30, strategy="ddp",
             emulate_bandwidth="1gbit", out="/tmp/cadence-heap-probe", eval_every_epoch=False,
             threads=1, compute_probe_steps=10, interleaved_probe_every=5,
         ))  # fmt: skip
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     steps = m["interleaved_compute_probe"]["lockstep_steps_s"]
     by_position = " / ".join(
         f"{statistics.median(steps[i::BLOCK_STEPS]) * 1e3:.1f}" for i in range(BLOCK_STEPS)
