@@ -68,7 +68,7 @@ class DPBenchConfig:
     (`variant_interleaved_compute_runs_s`, `cadence bench sim --compute-basis interleaved`);
     the step after each block is left out of the run's median. Not DDP's runs: their
     processes leave glibc's heap thresholds dynamic, and there a model's steps between
-    another model's time 1.10-1.42x slower than the same steps after them (cnn_lstm, 2026-11-27;
+    another model's time 1.10-1.43x slower than the same steps after them (cnn_lstm, 2026-11-27;
     level once the thresholds are fixed as cadence-dp fixes them). 0: none."""
     out: str = "results/bench-dp.json"
     """JSON output; the PNG goes next to it."""
@@ -207,6 +207,10 @@ def measure_case(
     # The same two from the blocks spread across each run (`interleaved_probe_every`).
     interleaved_computes: dict[str, list[float]] = {}
     interleaved_steps: dict[str, list[float]] = {}
+    probes = {  # a run's metrics key -> where its figures go
+        "compute_probe": (run_computes, run_steps),
+        "interleaved_compute_probe": (interleaved_computes, interleaved_steps),
+    }
     plans: list[dict[str, Any]] = []  # cadence-dp's plan in each of its runs
     wire_runs: list[float] = []
     compute_runs: list[float] = []
@@ -228,16 +232,11 @@ def measure_case(
                 model, cap, variant, config.workers, config, config.probe_steps, between
             )
             runs.setdefault(variant.name, []).append(metrics["median_iteration_s"])
-            if "compute_probe" in metrics:
-                probe = metrics["compute_probe"]
-                run_computes.setdefault(variant.name, []).append(probe["lockstep_median_s"])
-                run_steps.setdefault(variant.name, []).append(probe["optimizer_step_median_s"])
-            if "interleaved_compute_probe" in metrics:
-                probe = metrics["interleaved_compute_probe"]
-                computes = interleaved_computes.setdefault(variant.name, [])
-                computes.append(probe["lockstep_median_s"])
-                steps = interleaved_steps.setdefault(variant.name, [])
-                steps.append(probe["optimizer_step_median_s"])
+            for key, (computes, steps) in probes.items():
+                if key in metrics:
+                    probe = metrics[key]
+                    computes.setdefault(variant.name, []).append(probe["lockstep_median_s"])
+                    steps.setdefault(variant.name, []).append(probe["optimizer_step_median_s"])
             if "dp_chunks" in metrics:
                 plans.append(_plan(metrics))
     # Without a cap the link is the loopback, limited by the processors: no wire time.
