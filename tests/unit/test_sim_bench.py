@@ -89,3 +89,26 @@ def test_a_run_that_timed_its_own_compute_is_predicted_from_it(tmp_path: Path) -
     with pytest.raises(UserError, match="timed no compute of its own"):
         bare = write_run(tmp_path / "b.json", "ddp", 0.5)
         predict_runs([bare], profiles, in_run_compute=True)
+
+
+def test_the_interleaved_basis_takes_a_cadence_dp_runs_blocks_and_a_ddp_runs_probe_after(
+    tmp_path: Path,
+) -> None:
+    profiles = {"cnn": zoo_profile("cnn")}
+    probes = {
+        "compute_probe": {"lockstep_median_s": 0.5, "slowest_rank_median_s": 0.5, "steps": 10},
+        "interleaved_compute_probe": {"lockstep_median_s": 0.8, "steps": 10},
+    }
+    for strategy, compute, basis in (
+        ("cadence-dp", 0.8, "in-run, interleaved"),
+        ("ddp", 0.5, "in-run"),  # DDP's processes leave the heap dynamic: its blocks are off
+    ):
+        path = Path(write_run(tmp_path / f"{strategy}.json", strategy, 0.5, cap="100gbit"))
+        path.write_text(json.dumps(json.loads(path.read_text()) | probes))
+        (row,) = predict_runs(
+            [str(path)], profiles, payload_fraction=1.0, optimizer_step_s=0.0,
+            in_run_compute=True, probe="interleaved",
+        )  # fmt: skip
+        # On a 100 Gbit link compute decides: the step is the compute the run timed.
+        assert row["compute_basis"] == basis
+        assert row["predicted_s"] == pytest.approx(compute, rel=0.02)

@@ -75,12 +75,12 @@ def predict_runs(
     runtime's own cost. `in_run_compute`: scale the compute to the one the run timed in its
     own processes after its steps (`compute_probe`; an error where a run lacks it) instead
     of the profile's; None: where the run has it. `link_bucket`: price the emulated links'
-    token bucket (`emulated_options`). `probe`: "interleaved" takes the compute the run
-    timed in blocks between its steps (`interleaved_compute_probe`) instead ("auto" and
-    "after" do not)."""
+    token bucket (`emulated_options`). `probe`: "interleaved" takes the compute a run of
+    `HEAP_KEPT_STRATEGIES` timed in blocks between its steps (`interleaved_compute_probe`)
+    instead ("auto" and "after" do not)."""
     from cadence.bench.runtime_cost import STRATEGIES as RUNTIME_COSTED
     from cadence.netem import parse_bandwidth
-    from cadence.sim.bench_dp import compute_scale, scaled_profile
+    from cadence.sim.bench_dp import HEAP_KEPT_STRATEGIES, compute_scale, scaled_profile
 
     options = options or SimOptions()
     steps: dict[tuple[str, str], float] = {}
@@ -112,7 +112,8 @@ def predict_runs(
             if model not in runtime_slowdowns:
                 raise UserError(f"run {path}: no runtime cost of {model!r} given")
             slowdown = runtime_slowdowns[model].get(strategy, 1.0)
-        probe_key = "interleaved_compute_probe" if probe == "interleaved" else "compute_probe"
+        between = probe == "interleaved" and strategy in HEAP_KEPT_STRATEGIES
+        probe_key = "interleaved_compute_probe" if between else "compute_probe"
         probed = data.get(probe_key)
         if in_run_compute and not probed:
             raise UserError(
@@ -122,7 +123,7 @@ def predict_runs(
         if probed and in_run_compute is not False:
             # Profile + optimizer step = the run's own step without communication.
             factor = compute_scale(profile, float(probed["lockstep_median_s"]) * slowdown, step_s)
-            basis = "in-run, interleaved" if probe == "interleaved" else "in-run"
+            basis = "in-run, interleaved" if between else "in-run"
         else:
             factor, basis = co_run_slowdown * slowdown, "profile"
         bps = parse_bandwidth(cfg["emulate_bandwidth"])

@@ -334,12 +334,12 @@ PROBE_KEYS = {
 run's optimizer step). "after": timed after the run's steps; "interleaved": in blocks between
 them (`--interleaved-probe-every`, files since 2026-11-27)."""
 
-HEAP_KEPT_VARIANTS = ("cadence",)
-"""The variants whose blocks between the steps price their runs: cadence-dp's processes fix
-glibc's heap thresholds. DDP's leave them dynamic, and there the blocks time a model's steps
-1.10-1.42x slower than the probe after the steps (`results/interleaved-heap-*.txt`); the
-first file with blocks (matrix o, 2026-11-27) timed them in DDP's runs too, and they are not
-used."""
+HEAP_KEPT_STRATEGIES = ("cadence-dp",)
+"""The strategies whose runs are priced from their blocks between the steps: cadence-dp's
+processes fix glibc's heap thresholds. DDP's leave them dynamic, and there the blocks time a
+model's steps 1.10-1.43x slower than the probe after the steps (`results/interleaved-heap-*`);
+the first file with blocks (matrix o, 2026-11-27) timed them in DDP's runs too, and they are
+not used."""
 
 
 def probe_samples(
@@ -347,7 +347,7 @@ def probe_samples(
 ) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, str]]:
     """A `cadence bench dp` row's in-run samples per variant: (each run's compute, each run's
     optimizer step, which probe timed them). With `probe` "interleaved" the variants of
-    `HEAP_KEPT_VARIANTS` whose runs timed blocks between their steps are taken from them, the
+    `HEAP_KEPT_STRATEGIES` whose runs timed blocks between their steps are taken from them, the
     others from the probe after."""
     after_computes, after_steps = (row.get(key) or {} for key in PROBE_KEYS["after"])
     computes, steps = dict(after_computes), dict(after_steps)
@@ -355,7 +355,7 @@ def probe_samples(
     if probe == "interleaved":
         between_computes, between_steps = (row.get(key) or {} for key in PROBE_KEYS[probe])
         for variant, samples in between_computes.items():
-            if variant not in HEAP_KEPT_VARIANTS:
+            if _VARIANTS.get(variant) not in HEAP_KEPT_STRATEGIES:
                 continue
             computes[variant] = samples
             steps[variant] = between_steps.get(variant, [])
