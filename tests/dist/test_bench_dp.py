@@ -10,15 +10,15 @@ from tests.cli_helpers import assert_one_line_error, run_cadence
 def test_bench_dp_measures_every_variant_and_writes_json_png_and_table(tmp_path):
     proc = run_cadence(
         "bench", "dp", "--models", "mlp", "--caps", "none", "--steps", "11", "--repeats", "1",
-        "--ddp-buckets-mb", "1", "--interleaved-probe-every", "4", "--out", "out/bench.json",
-        cwd=tmp_path, timeout=300,
+        "--ddp-buckets-mb", "1", "--interleaved-probe-every", "4", "--ddp-fixed-heap",
+        "--out", "out/bench.json", cwd=tmp_path, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "out" / "bench.json").read_text())
     assert report["command"].startswith("cadence bench dp")
     (row,) = report["rows"]
     assert row["model"] == "mlp" and row["cap"] == "none"
-    assert set(row["iteration_s"]) == {"ddp", "ddp-1mb", "cadence"}
+    assert set(row["iteration_s"]) == {"ddp", "ddp-1mb", "ddp-heap", "cadence"}
     assert all(0 < t < 5 for t in row["iteration_s"].values())
     # No cap: the loopback is no link to measure, so the bound is compute alone.
     assert row["wire_s"] == 0.0 and row["bound_s"] == row["compute_s"] > 0
@@ -34,17 +34,24 @@ def test_bench_dp_measures_every_variant_and_writes_json_png_and_table(tmp_path)
         # With the optimizer step the same probe timed, a part of its whole step.
         (step,) = row["variant_step_runs_s"][name]
         assert 0 < step < runs[0]
-    # And between the steps, in cadence-dp's runs only (two blocks of two steps in 11).
-    assert set(row["variant_interleaved_compute_runs_s"]) == {"cadence"}
-    (between,) = row["variant_interleaved_compute_runs_s"]["cadence"]
-    (between_step,) = row["variant_interleaved_step_runs_s"]["cadence"]
-    assert 0 < between_step < between < 5
+    # And between the steps (two blocks of two steps in 11), in the runs whose heap
+    # thresholds are fixed: cadence-dp's, and DDP's with --ddp-fixed-heap.
+    assert set(row["variant_interleaved_compute_runs_s"]) == {"cadence", "ddp-heap"}
+    for name in ("cadence", "ddp-heap"):
+        (between,) = row["variant_interleaved_compute_runs_s"][name]
+        (between_step,) = row["variant_interleaved_step_runs_s"][name]
+        assert 0 < between_step < between < 5
+    # DDP tuned tries bucket sizes; the heap variant has its own ratio.
     assert row["ddp_tuned_s"] == min(row["iteration_s"]["ddp"], row["iteration_s"]["ddp-1mb"])
     assert row["cadence_over_ddp"] == pytest.approx(
         row["iteration_s"]["cadence"] / row["iteration_s"]["ddp"]
     )
+    assert row["cadence_over_ddp_heap"] == pytest.approx(
+        row["iteration_s"]["cadence"] / row["iteration_s"]["ddp-heap"]
+    )
     assert (tmp_path / "out" / "bench.png").stat().st_size > 5_000
     assert "| mlp | none |" in proc.stdout
+    assert "cadence/DDP, heap fixed |" in proc.stdout
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cadence.errors import UserError
+from cadence.sim.bench import table_lines
 from cadence.sim.bench_dp import predict_bench_dp, read_bench_dp, scaled_profile
 from tests.unit.test_sim_cli import zoo_profile
 
@@ -249,6 +250,38 @@ def test_the_interleaved_basis_takes_cadence_dps_blocks_between_the_steps(tmp_pa
     assert {r["compute_basis"] for r in predict("auto", None)} == {"in-run"}
     with pytest.raises(UserError, match="no in-run compute .*--interleaved-probe-every"):
         predict("interleaved")
+
+
+def test_ddp_with_a_fixed_heap_is_priced_from_its_own_blocks_in_a_row_of_its_own(
+    tmp_path: Path,
+) -> None:
+    profile = zoo_profile("cnn")
+    runs = {"ddp": [0.3] * 3, "ddp-heap": [0.28] * 3, "cadence": [0.25] * 3}
+    row = {"model": "cnn", "cap": "100gbit", "compute_s": 0.2,
+           "iteration_s": {k: v[0] for k, v in runs.items()}, "runs_s": runs,
+           # After the steps: 1.5x what each ran at.
+           "variant_compute_runs_s": {k: [v[0] * 1.5] * 3 for k, v in runs.items()},
+           # Between them: as each ran; DDP's own blocks (dynamic heap) are not used.
+           "variant_interleaved_compute_runs_s": {"ddp": [0.9] * 3, "ddp-heap": [0.28] * 3,
+                                                  "cadence": [0.25] * 3}}  # fmt: skip
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"config": {"workers": 2, "threshold_mb": None}, "rows": [row]}))
+    rows, _ = predict_bench_dp(
+        [str(path)], {"cnn": profile}, 1.0, optimizer_step_s=0.0, in_run_compute=None,
+        probe="auto",
+    )  # fmt: skip
+    ddp, heap, cadence = rows
+    assert [r["strategy"] for r in rows] == ["ddp", "ddp", "cadence-dp"]
+    assert "variant" not in ddp and heap["variant"] == "ddp-heap"
+    assert [r["compute_basis"] for r in rows] == ["in-run", *["in-run, interleaved"] * 2]
+    # On a 100 Gbit link compute decides.
+    assert ddp["error"] == pytest.approx(0.5, abs=0.02)
+    assert heap["error"] == pytest.approx(0.0, abs=0.02)
+    assert cadence["error"] == pytest.approx(0.0, abs=0.02)
+    assert "ddp-heap" in "\n".join(table_lines(rows))
+    # Priced from compute-only runs (no in-run compute), the heap variant has no row.
+    beside, _ = predict_bench_dp([str(path)], {"cnn": profile}, 1.0, optimizer_step_s=0.0)
+    assert [r["strategy"] for r in beside] == ["ddp", "cadence-dp"]
 
 
 def test_in_run_compute_from_a_file_without_it_is_one_line(tmp_path: Path) -> None:

@@ -139,6 +139,7 @@ def _cmd_dp(args: argparse.Namespace) -> int:
         autotune=args.autotune,
         probe_steps=args.probe_steps,
         interleaved_probe_every=args.interleaved_probe_every,
+        ddp_fixed_heap=args.ddp_fixed_heap,
         out=args.out,
     )
     run_dp_bench(config, _command_line())
@@ -180,8 +181,14 @@ def _add_dp(bsub: Any) -> None:
         "--interleaved-probe-every",
         type=int,
         default=0,
-        help="each cadence-dp run also times two steps of compute alone after every N of "
-        "its steps, the same moments as the steps (0: none)",
+        help="each cadence-dp run (and ddp-heap's) also times two steps of compute alone "
+        "after every N of its steps, the same moments as the steps (0: none)",
+    )
+    p.add_argument(
+        "--ddp-fixed-heap",
+        action="store_true",
+        help="also run DDP with glibc's heap thresholds fixed as cadence-dp fixes them "
+        "(variant ddp-heap): how much of cadence-dp's lead is that setting",
     )
     p.add_argument("--out", default="results/bench-dp.json", help="JSON; PNG next to it")
     p.set_defaults(func=_cmd_dp)

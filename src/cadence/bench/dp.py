@@ -22,11 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from cadence.dp.config import DPConfig, mb_to_bytes
+from cadence.dp.heap import FIXED_HEAP_ENV
 from cadence.errors import UserError
 
 NO_CAP = "none"
 BALANCED = "balanced"
 """A cap chosen per model so the wire time of one all-reduce equals the measured compute time."""
+DDP_FIXED_HEAP = "ddp-heap"
+"""DDP with cadence-dp's heap thresholds (`DPBenchConfig.ddp_fixed_heap`)."""
 
 
 @dataclass(frozen=True)
@@ -63,13 +66,20 @@ class DPBenchConfig:
     `cadence bench sim --compute-basis in-run` replays each run with (`variant_compute_runs_s`,
     and the optimizer step it timed, `variant_step_runs_s`); 0: none."""
     interleaved_probe_every: int = 0
-    """Each cadence-dp run also times compute in two-step blocks after every this many of its
-    steps (`TrainConfig.interleaved_probe_every`): the same moments as the steps it prices
-    (`variant_interleaved_compute_runs_s`, `cadence bench sim --compute-basis interleaved`);
-    the step after each block is left out of the run's median. Not DDP's runs: their
-    processes leave glibc's heap thresholds dynamic, and there a model's steps between
-    another model's time 1.10-1.43x slower than the same steps after them (cnn_lstm, 2026-11-27;
-    level once the thresholds are fixed as cadence-dp fixes them). 0: none."""
+    """Each cadence-dp run (and `ddp-heap`'s, `ddp_fixed_heap`) also times compute in two-step
+    blocks after every this many of its steps (`TrainConfig.interleaved_probe_every`): the
+    same moments as the steps it prices (`variant_interleaved_compute_runs_s`,
+    `cadence bench sim --compute-basis interleaved`); the step after each block is left out
+    of the run's median. Not DDP's own runs: their processes leave glibc's heap thresholds
+    dynamic, and there a model's steps between another model's time 1.10-1.43x slower than
+    the same steps after them (cnn_lstm, 2026-11-27; level once the thresholds are fixed as
+    cadence-dp fixes them). 0: none."""
+    ddp_fixed_heap: bool = False
+    """Also run DDP (25 MB buckets) in processes whose glibc malloc trim and mmap thresholds
+    are fixed as cadence-dp fixes its own (`cadence.dp.heap.FIXED_HEAP_ENV`): variant
+    `ddp-heap`, and `cadence_over_ddp_heap` in each row, so the table shows how much of
+    cadence-dp's lead over DDP is that setting. It is not one of the "DDP tuned" buckets.
+    With `interleaved_probe_every` its runs time blocks too: its heap is cadence-dp's."""
     out: str = "results/bench-dp.json"
     """JSON output; the PNG goes next to it."""
     run_root: str = "/tmp/cadence-bench-dp"
@@ -109,6 +119,15 @@ class Variant:
     """`--strategy` value."""
     settings: dict[str, Any] = field(default_factory=dict)
     """Extra TrainConfig fields."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment settings for its processes (`cadence.dp.heap.FIXED_HEAP_ENV` for
+    `ddp-heap`)."""
+
+    @property
+    def fixed_heap(self) -> bool:
+        """Whether its processes run with glibc's heap thresholds fixed: cadence-dp fixes
+        them itself (`DPConfig.keep_heap`), `ddp-heap` through its environment."""
+        return self.strategy == "cadence-dp" or self.env == FIXED_HEAP_ENV
 
 
 def variants(config: DPBenchConfig) -> list[Variant]:
@@ -118,6 +137,8 @@ def variants(config: DPBenchConfig) -> list[Variant]:
         for mb in config.ddp_buckets_mb
         if mb != 25.0
     ]
+    if config.ddp_fixed_heap:
+        ddp.append(Variant(DDP_FIXED_HEAP, "ddp", {"ddp_bucket_mb": 25.0}, dict(FIXED_HEAP_ENV)))
     cadence = Variant(
         "cadence",
         "cadence-dp",
@@ -134,6 +155,7 @@ def _train(
     model: str, cap: str, variant: Variant, workers: int, config: DPBenchConfig,
     probe_steps: int = 0, interleaved_every: int = 0,
 ) -> dict[str, Any]:  # fmt: skip
+    from cadence.bench._env import child_environment
     from cadence.bench._train import train_for_bench
     from cadence.config import TrainConfig
 
@@ -151,7 +173,8 @@ def _train(
         interleaved_probe_every=interleaved_every,
         **variant.settings,
     )
-    return train_for_bench(train_config)
+    with child_environment(variant.env):
+        return train_for_bench(train_config)
 
 
 def _plan(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -227,7 +250,7 @@ def measure_case(
         sequence = order if repeat % 2 == 0 else list(reversed(order))
         for variant in sequence:
             echo(f"  {model} @ {cap}: {variant.name} (run {repeat + 1}/{config.repeats})")
-            between = config.interleaved_probe_every if variant.strategy == "cadence-dp" else 0
+            between = config.interleaved_probe_every if variant.fixed_heap else 0
             metrics = _train(
                 model, cap, variant, config.workers, config, config.probe_steps, between
             )
@@ -248,8 +271,11 @@ def measure_case(
     compute_s = statistics.median(compute_runs)
     bound = max(compute_s, wire)
     line_bound = max(compute_s, line_wire)
-    ddp_tuned = min(v for k, v in medians.items() if k.startswith("ddp"))
+    ddp_tuned = min(v for k, v in medians.items() if k.startswith("ddp") and k != DDP_FIXED_HEAP)
     cadence = medians["cadence"]
+    same_heap = {}
+    if DDP_FIXED_HEAP in medians:
+        same_heap["cadence_over_ddp_heap"] = cadence / medians[DDP_FIXED_HEAP]
     cadence_config = DPConfig(threshold_bytes=mb_to_bytes(config.threshold_mb))
     return {
         "model": model,
@@ -283,18 +309,21 @@ def measure_case(
         "cadence_over_bound": cadence / bound,
         "ddp_over_bound": medians["ddp"] / bound,
         "cadence_over_line_bound": cadence / line_bound,
+        **same_heap,
     }
 
 
 def table_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    same_heap = any("cadence_over_ddp_heap" in r for r in rows)
+    extra = " DDP, heap fixed | cadence/DDP, heap fixed |" if same_heap else ""
     lines = [
         "| model | cap | compute | wire | line wire | DDP | DDP tuned | cadence | cadence/DDP "
-        "| cadence/DDP tuned | cadence/bound | DDP/bound | cadence/line bound |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| cadence/DDP tuned | cadence/bound | DDP/bound | cadence/line bound |" + extra,
+        "| --- " * (13 + 2 * same_heap) + "|",
     ]
     for r in rows:
         it = r["iteration_s"]
-        lines.append(
+        line = (
             f"| {r['model']} | {r['cap']} | {r['compute_s']:.3f} s | {r['wire_s']:.3f} s "
             f"| {r['line_wire_s']:.3f} s "
             f"| {it['ddp']:.3f} s | {r['ddp_tuned_s']:.3f} s | {it['cadence']:.3f} s "
@@ -302,6 +331,11 @@ def table_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
             f"| {r['cadence_over_bound']:.2f} | {r['ddp_over_bound']:.2f} "
             f"| {r['cadence_over_line_bound']:.2f} |"
         )
+        if same_heap:
+            heap = it.get(DDP_FIXED_HEAP)
+            ratio = r.get("cadence_over_ddp_heap")
+            line += f" {heap:.3f} s | {ratio:.2f} |" if heap and ratio else " - | - |"
+        lines.append(line)
     return lines
 
 
@@ -318,8 +352,10 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
         ("bound max(compute, wire)", [r["bound_s"] for r in rows]),
         ("DDP (25 MB)", [r["iteration_s"]["ddp"] for r in rows]),
         ("DDP tuned bucket", [r["ddp_tuned_s"] for r in rows]),
-        ("cadence-dp", [r["iteration_s"]["cadence"] for r in rows]),
     ]
+    if all(DDP_FIXED_HEAP in r["iteration_s"] for r in rows):
+        series.append(("DDP, heap fixed", [r["iteration_s"][DDP_FIXED_HEAP] for r in rows]))
+    series.append(("cadence-dp", [r["iteration_s"]["cadence"] for r in rows]))
     width = 0.8 / len(series)
     for i, (name, values) in enumerate(series):
         xs = [x + (i - (len(series) - 1) / 2) * width for x in range(len(rows))]

@@ -197,6 +197,7 @@ def plot(scenarios: Sequence[dict[str, Any]], path: Path) -> None:
 def _scenario(
     cluster: Any, config: PipelineBenchConfig, model: str, loaded: bool
 ) -> dict[str, Any]:
+    from cadence.bench._env import child_environment
     from cadence.bench._launch import run_workers
     from cadence.netem import start_background_load
 
@@ -206,18 +207,12 @@ def _scenario(
         (run_dir / "config.json").write_text(json.dumps(cfg))
         result = run_dir / "result.json"
         load = start_background_load(cluster, 0, 1) if loaded else None
-        saved = {k: os.environ.get(k) for k in MALLOC_ENV}
-        os.environ.update(MALLOC_ENV)  # read by the workers' allocator at start
         try:
             time.sleep(1.0 if loaded else 0.0)  # let the bulk transfer fill the link
             args = [str(run_dir / "config.json"), str(result)]
-            run_workers(cluster, "cadence.bench._pipeline_worker", args, run_dir, 1, 900.0)
+            with child_environment(MALLOC_ENV):  # read by the workers' allocator at start
+                run_workers(cluster, "cadence.bench._pipeline_worker", args, run_dir, 1, 900.0)
         finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
             if load is not None:
                 load.stop()
         return summarise(model, loaded, json.loads(result.read_text()))

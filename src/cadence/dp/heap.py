@@ -26,6 +26,13 @@ TRIM_THRESHOLD_BYTES = 1 << 30
 MMAP_THRESHOLD_BYTES = 32 << 20
 """Allocations served by the heap (and so reused) below this; glibc's largest allowed value."""
 
+FIXED_HEAP_ENV = {
+    "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD_BYTES),
+    "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD_BYTES),
+}
+"""The same two thresholds as environment settings, which glibc reads when a process starts:
+how `cadence bench dp --ddp-fixed-heap` gives DDP's processes cadence-dp's heap."""
+
 _ENV_SETTINGS = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")
 
 

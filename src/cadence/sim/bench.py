@@ -178,8 +178,9 @@ def table_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
         f"{'opt step':>10}"
     ]
     for r in rows:
+        shown = r.get("variant", r["strategy"])  # `ddp-heap` beside DDP's own rows
         lines.append(
-            f"{Path(r['run']).name[:43]:<44}{r['strategy']:<12}{r['bandwidth']:>9}"
+            f"{Path(r['run']).name[:43]:<44}{shown:<12}{r['bandwidth']:>9}"
             f"{r['measured_s']:>9.3f}s{r['predicted_s']:>10.3f}s{r['error'] * 100:>7.1f}%"
             f"{r['optimizer_step_s']:>9.3f}s"
         )

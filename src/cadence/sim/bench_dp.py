@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cadence.bench.dp import DDP_FIXED_HEAP
 from cadence.bench.dp_paired import TWINS
 from cadence.comm.cost import AlphaBeta
 from cadence.dp.config import mb_to_bytes
@@ -46,6 +47,9 @@ from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION, chosen_step_s
 
 # bench-dp variant -> simulated strategy
 _VARIANTS = {"ddp": "ddp", "cadence": "cadence-dp"}
+# With DDP in processes with cadence-dp's heap (`bench dp --ddp-fixed-heap`): priced from
+# those runs' own compute only, as the compute-only runs and dp-paired's rounds do not have it.
+_IN_RUN_VARIANTS = {"ddp": "ddp", DDP_FIXED_HEAP: "ddp", "cadence": "cadence-dp"}
 
 
 def recorded_threshold(cfg: dict[str, Any]) -> int | None:
@@ -179,7 +183,7 @@ class _Case:
         slowdown)."""
         out = {}
         for variant in variants:
-            strategy = _VARIANTS[variant]
+            strategy = _IN_RUN_VARIANTS[variant]
             strategy_compute_s = compute_s * self.slowdown.get(strategy, 1.0)
             factor = co_run * compute_scale(self.profile, strategy_compute_s, self.step_s)
             setup = Setup(
@@ -339,7 +343,14 @@ HEAP_KEPT_STRATEGIES = ("cadence-dp",)
 processes fix glibc's heap thresholds. DDP's leave them dynamic, and there the blocks time a
 model's steps 1.10-1.43x slower than the probe after the steps (`results/interleaved-heap-*`);
 the first file with blocks (matrix o, 2026-11-27) timed them in DDP's runs too, and they are
-not used."""
+not used. `bench dp`'s `ddp-heap` runs (`--ddp-fixed-heap`) fix them through their
+environment, and are priced from their blocks too (`heap_kept`)."""
+
+
+def heap_kept(variant: str) -> bool:
+    """Whether a `bench dp` variant's processes ran with glibc's heap thresholds fixed, so its
+    blocks between the steps time its steps (`HEAP_KEPT_STRATEGIES`)."""
+    return variant == DDP_FIXED_HEAP or _VARIANTS.get(variant) in HEAP_KEPT_STRATEGIES
 
 
 def probe_samples(
@@ -355,7 +366,7 @@ def probe_samples(
     if probe == "interleaved":
         between_computes, between_steps = (row.get(key) or {} for key in PROBE_KEYS[probe])
         for variant, samples in between_computes.items():
-            if _VARIANTS.get(variant) not in HEAP_KEPT_STRATEGIES:
+            if not heap_kept(variant):
                 continue
             computes[variant] = samples
             steps[variant] = between_steps.get(variant, [])
@@ -411,7 +422,7 @@ def _in_run_rows(
         )
     computes, own_steps, basis = probe_samples(row, probe)
     out = []
-    for variant, strategy in _VARIANTS.items():
+    for variant, strategy in _IN_RUN_VARIANTS.items():
         if variant not in computes:
             continue
         cases = case.per_sample(own_steps.get(variant, []), len(computes[variant]))
@@ -424,7 +435,12 @@ def _in_run_rows(
             "compute_s": statistics.median(computes[variant]),
             "compute_basis": basis[variant],
         }
-        out.append(_median_row(run_common, strategy, row["runs_s"][variant], results, "run_errors"))
+        median_row = _median_row(
+            run_common, strategy, row["runs_s"][variant], results, "run_errors"
+        )
+        if variant == DDP_FIXED_HEAP:
+            median_row["variant"] = variant  # shown for the strategy: DDP has two rows here
+        out.append(median_row)
     return out
 
 
