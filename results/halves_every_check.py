@@ -31,6 +31,8 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     # cadence-dp's runs priced from the blocks between their steps (`--compute-basis auto`).
     "long o (between the steps)": ["results/bench-dp-small-long-interleaved-20261127o.json"],
     "long p (between the steps)": ["results/bench-dp-small-long-interleaved-20261127p.json"],
+    # With DDP's runs beside a copy of them with cadence-dp's heap (`--ddp-fixed-heap`).
+    "long q (between the steps, ddp-heap)": ["results/bench-dp-small-long-heap-20261127q.json"],
     "in turns a": ["results/bench-dp-paired-small-defaults-20261126.json",
                    "results/bench-dp-paired-vgg16-400mbit-defaults-20261126.json"],
     "in turns b": ["results/bench-dp-paired-small-defaults-20261126b.json",
@@ -59,6 +61,8 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
         "results/bench-dp-paired-small-twins-10rounds-20261127n.json",
         "results/bench-dp-paired-vgg16-400mbit-twins-20261127n.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
+    "vgg16 long r (between the steps, ddp-heap)": [
+        "results/bench-dp-vgg16-400mbit-heap-20261127r.json"],
 }  # fmt: skip
 
 
@@ -78,7 +82,7 @@ def row_errors(scored: dict[str, list[tuple[str, dict]]]) -> dict[tuple, dict[st
     for variant, reports in scored.items():
         for _, report in reports:
             for row in report["rows"]:
-                key = (row["model"], row["strategy"], row["bandwidth"])
+                key = (row["model"], row.get("variant", row["strategy"]), row["bandwidth"])
                 per = errors.setdefault(key, {v: [] for v in scored})
                 per[variant].append(row["error"] * 100)
     return errors

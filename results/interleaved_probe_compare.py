@@ -1,9 +1,10 @@
 """The compute probe after a run's steps against the one in blocks between them: a
 `cadence bench dp` file made with `--interleaved-probe-every` has both for its runs, so the
 same runs are predicted from each (`cadence bench sim --compute-basis in-run` and
-`--compute-basis interleaved`, which takes the blocks of cadence-dp's runs only) under one
-folder of charges. Matrix o (2026-11-27) timed blocks in DDP's runs too: the last table shows
-them, and this script's version at d9e0f83 also scored them.
+`--compute-basis interleaved`, which takes the blocks of the runs whose heap thresholds were
+fixed: cadence-dp's and `ddp-heap`'s) under one folder of charges. Matrix o (2026-11-27) timed
+blocks in DDP's own runs too: the last table shows them, and this script's version at d9e0f83
+also scored them.
 
 Printed: the scores with their alternate-run halves; each row's error under each; how far a
 row's runs scatter around its error (the median over a row's runs of |run error - row
@@ -30,20 +31,25 @@ BETWEEN = "variant_interleaved_compute_runs_s"
 BASES = {"after the steps": "in-run", "between the steps (cadence-dp)": "interleaved"}
 
 
-def scatter(report: dict, strategy: str | None = None) -> float:
-    """The median over rows (of `strategy`, or all) of the median |run error - row error|,
+def label(row: dict) -> str:
+    """A row's variant as shown: its strategy, or `ddp-heap` (`--ddp-fixed-heap`)."""
+    return row.get("variant", row["strategy"])
+
+
+def scatter(report: dict, shown: str | None = None) -> float:
+    """The median over rows (shown as `shown`, or all) of the median |run error - row error|,
     in %."""
     per_row = [
         statistics.median(abs(e - row["error"]) for e in row["run_errors"])
         for row in report["rows"]
-        if strategy is None or row["strategy"] == strategy
+        if shown is None or label(row) == shown
     ]
     return 100 * statistics.median(per_row)
 
 
-def mean_abs(report: dict, strategy: str) -> float:
-    """The mean |error| of `strategy`'s rows, in %."""
-    rows = [r for r in report["rows"] if r["strategy"] == strategy]
+def mean_abs(report: dict, shown: str) -> float:
+    """The mean |error| of the rows shown as `shown`, in %."""
+    rows = [r for r in report["rows"] if label(r) == shown]
     return 100 * statistics.mean(abs(r["error"]) for r in rows)
 
 
@@ -60,21 +66,23 @@ def main(path: str, costs: str) -> None:
             for name, basis in BASES.items()
         }
     print(f"# {path}, charges from {costs}; mean/worst |error| in %")
-    print("| probe | all runs | odd runs | even runs | target | run scatter "
-          "| cadence-dp rows: mean, run scatter |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    shown = list(dict.fromkeys(label(row) for row in next(iter(reports.values()))["rows"]))
+    print("| probe | all runs | odd runs | even runs | target | run scatter | "
+          + " | ".join(f"{name} rows: mean, run scatter" for name in shown) + " |")  # fmt: skip
+    print("| --- " * (6 + len(shown)) + "|")
     for name, r in reports.items():
         h = r["halves"]
+        by_variant = " | ".join(f"{mean_abs(r, v):.1f}, {scatter(r, v):.1f}" for v in shown)
+        target = "met" if meets(r) else "missed"
         print(f"| {name} | {score(r)} | {score(h['odd_samples'])} | {score(h['even_samples'])} "
-              f"| {'met' if meets(r) else 'missed'} | {scatter(r):.1f} "
-              f"| {mean_abs(r, 'cadence-dp'):.1f}, {scatter(r, 'cadence-dp'):.1f} |")  # fmt: skip
+              f"| {target} | {scatter(r):.1f} | {by_variant} |")  # fmt: skip
     print()
     print(f"| model | strategy | cap | {' | '.join(reports)} |")
     print("| --- | --- | --- |" + " --- |" * len(reports))
     for rows in zip(*(r["rows"] for r in reports.values()), strict=True):
         first = rows[0]
         errors = " | ".join(f"{row['error'] * 100:+.1f}" for row in rows)
-        print(f"| {first['model']} | {first['strategy']} | {first['bandwidth']} | {errors} |")
+        print(f"| {first['model']} | {label(first)} | {first['bandwidth']} | {errors} |")
     print()
     print("| model | cap | variant | between / after (run median) | spread after | between |")
     print("| --- | --- | --- | --- | --- | --- |")

@@ -47,6 +47,21 @@ def _bench_sim_args(matrix: Path) -> list[str]:
             "--profile", profile]  # fmt: skip
 
 
+def test_one_profile_flag_takes_several_files_as_the_readmes_commands_give_them(
+    tmp_path: Path,
+) -> None:
+    matrix = _one_row_matrix(tmp_path)
+    args = _bench_sim_args(matrix)
+    reports = []
+    # `--profile results/{vgg16,cnn_lstm}-...json` as the shell expands it, then repeated.
+    vgg16 = str(RESULTS / "vgg16-profile-b32-forward.json")
+    for profiles in ([vgg16, args[-1]], [vgg16, "--profile", args[-1]]):
+        out = tmp_path / f"sim{len(reports)}.json"
+        assert main([*args[:-1], *profiles, "--json", str(out)]) == 0
+        reports.append(json.loads(out.read_text())["rows"])
+    assert reports[0] == reports[1] and len(reports[0]) == 2
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

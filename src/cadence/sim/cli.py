@@ -205,9 +205,11 @@ def add_bench_sim(bsub: Any) -> None:
     )
     p.add_argument(
         "--profile",
-        action="append",
+        action="extend",
+        nargs="+",
         metavar="FILE",
-        help="saved profile (repeat per model); default: profile now",
+        help="saved profiles, one per model (several after one --profile, or --profile "
+        "repeated); default: profile now",
     )
     p.add_argument("--run", action="store_true", help="first train in the emulated cluster")
     p.add_argument("--model", default="vgg16", help="with --run: model")
