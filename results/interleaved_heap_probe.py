@@ -14,11 +14,10 @@ Run from the repository root (as root: the links are emulated):
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
-from unittest import mock
 
+from cadence.bench._env import child_environment
 from cadence.bench._train import train_for_bench
 from cadence.config import TrainConfig
 from cadence.dp.heap import FIXED_HEAP_ENV
@@ -27,7 +26,7 @@ from cadence.train.compute_probe import BLOCK_STEPS
 
 def one_run(model: str, heap: str, blocks: bool) -> str:
     # The workers are spawned with this environment; it is restored on the way out.
-    with mock.patch.dict(os.environ, FIXED_HEAP_ENV if heap == "fixed" else {}):
+    with child_environment(FIXED_HEAP_ENV if heap == "fixed" else {}):
         m = train_for_bench(TrainConfig(
             model=model, workers=2, batch_size=64, steps=30, strategy="ddp",
             emulate_bandwidth="1gbit", out="/tmp/cadence-heap-probe", eval_every_epoch=False,
