@@ -37,6 +37,8 @@ def test_bench_dp_measures_every_variant_and_writes_json_png_and_table(tmp_path)
     # And between the steps (two blocks of two steps in 11), in the runs whose heap
     # thresholds are fixed: cadence-dp's, and DDP's with --ddp-fixed-heap.
     assert set(row["variant_interleaved_compute_runs_s"]) == {"cadence", "ddp-heap"}
+    # The row says which those were, for the simulator to read.
+    assert row["fixed_heap_variants"] == ["ddp-heap", "cadence"]
     for name in ("cadence", "ddp-heap"):
         (between,) = row["variant_interleaved_compute_runs_s"][name]
         (between_step,) = row["variant_interleaved_step_runs_s"][name]

@@ -284,6 +284,32 @@ def test_ddp_with_a_fixed_heap_is_priced_from_its_own_blocks_in_a_row_of_its_own
     assert [r["strategy"] for r in beside] == ["ddp", "cadence-dp"]
 
 
+def test_a_row_that_records_its_fixed_heap_variants_is_priced_as_it_says(tmp_path: Path) -> None:
+    profile = zoo_profile("cnn")
+    runs = {"ddp": [0.3] * 3, "ddp-heap": [0.28] * 3, "cadence": [0.25] * 3}
+    row = {"model": "cnn", "cap": "100gbit", "compute_s": 0.2,
+           "iteration_s": {k: v[0] for k, v in runs.items()}, "runs_s": runs,
+           "variant_compute_runs_s": {k: [v[0] * 1.5] * 3 for k, v in runs.items()},
+           "variant_interleaved_compute_runs_s": {k: list(v) for k, v in runs.items()}}
+    path = tmp_path / "bench.json"
+
+    def bases(fixed: list[str] | None) -> list[str]:
+        recorded = {} if fixed is None else {"fixed_heap_variants": fixed}
+        data = {"config": {"workers": 2, "threshold_mb": None}, "rows": [{**row, **recorded}]}
+        path.write_text(json.dumps(data))
+        rows, _ = predict_bench_dp(
+            [str(path)], {"cnn": profile}, 1.0, optimizer_step_s=0.0, in_run_compute=True,
+            probe="interleaved",
+        )
+        return [r["compute_basis"] for r in rows]
+
+    # Without the record (files before 2026-11-28), the rule by strategy decides.
+    assert bases(None) == ["in-run", "in-run, interleaved", "in-run, interleaved"]
+    # With it, the record: here only cadence-dp's runs had the thresholds fixed.
+    assert bases(["cadence"]) == ["in-run", "in-run", "in-run, interleaved"]
+    assert bases(["ddp", "ddp-heap", "cadence"]) == ["in-run, interleaved"] * 3
+
+
 def test_in_run_compute_from_a_file_without_it_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no in-run compute .* use --compute-basis beside"):
         predict_bench_dp(

@@ -347,9 +347,12 @@ not used. `bench dp`'s `ddp-heap` runs (`--ddp-fixed-heap`) fix them through the
 environment, and are priced from their blocks too (`heap_kept`)."""
 
 
-def heap_kept(variant: str) -> bool:
+def heap_kept(variant: str, row: dict[str, Any] | None = None) -> bool:
     """Whether a `bench dp` variant's processes ran with glibc's heap thresholds fixed, so its
-    blocks between the steps time its steps (`HEAP_KEPT_STRATEGIES`)."""
+    blocks between the steps time its steps: as the row records it (`fixed_heap_variants`,
+    files since 2026-11-28), else by its strategy (`HEAP_KEPT_STRATEGIES`)."""
+    if row is not None and "fixed_heap_variants" in row:
+        return variant in row["fixed_heap_variants"]
     return variant == DDP_FIXED_HEAP or _VARIANTS.get(variant) in HEAP_KEPT_STRATEGIES
 
 
@@ -366,7 +369,7 @@ def probe_samples(
     if probe == "interleaved":
         between_computes, between_steps = (row.get(key) or {} for key in PROBE_KEYS[probe])
         for variant, samples in between_computes.items():
-            if not heap_kept(variant):
+            if not heap_kept(variant, row):
                 continue
             computes[variant] = samples
             steps[variant] = between_steps.get(variant, [])
