@@ -8,21 +8,26 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import torch
-import torch.distributed as dist
-from torch import nn
+from cadence._lazy import lazy_names
 
+# Names load on first use: the plan (`cadence.dp.plan`) and config are plain data that the
+# simulator and the command line read, and they should not wait for torch to import.
 if TYPE_CHECKING:
-    from cadence.profile import Profile
+    from cadence.dp.api import data_parallel
+    from cadence.dp.config import DPConfig
+    from cadence.dp.optimizer import ScheduledOptimizer
+    from cadence.dp.plan import Chunk, DPPlan, ParamInfo, Segment, build_plan
 
-from cadence.dp.autotune import load_result
-from cadence.dp.config import DPConfig
-from cadence.dp.heap import keep_heap
-from cadence.dp.layers import model_layout
-from cadence.dp.optimizer import ScheduledOptimizer
-from cadence.dp.plan import Chunk, DPPlan, ParamInfo, Segment, build_plan
-from cadence.dp.runtime import SyncEngine
-from cadence.dp.tuning import attach_tuner
+_HOMES = {
+    "Chunk": "cadence.dp.plan",
+    "DPConfig": "cadence.dp.config",
+    "DPPlan": "cadence.dp.plan",
+    "ParamInfo": "cadence.dp.plan",
+    "ScheduledOptimizer": "cadence.dp.optimizer",
+    "Segment": "cadence.dp.plan",
+    "build_plan": "cadence.dp.plan",
+    "data_parallel": "cadence.dp.api",
+}
 
 __all__ = [
     "Chunk",
@@ -35,42 +40,4 @@ __all__ = [
     "data_parallel",
 ]
 
-
-def data_parallel(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    config: DPConfig | None = None,
-    profile: Profile | None = None,
-) -> tuple[nn.Module, ScheduledOptimizer]:
-    """Make `model` and `optimizer` train data-parallel with scheduled gradient sync.
-
-    The process group must already be initialised (like DDP); without one this is a world of
-    one. Returns the same model (now hooked) and an optimizer whose `step()` returns at once:
-    each layer is updated as soon as its gradients are reduced. Call `optimizer.flush()` to wait
-    for all of them; `model.state_dict()` and `optimizer.state_dict()` flush by themselves.
-    `profile` (from `cadence.profile.profile_model`) is needed by `autotune="guided"` only.
-    """
-    config = config or DPConfig()
-    if config.keep_heap:
-        keep_heap()
-    if config.autotune == "guided" and profile is None and not _loadable(config):
-        raise ValueError("autotune='guided' needs a profile of the model (cadence.profile)")
-    world_size = dist.get_world_size() if dist.is_initialized() else 1
-    group = None
-    if world_size > 1:
-        with torch.no_grad():  # start from rank 0's weights and buffers, as DDP does
-            for tensor in [*model.parameters(), *model.buffers()]:
-                dist.broadcast(tensor, src=0)
-        # A group of its own: the communication thread never interleaves with the main thread.
-        group = dist.new_group(backend=dist.get_backend())
-    engine = SyncEngine(model_layout(model), optimizer, config, group, world_size, root=model)
-    attach_tuner(engine, config, profile, world_size)
-    if engine.tuner is not None:
-        model.register_forward_pre_hook(lambda module, _args: engine.before_model_forward(module))
-    model.register_state_dict_pre_hook(lambda *_args, **_kwargs: engine.flush())
-    model._cadence_dp_engine = engine  # type: ignore[assignment]  # keeps it alive with the model
-    return model, ScheduledOptimizer(optimizer, engine.flush, engine.updater)
-
-
-def _loadable(config: DPConfig) -> bool:
-    return config.autotune_file is not None and load_result(config.autotune_file) is not None
+__getattr__ = lazy_names(__name__, _HOMES)
