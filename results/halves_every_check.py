@@ -33,6 +33,8 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "long p (between the steps)": ["results/bench-dp-small-long-interleaved-20261127p.json"],
     # With DDP's runs beside a copy of them with cadence-dp's heap (`--ddp-fixed-heap`).
     "long q (between the steps, ddp-heap)": ["results/bench-dp-small-long-heap-20261127q.json"],
+    "short s (between the steps, ddp-heap, 3 runs)": [
+        "results/bench-dp-small-heap-20261128s.json"],
     "in turns a": ["results/bench-dp-paired-small-defaults-20261126.json",
                    "results/bench-dp-paired-vgg16-400mbit-defaults-20261126.json"],
     "in turns b": ["results/bench-dp-paired-small-defaults-20261126b.json",
