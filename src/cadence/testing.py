@@ -2,9 +2,9 @@
 
 Each rank is a fresh process with its own process group, forked from a `forkserver` that has
 imported torch once: a `spawn`ed rank spent ~4 s importing it on a 2-core machine, for every
-rank of every test. A rank that raises sends its
-traceback back; the helper then stops every rank and raises `RankFailed` showing that traceback.
-A run that exceeds `timeout` is stopped and reported with the ranks that never finished.
+rank of every test. A rank that raises sends its traceback back; the helper then stops every
+rank and raises `RankFailed` showing that traceback. A run that exceeds `timeout` is stopped
+and reported with the ranks that never finished.
 """
 
 from __future__ import annotations
