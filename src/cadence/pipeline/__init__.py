@@ -5,7 +5,9 @@ Plans here are pure data (no torch.distributed) except `executor` and `api`, whi
 Names load on first use, so `cadence.pipeline.schedule` stays torch-free for config checks.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from cadence._lazy import lazy_names
 
 if TYPE_CHECKING:
     from cadence.pipeline.api import model_parallel, pipeline
@@ -83,10 +85,4 @@ __all__ = [
     "validate",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'cadence.pipeline' has no attribute '{name}'")
-    import importlib
-
-    return getattr(importlib.import_module(_LAZY[name]), name)
+__getattr__ = lazy_names(__name__, _LAZY)

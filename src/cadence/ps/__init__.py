@@ -6,19 +6,17 @@ BSP, ASP, SSP or backup-worker consistency.
 `runtime` run it.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING
 
+from cadence._lazy import lazy_names
 from cadence.ps.config import PSConfig, parse_consistency, parse_straggler
 from cadence.ps.plan import ParamInfo, PSPlan, Slice, build_plan
 
+if TYPE_CHECKING:
+    from cadence.ps.runtime import PSTrainer
 
-def __getattr__(name: str) -> Any:
-    # Lazy: servers import this package and must not pay for importing torch.
-    if name == "PSTrainer":
-        from cadence.ps.runtime import PSTrainer
-
-        return PSTrainer
-    raise AttributeError(name)
+# Lazy: servers import this package and must not pay for importing torch.
+__getattr__ = lazy_names(__name__, {"PSTrainer": "cadence.ps.runtime"})
 
 
 __all__ = [
