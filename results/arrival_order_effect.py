@@ -12,7 +12,6 @@ Run from the repository root:
 
 from __future__ import annotations
 
-import statistics
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import cadence.sim.bench as bench
 import cadence.sim.bench_dp as bench_dp
 
 sys.path.insert(0, str(Path(__file__).parent))
-from halves_every_check import check_reports, print_side_by_side, row_errors  # noqa: E402
+from halves_every_check import check_reports, print_row_changes, print_side_by_side  # noqa: E402
 
 ORDERS = ("expected", "arrival")
 
@@ -39,19 +38,7 @@ def reports(costs: str, order: str) -> list[tuple[str, dict]]:
 def main_(costs: str) -> None:
     scored = {order: reports(costs, order) for order in ORDERS}
     print_side_by_side(scored, costs, "expected order | arrival order", " order")
-    errors = row_errors(scored)
-    print()
-    print("# per row over the checks that have it: checks predicted low, mean signed error, "
-          "mean |error| (%): expected order -> arrival order")  # fmt: skip
-    print("| row | checks | low | signed | abs |")
-    print("| --- | --- | --- | --- | --- |")
-    for key in sorted(errors):
-        old, new = errors[key]["expected"], errors[key]["arrival"]
-        low = f"{sum(e < 0 for e in old)} -> {sum(e < 0 for e in new)}"
-        signed = f"{statistics.mean(old):+.1f} -> {statistics.mean(new):+.1f}"
-        size = (f"{statistics.mean(abs(e) for e in old):.1f} -> "
-                f"{statistics.mean(abs(e) for e in new):.1f}")  # fmt: skip
-        print(f"| {' '.join(key)} | {len(old)} | {low} | {signed} | {size} |")
+    print_row_changes(scored)
 
 
 if __name__ == "__main__":

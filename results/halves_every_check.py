@@ -2,6 +2,10 @@
 and on each alternate half of them (`cadence bench sim`'s halves line), under one folder of
 charges.
 
+Rows that timed no optimizer step of their own (files from before 2026-11-27) price it as the
+share of the compute that the checks' other files timed (`bench sim --step-shares`, since
+2026-11-28; before, a step timed at scoring, which moved with the scoring machine).
+
 Run from the repository root:
     python results/halves_every_check.py [COSTS_FOLDER] > results/halves-every-check-DATE.txt
 (default folder: results/costs-20261126). About 1 minute.
@@ -12,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import statistics
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -90,6 +95,25 @@ def row_errors(scored: dict[str, list[tuple[str, dict]]]) -> dict[tuple, dict[st
     return errors
 
 
+def print_row_changes(scored: dict[str, list[tuple[str, dict]]]) -> None:
+    """Per row (model, strategy, cap) over the checks that have it, from the first variant of
+    `scored` to the second: checks predicted low, mean signed error, mean |error|."""
+    first, second = scored
+    errors = row_errors(scored)
+    print()
+    print("# per row over the checks that have it: checks predicted low, mean signed error, "
+          f"mean |error| (%): {first} -> {second}")  # fmt: skip
+    print("| row | checks | low | signed | abs |")
+    print("| --- | --- | --- | --- | --- |")
+    for key in sorted(errors):
+        old, new = errors[key][first], errors[key][second]
+        low = f"{sum(e < 0 for e in old)} -> {sum(e < 0 for e in new)}"
+        signed = f"{statistics.mean(old):+.1f} -> {statistics.mean(new):+.1f}"
+        size = (f"{statistics.mean(abs(e) for e in old):.1f} -> "
+                f"{statistics.mean(abs(e) for e in new):.1f}")  # fmt: skip
+        print(f"| {' '.join(key)} | {len(old)} | {low} | {signed} | {size} |")
+
+
 def print_side_by_side(
     scored: dict[str, list[tuple[str, dict]]], costs: str, what: str, suffix: str = ""
 ) -> None:
@@ -121,20 +145,36 @@ def bench_sim(
     return text.getvalue(), json.loads(out.read_text())
 
 
-def check_reports(costs: str) -> Iterator[tuple[str, dict]]:
-    """(check name, `bench sim --json` report) for every check whose files are here."""
+def check_reports(costs: str, extra: tuple[str, ...] = ()) -> Iterator[tuple[str, dict]]:
+    """(check name, `bench sim --json` report, with `extra` arguments) for every check whose
+    files are here."""
     with tempfile.TemporaryDirectory() as tmp:
         for name, files in CHECKS.items():
             if all(Path(f).exists() for f in files):
-                yield name, bench_sim(files, costs, Path(tmp) / "sim.json")[1]
+                yield name, bench_sim(files, costs, Path(tmp) / "sim.json", extra)[1]
+
+
+def share_files() -> list[str]:
+    """The checks' files whose every row timed the optimizer step beside its compute: the
+    `--step-shares` the checks are priced with."""
+    from cadence.sim.step_share import row_step_shares
+
+    files = sorted({f for fs in CHECKS.values() for f in fs if Path(f).exists()})
+    return [f for f in files if all(row_step_shares(r) for r in json.loads(Path(f).read_text())[
+        "rows"])]  # fmt: skip
 
 
 def main_(costs: str) -> None:
+    shares = share_files()
     print(f"# mean/worst |error| in %, charges from {costs}: all runs | odd runs | even runs; "
           "the row whose halves differ most")  # fmt: skip
+    print(f"# optimizer step where a row timed none: its share of the compute in {len(shares)} "
+          "files (" + ", ".join(Path(f).name for f in shares) + ")")  # fmt: skip
     print("| check | all | odd | even | widest row (odd / even) |")
     print("| --- | --- | --- | --- | --- |")
-    for name, report in check_reports(costs):
+    met = 0
+    for name, report in check_reports(costs, ("--step-shares", *shares)):
+        met += meets(report)
         h = report["halves"]
         if h is None:  # each row from one figure (compute-only runs): nothing to split
             print(f"| {name} | {score(report)} | - | - | - |")
@@ -143,6 +183,7 @@ def main_(costs: str) -> None:
         print(f"| {name} | {score(report)} | {score(h['odd_samples'])} | "
               f"{score(h['even_samples'])} | {w['model']} {w['strategy']} {w['bandwidth']} "
               f"{w['odd_error'] * 100:+.1f} / {w['even_error'] * 100:+.1f} |")  # fmt: skip
+    print(f"target met on {met} of {len(CHECKS)} checks")
 
 
 if __name__ == "__main__":

@@ -67,6 +67,7 @@ def predict_runs(
     in_run_compute: bool | None = None,
     link_bucket: bool = False,
     probe: str = "after",
+    step_shares: dict[str, float] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per run: measured and predicted median iteration and the relative error.
     `co_run_slowdown` scales the (one-worker) profile's times for workers sharing a host;
@@ -77,7 +78,9 @@ def predict_runs(
     of the profile's; None: where the run has it. `link_bucket`: price the emulated links'
     token bucket (`emulated_options`). `probe`: "interleaved" takes the compute a run of
     `HEAP_KEPT_STRATEGIES` timed in blocks between its steps (`interleaved_compute_probe`)
-    instead ("auto" and "after" do not)."""
+    instead ("auto" and "after" do not). `step_shares` (model -> share,
+    `cadence.sim.step_share`): a run with in-run compute prices the optimizer step as that
+    share of it, not at the profile's or one timed now."""
     from cadence.bench.runtime_cost import STRATEGIES as RUNTIME_COSTED
     from cadence.netem import parse_bandwidth
     from cadence.sim.bench_dp import HEAP_KEPT_STRATEGIES, compute_scale, scaled_profile
@@ -120,9 +123,14 @@ def predict_runs(
                 f"run {path} timed no compute of its own (`{probe_key}`): use "
                 "--compute-basis beside"
             )
+        update_s_per_byte = steps[key]
         if probed and in_run_compute is not False:
             # Profile + optimizer step = the run's own step without communication.
-            factor = compute_scale(profile, float(probed["lockstep_median_s"]) * slowdown, step_s)
+            compute_s = float(probed["lockstep_median_s"]) * slowdown
+            if optimizer_step_s is None and step_shares and model in step_shares:
+                step_s = step_shares[model] * compute_s  # at the speed of the run's compute
+                update_s_per_byte = step_s / max(1, sum(p.nbytes for p in params))
+            factor = compute_scale(profile, compute_s, step_s)
             basis = "in-run, interleaved" if between else "in-run"
         else:
             factor, basis = co_run_slowdown * slowdown, "profile"
@@ -135,7 +143,7 @@ def predict_runs(
             world_size=workers,
             link=cap_link(bps, payload_fraction, calibrated),
             description=f"{model} {cfg['emulate_bandwidth']}",
-            update_s_per_byte=steps[key],
+            update_s_per_byte=update_s_per_byte,
             arrival_order=zoo_arrival_order(model),
         )
         zero = None
@@ -343,9 +351,17 @@ def bench_sim_command(args: Any) -> int:
         warning = runtime_cost_warning(runtime_cost)  # the predictions carry its drift
         if warning:
             print(warning)
+    shares = None
+    if getattr(args, "step_shares", None):
+        from cadence.sim.step_share import step_shares
+
+        shares = step_shares(args.step_shares)
+        print("optimizer step where a row timed none: " + ", ".join(
+            f"{model} {share * 100:.2f}% of its compute" for model, share in sorted(shares.items())
+        ))  # fmt: skip
     rows = predict_runs(
         runs, profiles, args.payload_fraction, options, args.optimizer_step, co_run, calibrated,
-        slowdowns, in_run, link_bucket, probe,
+        slowdowns, in_run, link_bucket, probe, shares,
     )  # fmt: skip
     if bench_files:
         from cadence.sim.bench_dp import predict_bench_dp
@@ -353,7 +369,7 @@ def bench_sim_command(args: Any) -> int:
         more, skipped = predict_bench_dp(
             bench_files, profiles, args.payload_fraction, args.optimizer_step, options, co_run,
             slowdowns, in_run_compute=in_run, calibrated=calibrated, link_bucket=link_bucket,
-            probe=probe,
+            probe=probe, step_shares=shares,
         )  # fmt: skip
         rows += more
         for line in skipped:

@@ -162,11 +162,16 @@ class _Case:
     rather than at `step_s`."""
     arrival_order: tuple[int, ...] | None = None
     """The order the model's gradients arrive in (`Setup.arrival_order`)."""
+    step_share: float | None = None
+    """Price the optimizer step as this share of each compute sample (`--step-shares`)
+    rather than at `step_s`; None: at `step_s`."""
 
     def with_step(self, step_s: float) -> _Case:
         """The same case with a whole-model optimizer step of `step_s`."""
         per_byte = step_s / max(1, sum(p.nbytes for p in self.params))
-        return dataclasses.replace(self, step_s=step_s, update_s_per_byte=per_byte)
+        return dataclasses.replace(
+            self, step_s=step_s, update_s_per_byte=per_byte, step_share=None
+        )
 
     def per_sample(self, steps: Sequence[float], count: int) -> list[_Case]:
         """One case for each of `count` samples (rounds or runs): each at its own optimizer
@@ -185,7 +190,10 @@ class _Case:
         for variant in variants:
             strategy = _IN_RUN_VARIANTS[variant]
             strategy_compute_s = compute_s * self.slowdown.get(strategy, 1.0)
-            factor = co_run * compute_scale(self.profile, strategy_compute_s, self.step_s)
+            case = self
+            if self.step_share is not None:  # the step at the speed of this compute
+                case = self.with_step(strategy_compute_s * self.step_share)
+            factor = co_run * compute_scale(self.profile, strategy_compute_s, case.step_s)
             setup = Setup(
                 profile=scaled_profile(self.profile, factor),
                 params=self.params,
@@ -194,7 +202,7 @@ class _Case:
                 world_size=self.workers,
                 link=self.link,
                 description=self.description,
-                update_s_per_byte=self.update_s_per_byte,
+                update_s_per_byte=case.update_s_per_byte,
                 arrival_order=self.arrival_order,
             )
             out[variant], _ = run_strategy(
@@ -222,6 +230,7 @@ def predict_bench_dp(
     calibrated: AlphaBeta | None = None,
     link_bucket: bool = False,
     probe: str = "after",
+    step_shares: dict[str, float] | None = None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """(rows of measured vs predicted, skipped rows as text). The measured compute-only
     iteration of `cadence bench dp` ran one worker alone; `co_run_slowdown` scales it for
@@ -234,7 +243,10 @@ def predict_bench_dp(
     `calibrated` gives the links their alphas (`cap_link`); `link_bucket` their emulated
     token bucket (`emulated_options`). `probe`: which of a run's probes is its in-run compute,
     the one "after" its steps, the "interleaved" blocks between them (`PROBE_KEYS`,
-    `probe_samples`), or "auto": the blocks where a file has them (`file_probe`)."""
+    `probe_samples`), or "auto": the blocks where a file has them (`file_probe`).
+    `step_shares` (model -> share, `cadence.sim.step_share`): rows that timed no optimizer
+    step of their own price it as that share of their compute, not at the profile's or one
+    timed now."""
     from cadence.netem import parse_bandwidth
 
     rows: list[dict[str, Any]] = []
@@ -266,8 +278,12 @@ def predict_bench_dp(
             # `--optimizer-step` first, then the steps the row's own compute timed.
             own = [] if optimizer_step_s is not None else own_step_samples(row, probe_here)
             step_s: float | None
+            share = None
             if own:
                 step_s, step_basis = statistics.median(own), "timed with the compute"
+            elif optimizer_step_s is None and step_shares and model in step_shares:
+                share = step_shares[model]
+                step_s, step_basis = share * float(row["compute_s"]), "share of the compute"
             else:
                 recorded = profiles[model].optimizer_step_s
                 step_s = chosen_step_s("adam", optimizer_step_s, recorded)
@@ -294,6 +310,7 @@ def predict_bench_dp(
                 slowdown=slowdown,
                 own_steps=bool(own),
                 arrival_order=zoo_arrival_order(model),
+                step_share=share,
             )
             common = {
                 "run": f"{Path(path).name}:{model}",

@@ -234,6 +234,16 @@ def add_bench_sim(bsub: Any) -> None:
         help="one optimizer step over the whole model; default: the profile's, else timed now",
     )
     p.add_argument(
+        "--step-shares",
+        nargs="+",
+        default=None,
+        metavar="FILE",
+        help="`cadence bench dp` / dp-paired files that timed the optimizer step beside their "
+        "compute (since 2026-11-27): price the step of rows and runs that timed none as the "
+        "median share of the compute those files measured for the model, at the speed of "
+        "the row's own compute (default: the profile's step, else one timed now)",
+    )
+    p.add_argument(
         "--contention",
         default=None,
         metavar="FILE",
