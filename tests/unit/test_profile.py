@@ -117,6 +117,25 @@ def test_command_prints_table_and_saves(tmp_path, capsys):
     assert profile.threads == 1
 
 
+def test_the_command_times_with_the_heap_fixed_as_training_processes_run(monkeypatch):
+    # A fresh process's dynamic heap faulted Adam's temporaries in on every step (vgg16's step
+    # about 2x what the runs timed; results/profile-step-heap-20261128.txt), so the thresholds
+    # are fixed before anything is timed.
+    import cadence.profile.command as command
+
+    events = []
+    monkeypatch.setattr(command, "keep_heap", lambda: events.append("heap fixed") or True)
+    real = command.profile_zoo_model
+
+    def profiled(*args, **kwargs):
+        events.append("profiled")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(command, "profile_zoo_model", profiled)
+    profile_command("cnn", batch_size=2, iterations=1, warmup=0, echo=lambda _: None)
+    assert events == ["heap fixed", "profiled"]
+
+
 @pytest.mark.parametrize(
     "kwargs", [{"batch_size": 0, "iterations": 1}, {"batch_size": 2, "iterations": 0}]
 )

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from cadence.comm.process_group import visible_gpus
+from cadence.dp.heap import keep_heap
 from cadence.errors import UserError
 from cadence.placement import place_worker
 from cadence.profile.measure import profile_zoo_model
@@ -77,11 +78,18 @@ def profile_command(
     `None` keeps torch's current setting. The previous setting is restored afterwards.
     `device` is cpu, cuda (the current GPU) or auto (cuda where there is one); `block_timing`
     is separate, in-iteration or auto (in-iteration on CUDA; see `profile_model`).
+    The process's glibc heap thresholds are fixed first (`cadence.dp.heap.keep_heap`, as in
+    cadence-dp's training processes), so that the blocks and the optimizer step are timed in
+    the steady state of a training process, not in a fresh process's faulting heap.
     Bad arguments or an unknown model raise a one-line UserError.
     """
     where = place_worker(device, 0, 1, visible_gpus()).device
     if threads is not None and threads < 1:
         raise UserError(f"threads must be >= 1 (or unset for torch's default), got {threads}")
+    # A training process's heap settles: its steps stop faulting memory in. A fresh process
+    # with glibc's dynamic thresholds faults Adam's temporaries in on every step (vgg16's step
+    # about 2x), so time as cadence-dp's processes run, with the thresholds fixed.
+    keep_heap()
     previous = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)

@@ -34,14 +34,18 @@ def chosen_step_s(
 def step_s_per_byte(model_name: str, optimizer: str, repeats: int = 5) -> float:
     """Seconds per parameter byte of one `optimizer` step over zoo `model_name`'s parameters,
     on one CPU thread (as a training rank runs): the least of `repeats` timed steps after an
-    untimed one, since a busy machine only ever adds time; 0 for "none"."""
+    untimed one, since a busy machine only ever adds time; 0 for "none". Timed with this
+    process's heap thresholds fixed, as `cadence profile` times it (see there)."""
     check_step(optimizer, None)
     if optimizer == "none":
         return 0.0
     import torch
 
+    from cadence.dp.heap import keep_heap
     from cadence.models import get_model_spec
     from cadence.profile.optimizer_step import optimizer_step_s
+
+    keep_heap()
 
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
