@@ -110,6 +110,11 @@ def test_the_command_prints_the_shares_and_rejects_a_file_without_steps(
     )
     report = json.loads((tmp_path / "out.json").read_text())
     assert {r["optimizer_step_basis"] for r in report["rows"]} == {"share of the compute"}
+    assert report["step_shares"] == {"files": [timed], "shares": {"cnn": pytest.approx(0.1)}}
+    # Without them the rows take a step timed now, and the command says how to pin it.
+    assert main(args) == 0
+    assert "2 rows timed no optimizer step" in capsys.readouterr().out
+    assert json.loads((tmp_path / "out.json").read_text())["step_shares"] is None
     assert main([*args, "--step-shares", untimed]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "none of the files timed an optimizer step" in err[0], err

@@ -387,6 +387,11 @@ def bench_sim_command(args: Any) -> int:
         raise UserError("no run with a known link to predict")
     for line in table_lines(rows):
         print(line)
+    timed_now = sum(r.get("optimizer_step_basis") == "timed now" for r in rows)
+    if timed_now:
+        print(f"{timed_now} rows timed no optimizer step and their profile records none: priced "
+              "with one timed now on this machine, which moves with its speed (pin it with "
+              "--step-shares FILE... or --optimizer-step)")  # fmt: skip
     if args.json:
         data = {
             "command": "cadence " + shlex.join(sys.argv[1:]),
@@ -401,6 +406,7 @@ def bench_sim_command(args: Any) -> int:
             "calibration": calibration,
             "calibration_latency": calibration_latency if calibration else None,
             "compute_basis": compute_basis,
+            "step_shares": {"files": args.step_shares, "shares": shares} if shares else None,
             "link_bucket": "tbf" if link_bucket else "none",
             "comm_cpu": {
                 "s_per_message": options.comm_cpu_s_per_message,
