@@ -4,9 +4,10 @@
 compute a run timed; rows that timed no step of their own (benchmark files from before
 2026-11-27) need the step from somewhere else. An absolute step timed at scoring moves with the
 scoring machine (its speed, its heap) while the run's did not. The step's *share* of the
-compute is steadier: runs from fast and slow days time it within a few tenths of a percent
-(cnn_lstm about 4.5%, vgg16 about 5%), so `--step-shares FILE...` prices those rows' step as
-the share other runs of the same model measured, at the speed of the row's own compute.
+compute is steadier: files from days whose compute took 1x to 2.6x as long time it within
+about a point of each other (cnn_lstm 4.1-5.0%, vgg16 4.5-5.2%), so `--step-shares FILE...`
+prices those rows' step as the share other runs of the same model measured, at the speed of
+the row's own compute.
 """
 
 from __future__ import annotations
