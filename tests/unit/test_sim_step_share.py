@@ -83,13 +83,19 @@ def test_each_round_is_priced_at_the_share_of_its_own_compute(tmp_path: Path) ->
     assert {r["optimizer_step_basis"] for r in rows} == {"timed now"}
 
 
-def test_a_training_run_with_its_own_compute_takes_the_share_of_it(tmp_path: Path) -> None:
+def test_a_training_run_with_its_own_compute_takes_the_share_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import cadence.sim.command as command
+
     profiles = {"cnn": zoo_profile("cnn")}
     path = Path(write_run(tmp_path / "a.json", "cadence-dp", 0.5, cap="10mbit"))
     data = json.loads(path.read_text())
     data["compute_probe"] = {"lockstep_median_s": 0.4, "slowest_rank_median_s": 0.4, "steps": 5}
     path.write_text(json.dumps(data))
-    (shared,) = predict_runs([str(path)], profiles, 1.0, step_shares={"cnn": 0.2})
+    with monkeypatch.context() as patch:  # the share prices it: no step is timed now
+        patch.setattr(command, "step_s_per_byte", lambda *_: pytest.fail("timed a step"))
+        (shared,) = predict_runs([str(path)], profiles, 1.0, step_shares={"cnn": 0.2})
     (given,) = predict_runs([str(path)], profiles, 1.0, optimizer_step_s=0.08)
     assert shared["optimizer_step_s"] == pytest.approx(0.08)
     assert shared["predicted_s"] == pytest.approx(given["predicted_s"])

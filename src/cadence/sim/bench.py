@@ -105,11 +105,7 @@ def predict_runs(
                 f"{model} profile has batch {profile.batch_size} per worker"
             )
         params, buffer_bytes = zoo_layout(model)
-        key = (model, cfg.get("optimizer", "adam"))
-        if key not in steps:
-            chosen = chosen_step_s(key[1], optimizer_step_s, profile.optimizer_step_s)
-            steps[key] = step_cost(model, key[1], chosen, params)
-        step_s = steps[key] * sum(p.nbytes for p in params)
+        gradient_bytes = sum(p.nbytes for p in params)
         slowdown = 1.0
         if runtime_slowdowns is not None and strategy in RUNTIME_COSTED.values():
             if model not in runtime_slowdowns:
@@ -123,13 +119,20 @@ def predict_runs(
                 f"run {path} timed no compute of its own (`{probe_key}`): use "
                 "--compute-basis beside"
             )
-        update_s_per_byte = steps[key]
-        if probed and in_run_compute is not False:
+        in_run = bool(probed) and in_run_compute is not False
+        compute_s = float(probed["lockstep_median_s"]) * slowdown if probed and in_run else 0.0
+        key = (model, cfg.get("optimizer", "adam"))
+        if in_run and optimizer_step_s is None and step_shares and model in step_shares:
+            step_s = step_shares[model] * compute_s  # at the speed of the run's compute
+            update_s_per_byte = step_s / max(1, gradient_bytes)
+        else:
+            if key not in steps:
+                chosen = chosen_step_s(key[1], optimizer_step_s, profile.optimizer_step_s)
+                steps[key] = step_cost(model, key[1], chosen, params)
+            update_s_per_byte = steps[key]
+            step_s = update_s_per_byte * gradient_bytes
+        if in_run:
             # Profile + optimizer step = the run's own step without communication.
-            compute_s = float(probed["lockstep_median_s"]) * slowdown
-            if optimizer_step_s is None and step_shares and model in step_shares:
-                step_s = step_shares[model] * compute_s  # at the speed of the run's compute
-                update_s_per_byte = step_s / max(1, sum(p.nbytes for p in params))
             factor = compute_scale(profile, compute_s, step_s)
             basis = "in-run, interleaved" if between else "in-run"
         else:

@@ -487,6 +487,12 @@ def _median_row(
     }
 
 
+def round_computes(row: dict[str, Any]) -> list[float]:
+    """The compute each round of a `cadence bench dp-paired` row is priced against: the
+    lockstep figure (each step's slowest rank) where the file has it, else each rank's mean."""
+    return list(row.get("lockstep_compute_rounds_s") or row["rounds_s"].get("compute") or [])
+
+
 def _paired_rows(
     row: dict[str, Any], case: _Case, common: dict[str, Any]
 ) -> list[dict[str, Any]]:
@@ -498,10 +504,10 @@ def _paired_rows(
     a step that ends in a collective waits for (jitter between the ranks costs a synchronous
     step the larger of their times, not their mean); older files have only each rank's mean."""
     rounds: dict[str, list[float]] = row["rounds_s"]
-    lockstep = row.get("lockstep_compute_rounds_s")
-    computes = lockstep or rounds["compute"]
+    computes = round_computes(row)
     cases = case.per_sample(row.get("compute_step_rounds_s") or [], len(computes))
     per_round = [c.predict(compute, 1.0) for c, compute in zip(cases, computes, strict=True)]
+    lockstep = bool(row.get("lockstep_compute_rounds_s"))
     common = {**common, "compute_basis": "lockstep" if lockstep else "per-rank"}
     out = []
     for variant, strategy in _VARIANTS.items():

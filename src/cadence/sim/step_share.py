@@ -25,13 +25,13 @@ def row_step_shares(row: dict[str, Any]) -> list[float]:
     bench dp` or `dp-paired` file: per round (`compute_step_rounds_s` over the lockstep compute
     where the file has it) or per run and variant (the probe after the steps); empty where the
     row timed no step beside its compute."""
+    from cadence.sim.bench_dp import probe_samples, round_computes
+
     if "rounds_s" in row:
         steps = row.get("compute_step_rounds_s") or []
-        computes = row.get("lockstep_compute_rounds_s") or row["rounds_s"].get("compute") or []
-        return _ratios(zip(steps, computes, strict=False))
-    computes = row.get("variant_compute_runs_s") or {}
-    steps = row.get("variant_step_runs_s") or {}
-    pairs = (pair for v in computes for pair in zip(steps.get(v, []), computes[v], strict=False))
+        return _ratios(zip(steps, round_computes(row), strict=False))
+    computes, run_steps, _ = probe_samples(row, "after")
+    pairs = (p for v in computes for p in zip(run_steps.get(v, []), computes[v], strict=False))
     return _ratios(pairs)
 
 
