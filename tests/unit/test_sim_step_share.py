@@ -92,6 +92,9 @@ def test_a_training_run_with_its_own_compute_takes_the_share_of_it(
     path = Path(write_run(tmp_path / "a.json", "cadence-dp", 0.5, cap="10mbit"))
     data = json.loads(path.read_text())
     data["compute_probe"] = {"lockstep_median_s": 0.4, "slowest_rank_median_s": 0.4, "steps": 5}
+    sgd = tmp_path / "sgd.json"
+    sgd.write_text(json.dumps(data))
+    data["config"]["optimizer"] = "adam"  # the shares are of Adam's step, as bench dp trains
     path.write_text(json.dumps(data))
     with monkeypatch.context() as patch:  # the share prices it: no step is timed now
         patch.setattr(command, "step_s_per_byte", lambda *_: pytest.fail("timed a step"))
@@ -99,6 +102,12 @@ def test_a_training_run_with_its_own_compute_takes_the_share_of_it(
     (given,) = predict_runs([str(path)], profiles, 1.0, optimizer_step_s=0.08)
     assert shared["optimizer_step_s"] == pytest.approx(0.08)
     assert shared["predicted_s"] == pytest.approx(given["predicted_s"])
+    # An SGD run keeps the profile's SGD step: a share of Adam's would price the wrong one.
+    from dataclasses import replace
+
+    recorded = {"cnn": replace(profiles["cnn"], optimizer_step_s={"sgd": 0.003, "adam": 0.05})}
+    (sgd_shared,) = predict_runs([str(sgd)], recorded, 1.0, step_shares={"cnn": 0.2})
+    assert sgd_shared["optimizer_step_s"] == pytest.approx(0.003)
 
 
 def test_the_command_prints_the_shares_and_rejects_a_file_without_steps(

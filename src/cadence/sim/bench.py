@@ -78,9 +78,9 @@ def predict_runs(
     of the profile's; None: where the run has it. `link_bucket`: price the emulated links'
     token bucket (`emulated_options`). `probe`: "interleaved" takes the compute a run of
     `HEAP_KEPT_STRATEGIES` timed in blocks between its steps (`interleaved_compute_probe`)
-    instead ("auto" and "after" do not). `step_shares` (model -> share,
-    `cadence.sim.step_share`): a run with in-run compute prices the optimizer step as that
-    share of it, not at the profile's or one timed now."""
+    instead ("auto" and "after" do not). `step_shares` (model -> share of Adam's step,
+    `cadence.sim.step_share`): an Adam run with in-run compute prices the optimizer step as
+    that share of it, not at the profile's or one timed now."""
     from cadence.bench.runtime_cost import STRATEGIES as RUNTIME_COSTED
     from cadence.netem import parse_bandwidth
     from cadence.sim.bench_dp import HEAP_KEPT_STRATEGIES, compute_scale, scaled_profile
@@ -122,7 +122,9 @@ def predict_runs(
         in_run = bool(probed) and in_run_compute is not False
         compute_s = float(probed["lockstep_median_s"]) * slowdown if probed and in_run else 0.0
         key = (model, cfg.get("optimizer", "adam"))
-        if in_run and optimizer_step_s is None and step_shares and model in step_shares:
+        # The shares are of Adam's step, the one `cadence bench dp` trains with.
+        shared = key[1] == "adam" and optimizer_step_s is None and model in (step_shares or {})
+        if in_run and shared and step_shares:
             step_s = step_shares[model] * compute_s  # at the speed of the run's compute
             update_s_per_byte = step_s / max(1, gradient_bytes)
         else:

@@ -241,7 +241,8 @@ def add_bench_sim(bsub: Any) -> None:
         help="`cadence bench dp` / dp-paired files that timed the optimizer step beside their "
         "compute (since 2026-11-27): price the step of rows and runs that timed none as the "
         "median share of the compute those files measured for the model, at the speed of "
-        "the row's own compute (default: the profile's step, else one timed now)",
+        "the row's own compute; Adam's step, as `bench dp` trains, so runs with another "
+        "optimizer keep theirs (default: the profile's step, else one timed now)",
     )
     p.add_argument(
         "--contention",
