@@ -6,9 +6,13 @@ Rows that timed no optimizer step of their own (files from before 2026-11-27) pr
 share of the compute that the checks' other files timed (`bench sim --step-shares`, since
 2026-11-28; before, a step timed at scoring, which moved with the scoring machine).
 
+With a HEAP_COST_FILE (`cadence bench heap-cost`, since 2026-11-28), DDP's separate runs,
+whose processes left glibc's heap thresholds dynamic, are charged its factor (`--heap-cost`).
+
 Run from the repository root:
-    python results/halves_every_check.py [COSTS_FOLDER] > results/halves-every-check-DATE.txt
-(default folder: results/costs-20261126). About 1 minute.
+    python results/halves_every_check.py [COSTS_FOLDER [HEAP_COST_FILE]] \
+        > results/halves-every-check-DATE.txt
+(default folder: results/costs-20261126; no heap charge). About 1 minute.
 """
 
 from __future__ import annotations
@@ -166,16 +170,19 @@ def share_files() -> list[str]:
         "rows"])]  # fmt: skip
 
 
-def main_(costs: str) -> None:
+def main_(costs: str, heap_cost: str | None = None) -> None:
     shares = share_files()
+    heap = ("--heap-cost", heap_cost) if heap_cost else ()
     print(f"# mean/worst |error| in %, charges from {costs}: all runs | odd runs | even runs; "
           "the row whose halves differ most")  # fmt: skip
     print(f"# optimizer step where a row timed none: its share of the compute in {len(shares)} "
           "files (" + ", ".join(Path(f).name for f in shares) + ")")  # fmt: skip
+    if heap_cost:
+        print(f"# DDP's runs with glibc's heap dynamic charged from {heap_cost}")
     print("| check | all | odd | even | widest row (odd / even) |")
     print("| --- | --- | --- | --- | --- |")
     met = 0
-    for name, report in check_reports(costs, ("--step-shares", *shares)):
+    for name, report in check_reports(costs, ("--step-shares", *shares, *heap)):
         met += meets(report)
         h = report["halves"]
         if h is None:  # each row from one figure (compute-only runs): nothing to split
@@ -189,4 +196,7 @@ def main_(costs: str) -> None:
 
 
 if __name__ == "__main__":
-    main_(sys.argv[1] if len(sys.argv) > 1 else "results/costs-20261126")
+    main_(
+        sys.argv[1] if len(sys.argv) > 1 else "results/costs-20261126",
+        sys.argv[2] if len(sys.argv) > 2 else None,
+    )

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from cadence.bench.heap_cost import add_parser as _add_heap_cost
 from cadence.bench.runtime_cost import add_parser as _add_runtime_cost
 from cadence.bench.sim_costs import add_parser as _add_costs
 
@@ -565,6 +566,7 @@ _BENCHES: tuple[Callable[[Any], None], ...] = (
     _add_dp_timeline,
     _add_pipeline,
     _add_dp_autotune,
+    _add_heap_cost,
     _add_zero,
     _add_ps,
     _add_runtime_cost,

@@ -4,9 +4,12 @@ The simulator's closest predictions of emulated-cluster runs charge three costs 
 the machine and its links, not on the run: the processor time communication takes from
 compute (`cadence bench contention`), each message's latency per collective (`cadence
 calibrate` on the emulated links) and the processor time DDP's and cadence-dp's own machinery
-takes (`cadence bench runtime-cost`, per model). This command runs the three, one after the
-other, into one folder that `cadence bench sim --costs DIR` reads. Each file is the usual
-output of its command, written as soon as its part ends, so a failure keeps the parts done.
+takes (`cadence bench runtime-cost`, per model), and since 2026-11-28 the time DDP loses where
+its processes leave glibc's heap thresholds dynamic (`cadence bench heap-cost`, per model).
+This command runs them one after the other into one folder that `cadence bench sim --costs
+DIR` reads. Each file is the usual output of its command, written as soon as its part ends,
+so a failure keeps the parts done. Folders made before heap-cost existed lack its file; they
+are read without it (no heap charge).
 """
 
 from __future__ import annotations
@@ -24,8 +27,14 @@ from cadence.errors import UserError
 if TYPE_CHECKING:
     from cadence.comm.calibrate import Calibration
 
-PARTS: tuple[str, ...] = ("contention", "calibration", "runtime-cost")
+PARTS: tuple[str, ...] = ("contention", "calibration", "runtime-cost", "heap-cost")
 """What the command measures, in the order it measures them."""
+
+OPTIONAL_PARTS: tuple[str, ...] = ("heap-cost",)
+"""Parts a folder may lack (made before they existed): read as no charge."""
+
+OFF_NETWORK_PARTS: tuple[str, ...] = ("runtime-cost", "heap-cost")
+"""Parts that run without the emulated cluster (no root needed)."""
 
 FILE_OF: dict[str, str] = {part: f"{part}.json" for part in PARTS}
 """Each part's file inside the folder."""
@@ -39,14 +48,14 @@ class CostsConfig:
     """What `cadence bench costs` measures and where it writes."""
 
     out_dir: str = "results/costs"
-    """Folder for contention.json, calibration.json and runtime-cost.json."""
+    """Folder for contention.json, calibration.json, runtime-cost.json and heap-cost.json."""
     bandwidth: str = "400mbit"
     """Emulated link cap for the contention and calibration parts (the latencies it fits
     are per message, so one cap serves the runs at every cap)."""
     hosts: int = 2
     """Emulated hosts and processes computing at once, as in the runs to predict."""
     models: tuple[str, ...] = DEFAULT_MODELS
-    """Zoo models whose runtime cost is measured (a prediction needs its model's)."""
+    """Zoo models whose runtime and heap costs are measured (a prediction needs its model's)."""
     batch_size: int = 64
     """Global batch of the runs to predict (the runtime-cost part computes each host's share)."""
     parts: tuple[str, ...] = PARTS
@@ -76,20 +85,24 @@ class CostsConfig:
         return Path(self.out_dir) / FILE_OF[part]
 
 
-def costs_files(folder: str) -> dict[str, str]:
-    """part -> file of a `cadence bench costs` folder; a missing folder or file is a one-line
-    UserError that says how to make it."""
+def costs_files(folder: str) -> dict[str, str | None]:
+    """part -> file of a `cadence bench costs` folder (None: an `OPTIONAL_PARTS` file it
+    lacks); a missing folder or other file is a one-line UserError that says how to make it."""
     root = Path(folder)
     if not root.is_dir():
         raise UserError(f"--costs {folder}: no such folder (make it with `cadence bench costs`)")
     files = {part: root / name for part, name in FILE_OF.items()}
-    missing = [str(path) for path in files.values() if not path.is_file()]
+    missing = [
+        str(path)
+        for part, path in files.items()
+        if not path.is_file() and part not in OPTIONAL_PARTS
+    ]
     if missing:
         raise UserError(
             f"--costs {folder}: missing {', '.join(missing)} "
             f"(`cadence bench costs --out-dir {folder}` measures it)"
         )
-    return {part: str(path) for part, path in files.items()}
+    return {part: str(path) if path.is_file() else None for part, path in files.items()}
 
 
 def _contention(config: CostsConfig, command: str) -> None:
@@ -191,7 +204,24 @@ def _runtime_cost(config: CostsConfig, command: str) -> None:
         print(warning)
 
 
-_RUNNERS = {"contention": _contention, "calibration": _calibration, "runtime-cost": _runtime_cost}
+def _heap_cost(config: CostsConfig, command: str) -> None:
+    from cadence.bench.heap_cost import HeapCostConfig, run_heap_cost_bench
+
+    part = HeapCostConfig(
+        models=config.models,
+        workers=config.hosts,
+        batch_size=config.batch_size,
+        out=str(config.path("heap-cost")),
+    )
+    run_heap_cost_bench(part, command)
+
+
+_RUNNERS = {
+    "contention": _contention,
+    "calibration": _calibration,
+    "runtime-cost": _runtime_cost,
+    "heap-cost": _heap_cost,
+}
 
 
 def run_costs(config: CostsConfig, command: str, echo: Any = print) -> dict[str, float]:
@@ -199,8 +229,8 @@ def run_costs(config: CostsConfig, command: str, echo: Any = print) -> dict[str,
     from cadence.bench.collectives import _check_writable
     from cadence.netem import check_netem_available
 
-    if set(config.parts) - {"runtime-cost"}:
-        check_netem_available()  # every part but runtime-cost runs on the emulated cluster
+    if set(config.parts) - set(OFF_NETWORK_PARTS):
+        check_netem_available()  # the other parts run on the emulated cluster
     for part in config.parts:
         _check_writable(config.path(part))  # fail before minutes of measuring, not after
     seconds: dict[str, float] = {}
@@ -238,11 +268,11 @@ def add_parser(bsub: Any) -> None:
 
     p = bsub.add_parser(
         "costs",
-        help="measure this machine's contention, link latencies and runtime costs into one "
-        "folder for `cadence bench sim --costs DIR` (root; ~8 minutes for the four models)",
+        help="measure this machine's contention, link latencies, runtime and heap costs into "
+        "one folder for `cadence bench sim --costs DIR` (root; ~35 minutes for the four models)",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--out-dir", default="results/costs", help="folder for the three files")
+    p.add_argument("--out-dir", default="results/costs", help="folder for the four files")
     p.add_argument("--bandwidth", default="400mbit", help="emulated link cap to measure on")
     p.add_argument("--hosts", type=int, default=2, help="emulated hosts (workers of the runs)")
     p.add_argument("--models", default=",".join(DEFAULT_MODELS), help="runtime-cost models")

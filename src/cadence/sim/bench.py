@@ -68,6 +68,7 @@ def predict_runs(
     link_bucket: bool = False,
     probe: str = "after",
     step_shares: dict[str, float] | None = None,
+    heap_factors: dict[str, dict[float, float]] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per run: measured and predicted median iteration and the relative error.
     `co_run_slowdown` scales the (one-worker) profile's times for workers sharing a host;
@@ -80,7 +81,10 @@ def predict_runs(
     `HEAP_KEPT_STRATEGIES` timed in blocks between its steps (`interleaved_compute_probe`)
     instead ("auto" and "after" do not). `step_shares` (model -> share of Adam's step,
     `cadence.sim.step_share`): an Adam run with in-run compute prices the optimizer step as
-    that share of it, not at the profile's or one timed now."""
+    that share of it, not at the profile's or one timed now. `heap_factors` (model -> cap in
+    bit/s -> factor, `cadence bench heap-cost`) slows the compute of DDP runs by the nearest
+    cap's: `cadence train` leaves DDP's processes' glibc heap thresholds dynamic."""
+    from cadence.bench.heap_cost import factor_at
     from cadence.bench.runtime_cost import STRATEGIES as RUNTIME_COSTED
     from cadence.netem import parse_bandwidth
     from cadence.sim.bench_dp import HEAP_KEPT_STRATEGIES, compute_scale, scaled_profile
@@ -111,6 +115,10 @@ def predict_runs(
             if model not in runtime_slowdowns:
                 raise UserError(f"run {path}: no runtime cost of {model!r} given")
             slowdown = runtime_slowdowns[model].get(strategy, 1.0)
+        if heap_factors is not None and strategy == "ddp":
+            if model not in heap_factors:
+                raise UserError(f"run {path}: no heap cost of {model!r} given")
+            slowdown *= factor_at(heap_factors[model], parse_bandwidth(cfg["emulate_bandwidth"]))
         between = probe == "interleaved" and strategy in HEAP_KEPT_STRATEGIES
         probe_key = "interleaved_compute_probe" if between else "compute_probe"
         probed = data.get(probe_key)
@@ -279,6 +287,7 @@ def _charges(args: Any) -> dict[str, str | None]:
         "contention": getattr(args, "contention", None),
         "calibration": getattr(args, "calibration", None),
         "runtime-cost": getattr(args, "runtime_cost", None),
+        "heap-cost": getattr(args, "heap_cost", None),
     }
     folder = getattr(args, "costs", None)
     if not folder:
@@ -356,6 +365,12 @@ def bench_sim_command(args: Any) -> int:
         warning = runtime_cost_warning(runtime_cost)  # the predictions carry its drift
         if warning:
             print(warning)
+    heap_cost = charges["heap-cost"]
+    heap_factors = None
+    if heap_cost:
+        from cadence.bench.heap_cost import read_heap_factors
+
+        heap_factors = read_heap_factors(heap_cost)
     shares = None
     if getattr(args, "step_shares", None):
         from cadence.sim.step_share import step_shares
@@ -366,7 +381,7 @@ def bench_sim_command(args: Any) -> int:
         ))  # fmt: skip
     rows = predict_runs(
         runs, profiles, args.payload_fraction, options, args.optimizer_step, co_run, calibrated,
-        slowdowns, in_run, link_bucket, probe, shares,
+        slowdowns, in_run, link_bucket, probe, shares, heap_factors,
     )  # fmt: skip
     if bench_files:
         from cadence.sim.bench_dp import predict_bench_dp
@@ -374,7 +389,7 @@ def bench_sim_command(args: Any) -> int:
         more, skipped = predict_bench_dp(
             bench_files, profiles, args.payload_fraction, args.optimizer_step, options, co_run,
             slowdowns, in_run_compute=in_run, calibrated=calibrated, link_bucket=link_bucket,
-            probe=probe, step_shares=shares,
+            probe=probe, step_shares=shares, heap_factors=heap_factors,
         )  # fmt: skip
         rows += more
         for line in skipped:
@@ -408,6 +423,7 @@ def bench_sim_command(args: Any) -> int:
             "costs": getattr(args, "costs", None),
             "contention": contention,
             "runtime_cost": charges["runtime-cost"],
+            "heap_cost": heap_cost,
             "calibration": calibration,
             "calibration_latency": calibration_latency if calibration else None,
             "compute_basis": compute_basis,

@@ -165,6 +165,11 @@ class _Case:
     step_share: float | None = None
     """Price the optimizer step as this share of each compute sample (`--step-shares`)
     rather than at `step_s`; None: at `step_s`."""
+    heap_factor: float = 1.0
+    """How much slower DDP computes in processes that leave glibc's heap thresholds dynamic
+    (`cadence bench heap-cost`); charged to the variants in `dynamic_heap` only."""
+    dynamic_heap: frozenset[str] = frozenset()
+    """The variants whose processes left the heap thresholds dynamic (`heap_kept`)."""
 
     def with_step(self, step_s: float) -> _Case:
         """The same case with a whole-model optimizer step of `step_s`."""
@@ -190,6 +195,8 @@ class _Case:
         for variant in variants:
             strategy = _IN_RUN_VARIANTS[variant]
             strategy_compute_s = compute_s * self.slowdown.get(strategy, 1.0)
+            if variant in self.dynamic_heap:
+                strategy_compute_s *= self.heap_factor
             case = self
             if self.step_share is not None:  # the step at the speed of this compute
                 case = self.with_step(strategy_compute_s * self.step_share)
@@ -231,6 +238,7 @@ def predict_bench_dp(
     link_bucket: bool = False,
     probe: str = "after",
     step_shares: dict[str, float] | None = None,
+    heap_factors: dict[str, dict[float, float]] | None = None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """(rows of measured vs predicted, skipped rows as text). The measured compute-only
     iteration of `cadence bench dp` ran one worker alone; `co_run_slowdown` scales it for
@@ -246,7 +254,11 @@ def predict_bench_dp(
     `probe_samples`), or "auto": the blocks where a file has them (`file_probe`).
     `step_shares` (model -> share, `cadence.sim.step_share`): rows that timed no optimizer
     step of their own price it as that share of their compute, not at the profile's or one
-    timed now."""
+    timed now. `heap_factors` (model -> cap in bit/s -> factor, `cadence bench heap-cost`;
+    the nearest cap's) slows the compute
+    of DDP's separate runs whose processes left glibc's heap thresholds dynamic (`heap_kept`;
+    not dp-paired's, whose DDP shares cadence-dp's processes)."""
+    from cadence.bench.heap_cost import factor_at
     from cadence.netem import parse_bandwidth
 
     rows: list[dict[str, Any]] = []
@@ -273,6 +285,12 @@ def predict_bench_dp(
                 if model not in runtime_slowdowns:
                     raise UserError(f"{path}: no runtime cost of {model!r} given")
                 slowdown = runtime_slowdowns[model]
+            dynamic_heap = dynamic_heap_variants(row)
+            heap_factor = 1.0
+            if heap_factors is not None and dynamic_heap:
+                if model not in heap_factors:
+                    raise UserError(f"{path}: no heap cost of {model!r} given")
+                heap_factor = factor_at(heap_factors[model], bps)
             params, buffer_bytes = zoo_layout(model)
             gradient_bytes = sum(p.nbytes for p in params)
             # `--optimizer-step` first, then the steps the row's own compute timed.
@@ -311,6 +329,8 @@ def predict_bench_dp(
                 own_steps=bool(own),
                 arrival_order=zoo_arrival_order(model),
                 step_share=share,
+                heap_factor=heap_factor,
+                dynamic_heap=dynamic_heap,
             )
             common = {
                 "run": f"{Path(path).name}:{model}",
@@ -371,6 +391,19 @@ def heap_kept(variant: str, row: dict[str, Any] | None = None) -> bool:
     if row is not None and "fixed_heap_variants" in row:
         return variant in row["fixed_heap_variants"]
     return variant == DDP_FIXED_HEAP or _VARIANTS.get(variant) in HEAP_KEPT_STRATEGIES
+
+
+def dynamic_heap_variants(row: dict[str, Any]) -> frozenset[str]:
+    """The DDP variants of a `cadence bench dp` row whose processes left glibc's heap
+    thresholds dynamic (DDP as users run it); none for `dp-paired` rows, whose DDP runs in
+    the processes where cadence-dp fixed them."""
+    if "rounds_s" in row:
+        return frozenset()
+    return frozenset(
+        variant
+        for variant, strategy in _IN_RUN_VARIANTS.items()
+        if strategy == "ddp" and not heap_kept(variant, row)
+    )
 
 
 def probe_samples(

@@ -259,6 +259,14 @@ def add_bench_sim(bsub: Any) -> None:
         "predictions by each strategy's measured runtime cost (default: none)",
     )
     p.add_argument(
+        "--heap-cost",
+        default=None,
+        metavar="FILE",
+        help="`cadence bench heap-cost` JSON: slow the compute of DDP's runs whose processes "
+        "left glibc's heap thresholds dynamic by the measured factor (default: the --costs "
+        "folder's heap-cost.json where it has one, else none)",
+    )
+    p.add_argument(
         "--calibration",
         default=None,
         metavar="FILE",
@@ -270,9 +278,9 @@ def add_bench_sim(bsub: Any) -> None:
         "--costs",
         default=None,
         metavar="DIR",
-        help="a `cadence bench costs` folder: its contention.json, calibration.json and "
-        "runtime-cost.json stand in for --contention, --calibration and --runtime-cost "
-        "where those are not given",
+        help="a `cadence bench costs` folder: its contention.json, calibration.json, "
+        "runtime-cost.json and heap-cost.json (folders since 2026-11-28) stand in for "
+        "--contention, --calibration, --runtime-cost and --heap-cost where those are not given",
     )
     p.add_argument(
         "--compute-basis",
