@@ -46,6 +46,8 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
         "results/bench-dp-small-heap-20261128s.json"],
     "short t (between the steps, ddp-heap, 3 runs, 400mbit)": [
         "results/bench-dp-small-400mbit-heap-20261128t.json"],
+    "short u (between the steps, ddp-heap, 3 runs, after heap-cost)": [
+        "results/bench-dp-small-heap-20261128u.json"],
     "in turns a": ["results/bench-dp-paired-small-defaults-20261126.json",
                    "results/bench-dp-paired-vgg16-400mbit-defaults-20261126.json"],
     "in turns b": ["results/bench-dp-paired-small-defaults-20261126b.json",
