@@ -102,7 +102,11 @@ def test_replan_every_switches_with_the_link_and_keeps_parity() -> None:
     results = run_ranks(_train, 2, config, links, steps, timeout=120)
     first = results[0]
     start = first["start"]
-    assert start == ("gpipe", 1)  # one second a message: the fewest messages win
+    # One second a message: GPipe, whose messages overlap. Its 1 and 2 micro-batches wait on
+    # the same two latencies and come out a fraction of a ms apart in 2 s; which is ahead
+    # moves with the profile's timings (x 2 by under 0.05 ms in one CI run, x 1 by 0.3 ms in
+    # the next), so either may start, and either may come back.
+    assert start[0] == "gpipe" and start[1] <= 2
     replans = first["replans"]
     assert [r["step"] for r in replans] == [2, 4]
     assert all(r["reason"] == "every 2" and r["probed"] for r in replans)
@@ -112,10 +116,11 @@ def test_replan_every_switches_with_the_link_and_keeps_parity() -> None:
     moved = (to_bandwidth["new_schedule"], to_bandwidth["new_microbatches"])
     assert moved[1] > 1  # at 1 kB/s more micro-batches hide compute behind the wire
     assert to_bandwidth["new_predicted_s"] < to_bandwidth["old_predicted_s"]
-    assert back["switched"] and (back["new_schedule"], back["new_microbatches"]) == start
+    returned = (back["new_schedule"], back["new_microbatches"])
+    assert back["switched"] and returned[0] == "gpipe" and returned[1] <= 2
     for result in results:  # every rank ran the broadcast pick from the step after
         assert result["replans"] == replans
-        assert result["ran"] == [start] * 2 + [moved] * 2 + [start] * 2
+        assert result["ran"] == [start] * 2 + [moved] * 2 + [returned] * 2
     _check_parity(results, steps, 2)
 
 
