@@ -33,9 +33,6 @@ PARTS: tuple[str, ...] = ("contention", "calibration", "runtime-cost", "heap-cos
 OPTIONAL_PARTS: tuple[str, ...] = ("heap-cost",)
 """Parts a folder may lack (made before they existed): read as no charge."""
 
-OFF_NETWORK_PARTS: tuple[str, ...] = ("runtime-cost", "heap-cost")
-"""Parts that run without the emulated cluster (no root needed)."""
-
 FILE_OF: dict[str, str] = {part: f"{part}.json" for part in PARTS}
 """Each part's file inside the folder."""
 
@@ -229,8 +226,8 @@ def run_costs(config: CostsConfig, command: str, echo: Any = print) -> dict[str,
     from cadence.bench.collectives import _check_writable
     from cadence.netem import check_netem_available
 
-    if set(config.parts) - set(OFF_NETWORK_PARTS):
-        check_netem_available()  # the other parts run on the emulated cluster
+    if set(config.parts) - {"runtime-cost"}:
+        check_netem_available()  # every part but runtime-cost runs on the emulated cluster
     for part in config.parts:
         _check_writable(config.path(part))  # fail before minutes of measuring, not after
     seconds: dict[str, float] = {}
@@ -275,7 +272,7 @@ def add_parser(bsub: Any) -> None:
     p.add_argument("--out-dir", default="results/costs", help="folder for the four files")
     p.add_argument("--bandwidth", default="400mbit", help="emulated link cap to measure on")
     p.add_argument("--hosts", type=int, default=2, help="emulated hosts (workers of the runs)")
-    p.add_argument("--models", default=",".join(DEFAULT_MODELS), help="runtime-cost models")
+    p.add_argument("--models", default=",".join(DEFAULT_MODELS), help="models to measure")
     p.add_argument("--batch-size", type=int, default=64, help="global batch of the runs")
     p.add_argument("--parts", default=",".join(PARTS), help="which parts to measure")
     p.set_defaults(func=command)

@@ -110,6 +110,7 @@ def predict_runs(
             )
         params, buffer_bytes = zoo_layout(model)
         gradient_bytes = sum(p.nbytes for p in params)
+        bps = parse_bandwidth(cfg["emulate_bandwidth"])
         slowdown = 1.0
         if runtime_slowdowns is not None and strategy in RUNTIME_COSTED.values():
             if model not in runtime_slowdowns:
@@ -118,7 +119,7 @@ def predict_runs(
         if heap_factors is not None and strategy == "ddp":
             if model not in heap_factors:
                 raise UserError(f"run {path}: no heap cost of {model!r} given")
-            slowdown *= factor_at(heap_factors[model], parse_bandwidth(cfg["emulate_bandwidth"]))
+            slowdown *= factor_at(heap_factors[model], bps)
         between = probe == "interleaved" and strategy in HEAP_KEPT_STRATEGIES
         probe_key = "interleaved_compute_probe" if between else "compute_probe"
         probed = data.get(probe_key)
@@ -147,7 +148,6 @@ def predict_runs(
             basis = "in-run, interleaved" if between else "in-run"
         else:
             factor, basis = co_run_slowdown * slowdown, "profile"
-        bps = parse_bandwidth(cfg["emulate_bandwidth"])
         setup = Setup(
             profile=scaled_profile(profile, factor),
             params=params,

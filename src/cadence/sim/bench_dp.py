@@ -255,9 +255,9 @@ def predict_bench_dp(
     `step_shares` (model -> share, `cadence.sim.step_share`): rows that timed no optimizer
     step of their own price it as that share of their compute, not at the profile's or one
     timed now. `heap_factors` (model -> cap in bit/s -> factor, `cadence bench heap-cost`;
-    the nearest cap's) slows the compute
-    of DDP's separate runs whose processes left glibc's heap thresholds dynamic (`heap_kept`;
-    not dp-paired's, whose DDP shares cadence-dp's processes)."""
+    the nearest cap's) slows the compute of DDP's separate runs whose processes left glibc's
+    heap thresholds dynamic (`heap_kept`; not dp-paired's, whose DDP shares cadence-dp's
+    processes)."""
     from cadence.bench.heap_cost import factor_at
     from cadence.netem import parse_bandwidth
 
