@@ -47,7 +47,7 @@ def test_only_the_heap_variants_runs_start_with_the_fixed_thresholds(
     assert [v.fixed_heap for v in variants] == [False, False, False, True, True]
     for variant in variants[:-1]:
         seen.clear()
-        dp._train("mlp", "none", variant, 2, config)
+        dp.train_variant("mlp", "none", variant, 2, config)
         (env,) = seen.values()
         assert env == (FIXED_HEAP_ENV if variant.name == "ddp-heap" else dict.fromkeys(env))
     assert all(key not in os.environ for key in FIXED_HEAP_ENV)  # restored after the run

@@ -151,10 +151,12 @@ def variants(config: DPBenchConfig) -> list[Variant]:
     return [*ddp, cadence]
 
 
-def _train(
+def train_variant(
     model: str, cap: str, variant: Variant, workers: int, config: DPBenchConfig,
     probe_steps: int = 0, interleaved_every: int = 0,
 ) -> dict[str, Any]:  # fmt: skip
+    """One training run of `variant` (its strategy, settings and environment) on `model` at
+    `cap`, as the benchmark times it: rank 0's metrics, with the compute probes asked for."""
     from cadence.bench._env import child_environment
     from cadence.bench._train import train_for_bench
     from cadence.config import TrainConfig
@@ -192,9 +194,8 @@ def measure_compute(
     """Median iteration of one worker on its share of the batch (no communication at all),
     and the model's gradient bytes."""
     echo(f"  {model}: compute only (1 worker, its share of the batch)")
-    runs = [
-        _train(model, NO_CAP, Variant("compute", "ddp"), 1, config) for _ in range(config.repeats)
-    ]
+    compute = Variant("compute", "ddp")
+    runs = [train_variant(model, NO_CAP, compute, 1, config) for _ in range(config.repeats)]
     return statistics.median(m["median_iteration_s"] for m in runs), runs[0]["gradient_bytes"]
 
 
@@ -242,7 +243,7 @@ def measure_case(
         # Compute alone once per round too: this machine's speed drifts over minutes, so the
         # bound (and a simulator's replay of the row) takes compute from beside the variants.
         echo(f"  {model} @ {cap}: compute only (run {repeat + 1})")
-        compute = _train(model, NO_CAP, Variant("compute", "ddp"), 1, config)
+        compute = train_variant(model, NO_CAP, Variant("compute", "ddp"), 1, config)
         compute_runs.append(compute["median_iteration_s"])
         if cap != NO_CAP:
             echo(f"  {model} @ {cap}: one all-reduce of all gradients (run {repeat + 1})")
@@ -251,7 +252,7 @@ def measure_case(
         for variant in sequence:
             echo(f"  {model} @ {cap}: {variant.name} (run {repeat + 1}/{config.repeats})")
             between = config.interleaved_probe_every if variant.fixed_heap else 0
-            metrics = _train(
+            metrics = train_variant(
                 model, cap, variant, config.workers, config, config.probe_steps, between
             )
             runs.setdefault(variant.name, []).append(metrics["median_iteration_s"])

@@ -116,7 +116,7 @@ def summarise(model: str, cap: str, runs: dict[str, list[dict[str, float]]]) -> 
 
 
 def _run(config: HeapCostConfig, model: str, cap: str, heap: str) -> dict[str, float]:
-    from cadence.bench.dp import DDP_FIXED_HEAP, DPBenchConfig, Variant, _train, variants
+    from cadence.bench.dp import DDP_FIXED_HEAP, DPBenchConfig, Variant, train_variant, variants
 
     bench = DPBenchConfig(
         models=(model,), caps=(cap,), workers=config.workers, batch_size=config.batch_size,
@@ -124,7 +124,7 @@ def _run(config: HeapCostConfig, model: str, cap: str, heap: str) -> dict[str, f
     )  # fmt: skip
     name = DDP_FIXED_HEAP if heap == "fixed" else "ddp"
     variant: Variant = next(v for v in variants(bench) if v.name == name)
-    metrics = _train(model, cap, variant, config.workers, bench, config.probe_steps)
+    metrics = train_variant(model, cap, variant, config.workers, bench, config.probe_steps)
     return {
         "iteration_s": float(metrics["median_iteration_s"]),
         "compute_s": float(metrics["compute_probe"]["lockstep_median_s"]),
