@@ -142,13 +142,14 @@ def print_side_by_side(
 
 
 def bench_sim(
-    files: list[str], costs: str, out: Path, extra: tuple[str, ...] = ()
-) -> tuple[str, dict]:
-    """`cadence bench sim` of `files` with PROFILES, the charges in `costs` and `extra`
+    files: list[str], costs: str, out: Path, extra: tuple[str, ...] = (),
+    profiles: list[str] = PROFILES,
+) -> tuple[str, dict]:  # fmt: skip
+    """`cadence bench sim` of `files` with `profiles`, the charges in `costs` and `extra`
     arguments: its printed text and its `--json` report (written to `out`)."""
     args = ["bench", "sim", "--from-bench-dp", *files, "--costs", costs, "--json", str(out),
             *extra]  # fmt: skip
-    for profile in PROFILES:
+    for profile in profiles:
         args += ["--profile", profile]
     text = io.StringIO()
     with contextlib.redirect_stdout(text):
@@ -156,13 +157,16 @@ def bench_sim(
     return text.getvalue(), json.loads(out.read_text())
 
 
-def check_reports(costs: str, extra: tuple[str, ...] = ()) -> Iterator[tuple[str, dict]]:
-    """(check name, `bench sim --json` report, with `extra` arguments) for every check whose
-    files are here."""
+def check_reports(
+    costs: str, extra: tuple[str, ...] = (), profiles: list[str] = PROFILES
+) -> Iterator[tuple[str, dict]]:
+    """(check name, `bench sim --json` report, with `extra` arguments and `profiles`) for
+    every check whose files are here."""
     with tempfile.TemporaryDirectory() as tmp:
         for name, files in CHECKS.items():
             if all(Path(f).exists() for f in files):
-                yield name, bench_sim(files, costs, Path(tmp) / "sim.json", extra)[1]
+                out = Path(tmp) / "sim.json"
+                yield name, bench_sim(files, costs, out, extra, profiles)[1]
 
 
 def share_files() -> list[str]:

@@ -130,6 +130,10 @@ class Variant:
         return self.strategy == "cadence-dp" or self.env == FIXED_HEAP_ENV
 
 
+COMPUTE_ONLY = Variant("compute", "ddp")
+"""Compute alone: DDP's training run on one worker, so nothing is sent."""
+
+
 def variants(config: DPBenchConfig) -> list[Variant]:
     ddp = [Variant("ddp", "ddp", {"ddp_bucket_mb": 25.0})]
     ddp += [
@@ -194,8 +198,7 @@ def measure_compute(
     """Median iteration of one worker on its share of the batch (no communication at all),
     and the model's gradient bytes."""
     echo(f"  {model}: compute only (1 worker, its share of the batch)")
-    compute = Variant("compute", "ddp")
-    runs = [train_variant(model, NO_CAP, compute, 1, config) for _ in range(config.repeats)]
+    runs = [train_variant(model, NO_CAP, COMPUTE_ONLY, 1, config) for _ in range(config.repeats)]
     return statistics.median(m["median_iteration_s"] for m in runs), runs[0]["gradient_bytes"]
 
 
@@ -243,7 +246,7 @@ def measure_case(
         # Compute alone once per round too: this machine's speed drifts over minutes, so the
         # bound (and a simulator's replay of the row) takes compute from beside the variants.
         echo(f"  {model} @ {cap}: compute only (run {repeat + 1})")
-        compute = train_variant(model, NO_CAP, Variant("compute", "ddp"), 1, config)
+        compute = train_variant(model, NO_CAP, COMPUTE_ONLY, 1, config)
         compute_runs.append(compute["median_iteration_s"])
         if cap != NO_CAP:
             echo(f"  {model} @ {cap}: one all-reduce of all gradients (run {repeat + 1})")
