@@ -187,9 +187,10 @@ def _add_profile(sub: Any) -> None:
     p.add_argument("--device", default="auto", help="cpu, cuda, or auto (cuda where there is one)")
     p.add_argument(
         "--block-timing",
-        default="auto",
-        help="separate (each block's forward and gradients in calls of their own), in-iteration "
-        "(each block's share of whole iterations), or auto (in-iteration on CUDA)",
+        default="in-iteration",
+        help="in-iteration (each block's share of whole iterations), separate (each block's "
+        "forward and gradients in calls of their own), or auto (in-iteration on CUDA, separate "
+        "on the CPU: the default before 2026-11-28)",
     )
     p.add_argument("--out", default=None, help="save the profile JSON here")
     p.add_argument("--json", default=None, metavar="FILE", help="same as --out")

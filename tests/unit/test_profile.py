@@ -199,9 +199,14 @@ def test_block_times_inside_one_iteration_split_it():
 
 def test_block_timing_is_recorded_and_checked(profiled, tmp_path):
     _, profile = profiled
-    assert profile.block_timing == "separate"  # on the CPU
+    assert profile.block_timing == "in-iteration"  # the default on every device
+    for timing in ("separate", "auto"):  # auto: separate calls on the CPU (the pipeline's)
+        other = profile_zoo_model("cnn", batch_size=8, iterations=1, block_timing=timing)
+        assert other.block_timing == "separate"
+    with pytest.raises(UserError, match="unknown block timing 'inside'"):
+        profile_zoo_model("cnn", batch_size=8, iterations=1, block_timing="inside")
     path = tmp_path / "p.json"
-    path.write_text(profile.to_json().replace('"separate"', '"guessed"'))
+    path.write_text(profile.to_json().replace('"in-iteration"', '"guessed"'))
     with pytest.raises(UserError, match="block_timing 'guessed'"):
         Profile.load(path)
 

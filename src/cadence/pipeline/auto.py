@@ -30,7 +30,7 @@ from cadence.models.blocks import BlockModel
 from cadence.pipeline.planner import microbatch_counts, plan_pipeline
 from cadence.pipeline.probe import probe_stage_link
 from cadence.pipeline.stage_probe import StageTimes, probe_stage_times
-from cadence.pipeline.stages import plan_stages
+from cadence.pipeline.stages import PIPELINE_BLOCK_TIMING, plan_stages
 from cadence.profile import Profile
 from cadence.sim.pipeline_adapter import StageCosts, measured_stage_costs
 
@@ -64,7 +64,9 @@ def profiles_for_model(
             batch = get_model_spec(name).synthetic_batch(size)
             if together and dist.is_available() and dist.is_initialized():
                 dist.barrier()
-            out.append(profile_model(copy.deepcopy(model), batch, _PROFILE_ITERATIONS, 1, name))
+            out.append(profile_model(
+                copy.deepcopy(model), batch, _PROFILE_ITERATIONS, 1, name, PIPELINE_BLOCK_TIMING
+            ))
     return out
 
 

@@ -34,11 +34,15 @@ def profiles_for(
 ) -> list[Profile]:
     """Profiles of zoo `model` at the full batch and at the smallest micro-batch (one thread,
     as a rank trains): two sizes give each stage a fixed + per-sample cost."""
+    from cadence.pipeline.stages import PIPELINE_BLOCK_TIMING
     from cadence.profile import profile_command
 
     sizes = sorted({smallest_microbatch, batch_size})
     return [
-        profile_command(model, batch_size=b, iterations=iterations, echo=lambda _: None)
+        profile_command(
+            model, batch_size=b, iterations=iterations, echo=lambda _: None,
+            block_timing=PIPELINE_BLOCK_TIMING,
+        )
         for b in sizes
     ]
 

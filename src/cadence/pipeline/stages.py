@@ -16,6 +16,13 @@ from cadence.errors import UserError
 from cadence.models.blocks import BlockModel
 from cadence.profile.record import Profile
 
+PIPELINE_BLOCK_TIMING = "auto"
+"""How the pipeline's planners profile blocks (`cadence.profile.profile_model`): inside whole
+iterations on CUDA, in calls of their own on the CPU. The profiler's default moved to inside
+whole iterations everywhere on 2026-11-28, on the data-parallel benchmark's evidence; the
+pipeline planner and `cadence bench pipeline` were validated on the CPU with blocks timed in
+calls of their own and have not been measured the other way yet."""
+
 
 def balance(costs: Sequence[float], num_stages: int) -> tuple[tuple[int, int], ...]:
     """Block ranges [start, end) of the contiguous split of `costs` into `num_stages` non-empty

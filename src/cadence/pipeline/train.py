@@ -30,7 +30,7 @@ from cadence.pipeline.api import pipeline
 from cadence.pipeline.auto import LinkProbe, plan_at_start, stage_link_probe
 from cadence.pipeline.executor import PipelineExecutor
 from cadence.pipeline.replan import Replanner, switch_executor
-from cadence.pipeline.stages import balance, stage_module
+from cadence.pipeline.stages import PIPELINE_BLOCK_TIMING, balance, stage_module
 
 _PROFILE_ITERATIONS = 3
 
@@ -43,7 +43,9 @@ def profiled_ranges(
 
     with torch.random.fork_rng():
         batch = get_model_spec(model_name).synthetic_batch(microbatch)
-        profile = profile_model(copy.deepcopy(model), batch, _PROFILE_ITERATIONS, 1, model_name)
+        profile = profile_model(
+            copy.deepcopy(model), batch, _PROFILE_ITERATIONS, 1, model_name, PIPELINE_BLOCK_TIMING
+        )
     return balance([b.total_s for b in profile.blocks], num_stages)
 
 

@@ -69,7 +69,7 @@ def profile_command(
     threads: int | None = 1,
     echo: Callable[[str], None] = print,
     device: str = "cpu",
-    block_timing: str = "auto",
+    block_timing: str = "in-iteration",
 ) -> Profile:
     """Profile zoo `model` on a synthetic batch, print the per-block table, save JSON to `out`.
 
@@ -77,7 +77,7 @@ def profile_command(
     uses one thread, so per-block times then match what a rank sees (and they are steadier).
     `None` keeps torch's current setting. The previous setting is restored afterwards.
     `device` is cpu, cuda (the current GPU) or auto (cuda where there is one); `block_timing`
-    is separate, in-iteration or auto (in-iteration on CUDA; see `profile_model`).
+    is in-iteration, separate or auto (in-iteration on CUDA; see `profile_model`).
     The process's glibc heap thresholds are fixed first (`cadence.dp.heap.keep_heap`, as in
     cadence-dp's training processes), so that the blocks and the optimizer step are timed in
     the steady state of a training process, not in a fresh process's faulting heap.
