@@ -78,6 +78,9 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "in turns v (twins, small 10 rounds, vgg16 5)": [
         "results/bench-dp-paired-small-twins-10rounds-20261128v.json",
         "results/bench-dp-paired-vgg16-400mbit-twins-20261128v.json"],
+    "in turns w (twins, small 10 rounds, vgg16 5)": [
+        "results/bench-dp-paired-small-twins-10rounds-20261128w.json",
+        "results/bench-dp-paired-vgg16-400mbit-twins-20261128w.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
     "vgg16 long r (between the steps, ddp-heap)": [
         "results/bench-dp-vgg16-400mbit-heap-20261127r.json"],
