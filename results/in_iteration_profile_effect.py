@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 import halves_every_check as checks  # noqa: E402
 from profile_refresh_effect import COSTS, MODELS, gradient_shares  # noqa: E402
+from trace_first_bucket_share import FIRST_BLOCKS  # noqa: E402
 
 SETS = {
     "saved": "results/{}-profile-b32-forward.json",
@@ -48,7 +49,7 @@ def print_shapes() -> None:
                   f"{block} {shares[block] * 100:.1f}% |")  # fmt: skip
     for name, pattern in SETS.items():
         _, _, shares = gradient_shares(pattern.format("vgg16"))
-        first = sum(shares[b] for b in ("conv11", "conv12", "conv13", "fc1", "fc2", "head"))
+        first = sum(shares[b] for b in FIRST_BLOCKS)
         print(f"vgg16, {name}: conv11 to head (DDP's first bucket) {first * 100:.1f}% of the "
               "gradient time")  # fmt: skip
     print()

@@ -173,9 +173,10 @@ def profile_model(
     x, y = (t.to(device) for t in batch)
     model.train()
     acts, outs, peaks = _memory_pass(model, x, device)
-    # On the CPU too since 2026-11-28: scored against every benchmark check, profiles timed
-    # inside whole iterations predicted better than separate calls made in the same session
-    # (README, "Blocks timed inside whole iterations on the CPU too").
+    # "in-iteration" is the default on every device since 2026-11-28: scored against every
+    # benchmark check, such profiles predicted better than separate calls made in the same
+    # session (README, "Blocks timed inside whole iterations on the CPU too"). "auto" keeps the
+    # device-dependent choice of before, which the pipeline planners were validated with.
     in_iteration = block_timing == "in-iteration" or (
         block_timing == "auto" and device.type == "cuda"
     )
