@@ -24,9 +24,10 @@ import torch.distributed as dist
 
 from cadence.launch.local import free_port
 
-_PRELOADED = ("torch", "torch.distributed", "cadence.testing")
+_PRELOADED = ("torch", "torch.distributed", "torch._dynamo", "cadence.testing")
 """Imported once by the fork server, so each rank starts with them (no threads are started by
-importing them, so forking after is safe)."""
+importing them, so forking after is safe). `torch._dynamo` is there because every torch
+optimizer imports it on first use (`torch._disable_dynamo`): ~2.5 s per rank otherwise."""
 
 
 def _rank_context() -> Any:

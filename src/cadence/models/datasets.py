@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from cadence.errors import UserError
+from cadence.models.digits import digits_split
 from cadence.models.spec import ModelSpec
 from cadence.models.text import VOCAB_SIZE, encode, stdlib_corpus, windows
 
@@ -67,16 +67,7 @@ def load_dataset(name: str, spec: ModelSpec, seed: int = 0) -> Dataset:
 
 
 def _digits(input_shape: tuple[int, ...], seed: int) -> Dataset:
-    # Imported here: scikit-learn takes seconds to import, and only digits needs it.
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    raw = load_digits()
-    pixels = np.asarray(raw.data, dtype=np.float32) / 16.0  # digits pixels are 0..16
-    labels = np.asarray(raw.target, dtype=np.int64)
-    x_tr, x_te, y_tr, y_te = train_test_split(
-        pixels, labels, test_size=0.2, stratify=labels, random_state=seed
-    )
+    x_tr, x_te, y_tr, y_te = digits_split(seed)
     # One scalar mean/std from the training split only, so no test statistics leak in.
     mean, std = float(x_tr.mean()), float(x_tr.std())
     train_x = _shape_digits((torch.from_numpy(x_tr) - mean) / std, input_shape)
