@@ -13,8 +13,17 @@ OPTIMIZERS = ("adam", "adamw", "sgd")
 ZERO_COMPRESSIONS = ("none", "fp16", "onebit")
 ZERO_GATHER_DTYPES = ("fp32", "bf16")
 AUTOTUNE_METHODS = ("off", "exhaustive", "guided")
+STRATEGY_NAMES = ("cadence-dp", "ddp", "pipeline", "ps", "zero")
+"""Every `--strategy`, sorted; `cadence.train.strategies` registers one of each (a unit test
+checks), and this copy lets the command line refuse an unknown one without loading torch."""
 _WHOLE_MODEL_STRATEGIES = ("ddp", "cadence-dp")
 """Strategies in which every rank computes the whole model on its share of the batch."""
+
+
+def check_strategy_name(name: str) -> None:
+    """`UserError` naming the accepted strategies unless `name` is one."""
+    if name not in STRATEGY_NAMES:
+        raise UserError(f"unknown strategy '{name}': choose one of {', '.join(STRATEGY_NAMES)}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,7 +51,7 @@ class TrainConfig:
     weight_decay: float = 0.0
     """Weight decay for every optimizer."""
     strategy: str = "ddp"
-    """Distribution strategy (`cadence.train.strategies.strategy_names()`)."""
+    """Distribution strategy, one of `STRATEGY_NAMES`."""
     seed: int = 0
     """Seed for model initialisation, data split and shuffling; equal on every rank."""
     out: str = "runs"

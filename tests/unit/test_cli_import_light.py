@@ -24,6 +24,12 @@ print("torch" in sys.modules, code)
         ["train", "--bogus"],
         ["simulate", "--workers", "two"],
         ["bench", "dp", "--bogus"],
+        # Bad values the model registry and the config refuse: answered before torch too.
+        ["train", "--model", "alexnet"],
+        ["train", "--strategy", "horovod"],
+        ["train", "--workers", "3"],
+        ["train", "--model", "gpt_mini", "--dataset", "digits"],
+        ["bench", "dp-paired", "--models", "alexnet"],
     ],
 )
 def test_help_and_unparsable_input_leave_torch_unloaded(argv):
@@ -39,10 +45,13 @@ def test_help_and_unparsable_input_leave_torch_unloaded(argv):
 def test_the_lazy_package_names_still_load_their_modules():
     import cadence.comm
     import cadence.dp
+    import cadence.models
     import cadence.profile
 
     assert cadence.dp.data_parallel.__module__ == "cadence.dp.api"
     assert cadence.profile.Profile.__module__ == "cadence.profile.record"
     assert callable(cadence.comm.init_from_env)
+    assert cadence.models.loss_fn.__module__ == "cadence.models.loss"
+    assert cadence.models.BlockModel.__module__ == "cadence.models.blocks"
     with pytest.raises(AttributeError, match="cadence.dp.*no_such_name"):
         _ = cadence.dp.no_such_name

@@ -34,3 +34,13 @@ def test_bad_values_fail_with_one_line(kwargs, needle):
 def test_config_is_frozen():
     with pytest.raises(AttributeError):
         TrainConfig().workers = 4  # type: ignore[misc]
+
+
+def test_every_strategy_name_has_a_registered_strategy() -> None:
+    from cadence.config import STRATEGY_NAMES
+    from cadence.train.strategies import get_strategy, strategy_names
+
+    assert list(STRATEGY_NAMES) == strategy_names()
+    assert all(get_strategy(name).name == name for name in STRATEGY_NAMES)
+    with pytest.raises(UserError, match="unknown strategy 'horovod': choose one of cadence-dp"):
+        get_strategy("horovod")

@@ -10,10 +10,10 @@ from torch import Tensor
 
 from cadence.errors import UserError
 from cadence.models.digits import digits_split
+from cadence.models.registry import DATASET_NAMES
 from cadence.models.spec import ModelSpec
 from cadence.models.text import VOCAB_SIZE, encode, stdlib_corpus, windows
 
-DATASET_NAMES = ("digits", "stdlib-text", "synthetic")
 SYNTHETIC_TRAIN = 2048
 """Samples in the synthetic training split."""
 SYNTHETIC_TEST = 512
@@ -42,11 +42,6 @@ class Dataset:
     def __post_init__(self) -> None:
         if len(self.train_x) != len(self.train_y) or len(self.test_x) != len(self.test_y):
             raise ValueError(f"dataset {self.name!r}: inputs and targets differ in length")
-
-
-def dataset_names() -> list[str]:
-    """All dataset names `load_dataset` knows."""
-    return list(DATASET_NAMES)
 
 
 def load_dataset(name: str, spec: ModelSpec, seed: int = 0) -> Dataset:

@@ -1,13 +1,45 @@
-"""The model registry: name -> `ModelSpec`."""
+"""The model registry: name -> `ModelSpec`.
+
+Reading it does not import torch: each builder's module loads when the model is first built,
+so the command line can check a model name (and answer a bad one) in a fraction of a second.
+"""
 
 from __future__ import annotations
 
+import functools
+import importlib
+from collections.abc import Callable
+from typing import Any
+
 from cadence.errors import UserError
-from cadence.models.gpt import build_gpt_mini
-from cadence.models.resnet import build_resnet32
 from cadence.models.spec import ModelSpec
-from cadence.models.text import VOCAB_SIZE
-from cadence.models.vision import build_cnn, build_cnn_lstm, build_mlp, build_vgg16
+from cadence.models.vocab import VOCAB_SIZE
+
+DATASET_NAMES = ("digits", "stdlib-text", "synthetic")
+"""Every dataset `cadence.models.load_dataset` knows."""
+
+
+def _builder(module: str, name: str) -> Callable[..., Any]:
+    """`module.name`, imported on the first call."""
+
+    @functools.cache
+    def target() -> Callable[..., Any]:
+        return getattr(importlib.import_module(module), name)
+
+    def build(*args: Any, **kwargs: Any) -> Any:
+        return target()(*args, **kwargs)
+
+    build.__name__ = build.__qualname__ = name
+    build.__doc__ = f"`{module}.{name}`, imported when first called."
+    return build
+
+
+build_cnn = _builder("cadence.models.vision", "build_cnn")
+build_mlp = _builder("cadence.models.vision", "build_mlp")
+build_vgg16 = _builder("cadence.models.vision", "build_vgg16")
+build_cnn_lstm = _builder("cadence.models.vision", "build_cnn_lstm")
+build_resnet32 = _builder("cadence.models.resnet", "build_resnet32")
+build_gpt_mini = _builder("cadence.models.gpt", "build_gpt_mini")
 
 _IMAGE_DATA = ("digits", "synthetic")
 _SPECS = (
@@ -62,6 +94,11 @@ _SPECS = (
     ),
 )
 REGISTRY: dict[str, ModelSpec] = {spec.name: spec for spec in _SPECS}
+
+
+def dataset_names() -> list[str]:
+    """All dataset names `load_dataset` knows."""
+    return list(DATASET_NAMES)
 
 
 def model_names() -> list[str]:

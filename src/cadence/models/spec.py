@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
+if TYPE_CHECKING:  # torch loads when a model is built, not when the registry is read
+    from torch import Tensor
 
-from cadence.models.blocks import BlockModel
+    from cadence.models.blocks import BlockModel
 
 TASKS = ("classify", "next_token")
 
@@ -49,6 +50,8 @@ class ModelSpec:
         Images are float N(0,1) with int64 labels; token models get int64 ids, with targets
         being the inputs shifted by one like real text windows.
         """
+        import torch
+
         gen = torch.Generator().manual_seed(seed)
         if self.task == "next_token":
             (context,) = self.input_shape

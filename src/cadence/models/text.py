@@ -11,11 +11,8 @@ import torch
 from torch import Tensor
 
 from cadence.errors import UserError
+from cadence.models.vocab import PLACEHOLDER_ID, VOCAB_SIZE
 
-VOCAB_SIZE = 128
-"""ASCII characters map to their code point; everything else to `PLACEHOLDER_ID`."""
-PLACEHOLDER_ID = 26
-"""ASCII SUB ("substitute"): a control char that never appears in source, so no clash."""
 MAX_CORPUS_CHARS = 1_500_000
 """Enough text for a small model while keeping loading well under two seconds."""
 _SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__"}

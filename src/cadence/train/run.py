@@ -7,11 +7,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cadence.config import TrainConfig
+from cadence.config import TrainConfig, check_strategy_name
 from cadence.errors import UserError
 from cadence.launch import launch_local, torchrun_env_present
 from cadence.models import dataset_names, get_model_spec
-from cadence.train.strategies import get_strategy
 
 
 def validate(config: TrainConfig) -> None:
@@ -27,7 +26,7 @@ def validate(config: TrainConfig) -> None:
                 f"model '{spec.name}' cannot use dataset '{config.dataset}'; "
                 f"it accepts: {', '.join(spec.datasets)}"
             )
-    get_strategy(config.strategy)
+    check_strategy_name(config.strategy)
 
 
 def make_run_dir(config: TrainConfig) -> Path:

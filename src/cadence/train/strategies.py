@@ -17,8 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim import Optimizer
 
 from cadence.comm import DistContext
-from cadence.config import TrainConfig
-from cadence.errors import UserError
+from cadence.config import TrainConfig, check_strategy_name
 
 Wrap = Callable[[nn.Module, Optimizer, DistContext], tuple[nn.Module, Optimizer]]
 
@@ -240,9 +239,5 @@ def strategy_names() -> list[str]:
 
 
 def get_strategy(name: str) -> Strategy:
-    try:
-        return _STRATEGIES[name]
-    except KeyError:
-        raise UserError(
-            f"unknown strategy '{name}': choose one of {', '.join(strategy_names())}"
-        ) from None
+    check_strategy_name(name)
+    return _STRATEGIES[name]
