@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from cadence.errors import UserError, WorkerFailed
+from cadence.profile.record import DEFAULT_BLOCK_TIMING
 from cadence.sizes import parse_memory_limit
 
 
@@ -187,7 +188,7 @@ def _add_profile(sub: Any) -> None:
     p.add_argument("--device", default="auto", help="cpu, cuda, or auto (cuda where there is one)")
     p.add_argument(
         "--block-timing",
-        default="in-iteration",
+        default=DEFAULT_BLOCK_TIMING,
         help="in-iteration (each block's share of whole iterations), separate (each block's "
         "forward and gradients in calls of their own), or auto (in-iteration on CUDA, separate "
         "on the CPU: the default before 2026-11-28)",

@@ -12,7 +12,7 @@ from cadence.dp.heap import keep_heap
 from cadence.errors import UserError
 from cadence.placement import place_worker
 from cadence.profile.measure import profile_zoo_model
-from cadence.profile.record import Profile
+from cadence.profile.record import DEFAULT_BLOCK_TIMING, Profile
 
 _MB = 1e6
 _TIMING_NOTE = {"separate": "", "in-iteration": ", blocks timed inside whole iterations"}
@@ -69,7 +69,7 @@ def profile_command(
     threads: int | None = 1,
     echo: Callable[[str], None] = print,
     device: str = "cpu",
-    block_timing: str = "in-iteration",
+    block_timing: str = DEFAULT_BLOCK_TIMING,
 ) -> Profile:
     """Profile zoo `model` on a synthetic batch, print the per-block table, save JSON to `out`.
 

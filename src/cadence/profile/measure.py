@@ -19,7 +19,7 @@ from cadence.profile.clock import Stopwatch, sync
 from cadence.profile.in_iteration import block_times_in_iteration
 from cadence.profile.in_loop import LOOP_STEPS_CUDA, batch_input_s, steps_in_loop, warm_up
 from cadence.profile.optimizer_step import STEPPED_OPTIMIZERS, optimizer_step_s
-from cadence.profile.record import BLOCK_TIMINGS, BlockProfile, Profile
+from cadence.profile.record import BLOCK_TIMINGS, DEFAULT_BLOCK_TIMING, BlockProfile, Profile
 
 
 class _SavedBytes:
@@ -146,7 +146,7 @@ def profile_model(
     iterations: int = 10,
     warmup: int = 2,
     name: str = "custom",
-    block_timing: str = "in-iteration",
+    block_timing: str = DEFAULT_BLOCK_TIMING,
     optimizer_steps: bool = True,
 ) -> Profile:
     """Profile `model` (in training mode, on its parameters' device) on `batch`.
@@ -274,7 +274,7 @@ def profile_zoo_model(
     warmup: int = 2,
     seed: int = 0,
     device: str | torch.device = "cpu",
-    block_timing: str = "in-iteration",
+    block_timing: str = DEFAULT_BLOCK_TIMING,
     optimizer_steps: bool = True,
 ) -> Profile:
     """Profile zoo model `name` (default build, seeded) on a synthetic batch, on `device`
