@@ -81,6 +81,9 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "in turns w (twins, small 10 rounds, vgg16 5)": [
         "results/bench-dp-paired-small-twins-10rounds-20261128w.json",
         "results/bench-dp-paired-vgg16-400mbit-twins-20261128w.json"],
+    "in turns x (twins, small 10 rounds, vgg16 5)": [
+        "results/bench-dp-paired-small-twins-10rounds-20261128x.json",
+        "results/bench-dp-paired-vgg16-400mbit-twins-20261128x.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
     "vgg16 long r (between the steps, ddp-heap)": [
         "results/bench-dp-vgg16-400mbit-heap-20261127r.json"],
