@@ -60,10 +60,8 @@ def test_reading_the_cache_does_not_import_scikit_learn(cache: Path) -> None:
         "import sys; from cadence.models.digits import digits_split; digits_split(0); "
         "print('sklearn' in sys.modules)"
     )
-    env_cache = {digits.CACHE_DIR_ENV: str(cache)}
-
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True,
-        env={**os.environ, **env_cache},
+        env={**os.environ, digits.CACHE_DIR_ENV: str(cache)},
     )  # fmt: skip
     assert proc.stdout.strip() == "False"

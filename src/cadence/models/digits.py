@@ -63,10 +63,10 @@ def compute_split(seed: int) -> DigitsSplit:
 def _read(path: Path) -> DigitsSplit | None:
     try:
         with np.load(path) as data:
-            arrays = tuple(np.array(data[name]) for name in _ARRAYS)
+            arrays = tuple(data[name] for name in _ARRAYS)  # each read whole, once
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
         return None  # absent, truncated or from something else: rebuild it
-    return arrays  # type: ignore[return-value]
+    return arrays
 
 
 def _write(path: Path, split: DigitsSplit) -> None:

@@ -6,7 +6,6 @@ so the command line can check a model name (and answer a bad one) in a fraction 
 
 from __future__ import annotations
 
-import functools
 import importlib
 from collections.abc import Callable
 from typing import Any
@@ -20,14 +19,10 @@ DATASET_NAMES = ("digits", "stdlib-text", "synthetic")
 
 
 def _builder(module: str, name: str) -> Callable[..., Any]:
-    """`module.name`, imported on the first call."""
-
-    @functools.cache
-    def target() -> Callable[..., Any]:
-        return getattr(importlib.import_module(module), name)
+    """`module.name`, imported on the first call (later calls find it in `sys.modules`)."""
 
     def build(*args: Any, **kwargs: Any) -> Any:
-        return target()(*args, **kwargs)
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
 
     build.__name__ = build.__qualname__ = name
     build.__doc__ = f"`{module}.{name}`, imported when first called."
