@@ -30,6 +30,7 @@ print("torch" in sys.modules, code)
         ["train", "--workers", "3"],
         ["train", "--model", "gpt_mini", "--dataset", "digits"],
         ["bench", "dp-paired", "--models", "alexnet"],
+        ["bench", "collectives", "--sizes", "1XB"],
     ],
 )
 def test_help_and_unparsable_input_leave_torch_unloaded(argv):

@@ -24,10 +24,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-import torch
-import torch.distributed as dist
-
-from cadence.comm.calibrate import slowest
+# torch (and the calibration, which needs it) load inside the measurement only: the
+# benchmark's command line reads `LocalCopyTimes` to check its arguments before torch loads.
 
 KINDS = ("empty", "fresh", "warm")  # what `measure_local_copy` times between two barriers
 
@@ -89,6 +87,8 @@ class LocalCopyTimes:
 def _timed(copy: Callable[[], object]) -> tuple[float, float]:
     """(seconds of `copy()` on this rank, its result freed; seconds from the barrier before it
     to the barrier after it, until the last rank has copied)."""
+    import torch.distributed as dist
+
     dist.barrier()
     start = time.perf_counter()
     copy()
@@ -119,6 +119,10 @@ def measure_local_copy(
     calibration's."""
     if not sizes or min(sizes) <= 0 or repeats < 1 or calls < 1:
         raise ValueError("need positive sizes, repeats >= 1 and calls >= 1")
+    import torch
+
+    from cadence.comm.calibrate import slowest
+
     ordered = sorted(set(sizes))
     source, target = torch.ones(ordered[-1] // 4 + 1), torch.empty(ordered[-1] // 4 + 1)
     # samples[kind][size index] -> (own seconds, span seconds) per call
