@@ -84,6 +84,11 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "in turns x (twins, small 10 rounds, vgg16 5)": [
         "results/bench-dp-paired-small-twins-10rounds-20261128x.json",
         "results/bench-dp-paired-vgg16-400mbit-twins-20261128x.json"],
+    # Unit tests, ruff and mypy ran beside the small part from 18:33 to 18:44 UTC (its
+    # cnn_lstm 400mbit and resnet32 rows); its gpt_mini rows and vgg16's part ran alone.
+    "in turns y (twins, small 10 rounds, vgg16 5)": [
+        "results/bench-dp-paired-small-twins-10rounds-20261128y.json",
+        "results/bench-dp-paired-vgg16-400mbit-twins-20261128y.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
     "vgg16 long r (between the steps, ddp-heap)": [
         "results/bench-dp-vgg16-400mbit-heap-20261127r.json"],
