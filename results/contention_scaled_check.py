@@ -36,14 +36,12 @@ def scaled_costs(folder: Path) -> str:
 
 def main() -> None:
     shares = h.share_files()
-    slow = {k: v for k, v in h.CHECKS.items() if k.startswith(SLOW)}
-    h.CHECKS.clear()
-    h.CHECKS.update(slow)
+    slow = h.checks_starting(SLOW)
     with tempfile.TemporaryDirectory() as tmp:
         for label, costs in (("as measured", BASE),
                              (f"contention x{FACTOR}", scaled_costs(Path(tmp) / "c"))):
             print(f"# {label}: check, mean/worst |error| %, each row's error %")
-            for name, rep in h.check_reports(costs, ("--step-shares", *shares)):
+            for name, rep in h.check_reports(costs, ("--step-shares", *shares), checks=slow):
                 rows = ", ".join(f"{r['model']} {r.get('variant', r['strategy'])} "
                                  f"{r['bandwidth']} {r['error'] * 100:+.1f}" for r in rep["rows"])
                 print(f"{name}: {h.score(rep)}: {rows}")

@@ -97,6 +97,11 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
 }  # fmt: skip
 
 
+def checks_starting(prefixes: tuple[str, ...]) -> dict[str, list[str]]:
+    """The checks whose names start with one of `prefixes`."""
+    return {name: files for name, files in CHECKS.items() if name.startswith(prefixes)}
+
+
 def score(s: dict[str, float]) -> str:
     return f"{s['mean_abs_error'] * 100:.1f}/{s['worst_abs_error'] * 100:.1f}"
 
@@ -171,12 +176,13 @@ def bench_sim(
 
 
 def check_reports(
-    costs: str, extra: tuple[str, ...] = (), profiles: list[str] = PROFILES
-) -> Iterator[tuple[str, dict]]:
+    costs: str, extra: tuple[str, ...] = (), profiles: list[str] = PROFILES,
+    checks: dict[str, list[str]] = CHECKS,
+) -> Iterator[tuple[str, dict]]:  # fmt: skip
     """(check name, `bench sim --json` report, with `extra` arguments and `profiles`) for
-    every check whose files are here."""
+    every check of `checks` whose files are here."""
     with tempfile.TemporaryDirectory() as tmp:
-        for name, files in CHECKS.items():
+        for name, files in checks.items():
             if all(Path(f).exists() for f in files):
                 out = Path(tmp) / "sim.json"
                 yield name, bench_sim(files, costs, out, extra, profiles)[1]

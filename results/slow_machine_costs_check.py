@@ -20,12 +20,10 @@ SLOW = ("in turns v", "in turns w", "in turns x", "in turns y", "in turns z", "v
 
 def main() -> None:
     shares = h.share_files()
-    slow = {k: v for k, v in h.CHECKS.items() if k.startswith(SLOW)}
-    h.CHECKS.clear()
-    h.CHECKS.update(slow)
+    slow = h.checks_starting(SLOW)
     for costs in ("results/costs-20261126", "results/costs-20261128"):
         print(f"# charges from {costs}: check, mean/worst |error| %, met, vgg16 rows' errors %")
-        for name, rep in h.check_reports(costs, ("--step-shares", *shares)):
+        for name, rep in h.check_reports(costs, ("--step-shares", *shares), checks=slow):
             rows = ", ".join(f"{r.get('variant', r['strategy'])} {r['error'] * 100:+.1f}"
                              for r in rep["rows"] if r["model"] == "vgg16")
             print(f"{name}: {h.score(rep)}: met {h.meets(rep)}: vgg16 {rows}")
