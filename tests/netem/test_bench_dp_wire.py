@@ -60,6 +60,9 @@ def test_paired_capped_row_measures_the_wire_every_round(tmp_path: Path) -> None
     assert len(row["wire_runs_s"]) == 2
     # No faster than the line rate; mlp's 0.3 MB is short enough for latency to show on top.
     assert all(line < w < 3 * line for w in row["wire_runs_s"])
+    # The same all-reduce beside every rank's compute, each round: never faster than the line.
+    assert len(row["wire_computing_runs_s"]) == 2
+    assert all(line < w for w in row["wire_computing_runs_s"])
     assert row["bound_rounds_s"] == [
         max(c, w) for c, w in zip(row["rounds_s"]["compute"], row["wire_runs_s"], strict=True)
     ]

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -117,6 +118,33 @@ def _block(
     return [b - a for a, b in zip(starts[1:-1], starts[2:], strict=True)], optimizer_steps[1:-1]
 
 
+def _wire_while_computing(
+    variant: Any, gradient_bytes: int, next_batch: Callable[[], tuple[Any, Any]]
+) -> float:
+    """Seconds of one all-reduce of all gradients as a single message while every rank
+    computes forward + backward passes beside it (no optimizer step) until it ends: set
+    against the wire measured alone, how much of the link's rate transfers keep while their
+    worker computes (its processor work shares the cores the compute keeps busy)."""
+    buf = torch.zeros(max(dist.get_world_size(), gradient_bytes // 4))
+    took: list[float] = []
+
+    def transfer() -> None:
+        start = time.perf_counter()
+        dist.all_reduce(buf)
+        took.append(time.perf_counter() - start)
+
+    dist.barrier()  # every rank starts transfer and compute together
+    thread = threading.Thread(target=transfer, daemon=True)
+    thread.start()
+    while thread.is_alive():
+        x, y = next_batch()
+        variant.optimizer.zero_grad(set_to_none=True)
+        loss_fn(variant.model(x), y).backward()
+    thread.join()
+    (seconds,) = slowest(took)
+    return seconds
+
+
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
@@ -155,6 +183,7 @@ def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.b
         # And its optimizer step: each round's slowest rank's mean.
         compute_steps: list[float] = []
         wire: list[float] = []
+        wire_computing: list[float] = []
         # Round 0 warms every variant up (cadence-dp builds its plan from its first iteration)
         # and is not kept; its times set the timed blocks' length.
         steps = config.block_steps
@@ -164,6 +193,9 @@ def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.b
                 (seconds,) = measure_s("all_reduce", [gradient_bytes], repeats=1, warmup=0)
                 if round_index > 0:
                     wire.append(seconds)
+                    wire_computing.append(
+                        _wire_while_computing(variants[COMPUTE], gradient_bytes, next_batch)
+                    )
             for name in order:
                 durations, optimizer_steps = _block(variants[name], steps, next_batch, barrier)
                 # Autotuning finishes in the warm-up round: its trials are never timed.
@@ -214,6 +246,7 @@ def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.b
                 "lockstep_compute_rounds_s": lockstep,
                 "compute_step_rounds_s": compute_steps,
                 "wire_runs_s": wire,
+                "wire_computing_runs_s": wire_computing,
             }
             result.write_text(json.dumps(out, indent=1) + "\n")
         dist.barrier()  # leave together: no rank tears down while rank 0 still writes

@@ -237,6 +237,8 @@ def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
         # And its optimizer step, each round's slowest rank's mean (older files lack it).
         **_present("compute_step_rounds_s", measured.get("compute_step_rounds_s")),
         "wire_runs_s": wire,
+        # The same all-reduce while every rank computes beside it (older files lack it).
+        **_present("wire_computing_runs_s", measured.get("wire_computing_runs_s")),
         "ddp_tuned": tuned,
         "bound_rounds_s": bound,
         "ratio_rounds": ratios,

@@ -41,7 +41,7 @@ from cadence.sim.command import (
     zoo_buffer_broadcasts,
     zoo_layout,
 )
-from cadence.sim.compute import cap_link, emulated_options
+from cadence.sim.compute import cap_link, emulated_options, rate_while_computing
 from cadence.sim.options import SimOptions
 from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION, chosen_step_s
 
@@ -239,6 +239,7 @@ def predict_bench_dp(
     probe: str = "after",
     step_shares: dict[str, float] | None = None,
     heap_factors: dict[str, dict[float, float]] | None = None,
+    measured_rates: bool = True,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """(rows of measured vs predicted, skipped rows as text). The measured compute-only
     iteration of `cadence bench dp` ran one worker alone; `co_run_slowdown` scales it for
@@ -257,7 +258,9 @@ def predict_bench_dp(
     timed now. `heap_factors` (model -> cap in bit/s -> factor, `cadence bench heap-cost`;
     the nearest cap's) slows the compute of DDP's separate runs whose processes left glibc's
     heap thresholds dynamic (`heap_kept`; not dp-paired's, whose DDP shares cadence-dp's
-    processes)."""
+    processes). `measured_rates`: where a row measured the share of the link's rate its
+    transfers keep while the compute runs (`rate_while_computing`), price it so rather than
+    at `options.comm_rate_while_computing`."""
     from cadence.bench.heap_cost import factor_at
     from cadence.netem import parse_bandwidth
 
@@ -308,6 +311,12 @@ def predict_bench_dp(
                 step_basis = step_source(optimizer_step_s, step_s)
             update = step_cost(model, "adam", step_s, params)
             threshold = recorded_threshold(cfg)
+            row_options = emulated_options(
+                options or SimOptions(), bps, payload_fraction, link_bucket
+            )
+            rate = rate_while_computing(row) if measured_rates else None
+            if rate is not None:
+                row_options = dataclasses.replace(row_options, comm_rate_while_computing=rate)
             case = _Case(
                 profile=profiles[model],
                 params=params,
@@ -321,9 +330,7 @@ def predict_bench_dp(
                 threshold=threshold,
                 credit=recorded_credit(row, threshold, gradient_bytes),
                 reorder_k=cfg.get("reorder_k"),
-                options=emulated_options(
-                    options or SimOptions(), bps, payload_fraction, link_bucket
-                ),
+                options=row_options,
                 default_plan=recorded_default_plan(row),
                 slowdown=slowdown,
                 own_steps=bool(own),
@@ -340,6 +347,7 @@ def predict_bench_dp(
                 "optimizer_step_s": case.step_s,
                 "optimizer_step_basis": step_basis,
                 "compute_s": row["compute_s"],
+                "comm_rate_while_computing": row_options.comm_rate_while_computing,
             }
             if "rounds_s" in row:  # `cadence bench dp-paired`
                 rows += _paired_rows(row, case, common)

@@ -7,6 +7,7 @@ Parsers only; the work is imported lazily so `cadence --help` stays fast.
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 
@@ -174,6 +175,17 @@ def _add_strategy_plans(psub: Any) -> None:
     m.set_defaults(func=_cmd_plan_map)
 
 
+def _share(text: str) -> float:
+    """A share in (0, 1] for argparse: a bad one is a one-line error naming what is accepted."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], e.g. 0.9, got {text!r}")
+    return value
+
+
 def _cmd_bench_sim(args: argparse.Namespace) -> int:
     from cadence.sim.bench import bench_sim_command
 
@@ -250,6 +262,14 @@ def add_bench_sim(bsub: Any) -> None:
         metavar="FILE",
         help="`cadence bench contention` JSON: charge communication's processor time to "
         "each worker's compute (default: a spare core for communication)",
+    )
+    p.add_argument(
+        "--comm-rate-while-computing",
+        type=_share,
+        default=None,
+        metavar="SHARE",
+        help="share of the link's rate a worker's transfers keep while its compute runs, in "
+        "(0, 1] (default: the --contention file's measurement where it has one, else 1)",
     )
     p.add_argument(
         "--runtime-cost",

@@ -4,8 +4,10 @@ worker's compute program (forward, loss, backward in a given order) as tasks."""
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from cadence.comm.cost import AlphaBeta
 from cadence.dp.plan import ParamInfo
@@ -152,6 +154,17 @@ def emulated_options(
     from cadence.netem._bandwidth import link_bucket_bytes
 
     return dataclasses.replace(options, link_bucket_bytes=link_bucket_bytes(bps) * payload_fraction)
+
+
+def rate_while_computing(row: dict[str, Any]) -> float | None:
+    """The share of the link's rate transfers kept while their worker computed, as a
+    `cadence bench dp-paired` row measured it: the median all-reduce of all gradients alone
+    over the median of the same beside every rank's compute, at most 1. None: the row did
+    not measure it (files before 2026-11-28's `wire_computing_runs_s`)."""
+    alone, computing = row.get("wire_runs_s"), row.get("wire_computing_runs_s")
+    if not alone or not computing:
+        return None
+    return min(1.0, statistics.median(alone) / statistics.median(computing))
 
 
 def allreduce_flow(model: AlphaBeta, nbytes: int, world_size: int) -> tuple[float, float]:

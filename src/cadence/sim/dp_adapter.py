@@ -63,6 +63,7 @@ def _resources(
     link: AlphaBeta,
     shared_compute: bool = False,
     bucket_bytes: float = 0.0,
+    rate_while_computing: float = 1.0,
 ) -> tuple[int, int, int]:
     rate = 1.0 / link.beta_s_per_byte if link.beta_s_per_byte > 0 else float("inf")
     if shared_compute:  # time-sliced between the main thread and the communication thread
@@ -71,7 +72,13 @@ def _resources(
         compute = graph.resource(f"w{worker}.compute", STREAM, worker=worker)
     comm = graph.resource(f"w{worker}.comm", STREAM, worker=worker)
     nic = graph.resource(
-        f"w{worker}.nic", LINK, bytes_per_s=rate, worker=worker, bucket_bytes=bucket_bytes
+        f"w{worker}.nic",
+        LINK,
+        bytes_per_s=rate,
+        worker=worker,
+        bucket_bytes=bucket_bytes,
+        slowed_by=compute if rate_while_computing < 1 else None,
+        slowed_share=rate_while_computing,
     )
     return compute, comm, nic
 
@@ -245,7 +252,9 @@ def build_dp(
             updates_at.setdefault(last, []).append(layer)
     shared = options.updates_share_compute or options.charges_comm_cpu
     workers = [
-        _resources(graph, w, link, shared, options.link_bucket_bytes)
+        _resources(
+            graph, w, link, shared, options.link_bucket_bytes, options.comm_rate_while_computing
+        )
         for w in range(options.replicas)
     ]
     nics = [nic for _, _, nic in workers]
@@ -386,7 +395,9 @@ def build_ddp(
     # DDP's reducer runs on its own thread: only communication's processor time shares compute.
     shared = options.charges_comm_cpu
     workers = [
-        _resources(graph, w, link, shared, options.link_bucket_bytes)
+        _resources(
+            graph, w, link, shared, options.link_bucket_bytes, options.comm_rate_while_computing
+        )
         for w in range(options.replicas)
     ]
     computes = [compute for compute, _, _ in workers]

@@ -7,6 +7,9 @@ brought up to date and their finish events re-issued (older events are recognise
 by a version number), so the cost of a change is proportional to the flows it affects.
 A link with a token bucket (`Resource.bucket_bytes`) fills it while idle, and a flow that
 starts on it while it is idle moves the bucket's bytes at once (its links' smallest bucket).
+A link slowed by another resource (`Resource.slowed_by`) runs at its reduced share while that
+resource is in use, as seen at the end of each instant: when that changes, its flows are
+brought up to date and re-priced.
 """
 
 from __future__ import annotations
@@ -66,6 +69,15 @@ def run(graph: TaskGraph) -> Schedule:
     version = [0] * n
     tokens = [0.0] * len(resources)  # bucket bytes each link held when it last went idle
     idle_since = [0.0] * len(resources)
+    slowed = [r for r, res in enumerate(resources) if res.slowed_by is not None]
+    sources = {s for r in slowed if (s := resources[r].slowed_by) is not None}
+    in_use = [False] * len(resources)  # each slowing resource's state at the last instant's end
+
+    def link_rate(r: int) -> float:
+        res = resources[r]
+        if res.slowed_by is not None and in_use[res.slowed_by]:
+            return res.bytes_per_s * res.slowed_share
+        return res.bytes_per_s
 
     def take_tokens(flow: int, now: float) -> float:
         """Bytes of `flow` its links' token buckets pass at once as it starts: as many as the
@@ -104,7 +116,7 @@ def run(graph: TaskGraph) -> Schedule:
 
     def reprice(flows: set[int], now: float) -> None:
         for f in flows:
-            rate[f] = min(resources[r].bytes_per_s / len(active[r]) for r in tasks[f].resources)
+            rate[f] = min(link_rate(r) / len(active[r]) for r in tasks[f].resources)
             version[f] += 1
             push(now + max(left[f], 0.0) / rate[f], _FLOW, f, version[f])
 
@@ -164,6 +176,14 @@ def run(graph: TaskGraph) -> Schedule:
                 start[tid] = now
                 push(now + tasks[tid].duration_s, _END, tid)
         dirty.clear()
+        if slowed:
+            flipped = {s for s in sources if (busy[s] or bool(active[s])) != in_use[s]}
+            if flipped:
+                flows = {f for r in slowed if resources[r].slowed_by in flipped for f in active[r]}
+                settle(flows, now)
+                for s in flipped:
+                    in_use[s] = not in_use[s]
+                reprice(flows, now)
     if any(math.isnan(e) for e in end):
         stuck = [tasks[i].name for i in range(n) if math.isnan(end[i])][:5]
         raise ValueError(f"tasks never ran (dependency cycle?): {stuck}")

@@ -39,6 +39,11 @@ class Resource:
     """A LINK's token bucket (tc's tbf, as on the emulated cluster's links): tokens gather at
     the link's rate while no flow crosses it, up to this many bytes, and a flow that starts on
     the idle link moves that many of its bytes at once. 0: a real link, every byte at the rate."""
+    slowed_by: int | None = None
+    """A LINK whose rate drops while another resource is in use (a NIC whose transfers need
+    processor time on cores its worker's compute keeps busy): that resource's index."""
+    slowed_share: float = 1.0
+    """The share of `bytes_per_s` a LINK keeps while `slowed_by` is in use."""
 
 
 @dataclass(frozen=True)
@@ -86,8 +91,11 @@ class TaskGraph:
         bytes_per_s: float = 0.0,
         worker: int = 0,
         bucket_bytes: float = 0.0,
+        slowed_by: int | None = None,
+        slowed_share: float = 1.0,
     ) -> int:
-        """Index of resource `name`, creating it on first use."""
+        """Index of resource `name`, creating it on first use (`Resource` says what the
+        arguments mean)."""
         if name in self._resource_index:
             return self._resource_index[name]
         if kind not in (STREAM, LINK):
@@ -98,8 +106,14 @@ class TaskGraph:
             raise ValueError(f"only a link has a token bucket ({name!r} is a {kind})")
         if not (math.isfinite(bucket_bytes) and bucket_bytes >= 0):
             raise ValueError(f"bucket_bytes of {name!r} must be >= 0, got {bucket_bytes}")
+        if slowed_by is not None and (kind != LINK or not 0 <= slowed_by < len(self.resources)):
+            raise ValueError(f"only a link is slowed, by an existing resource ({name!r})")
+        if not (math.isfinite(slowed_share) and 0 < slowed_share <= 1):
+            raise ValueError(f"slowed_share of {name!r} must be in (0, 1], got {slowed_share}")
         self._resource_index[name] = len(self.resources)
-        self.resources.append(Resource(name, kind, bytes_per_s, worker, bucket_bytes))
+        self.resources.append(
+            Resource(name, kind, bytes_per_s, worker, bucket_bytes, slowed_by, slowed_share)
+        )
         return self._resource_index[name]
 
     def add(

@@ -30,6 +30,10 @@ class SimOptions:
     worker has spare cores for communication. Measured by `cadence bench contention`."""
     comm_cpu_s_per_byte: float = 0.0
     """Processor seconds per all-reduced byte taken from the worker's compute (as above)."""
+    comm_rate_while_computing: float = 1.0
+    """Share of its link's rate a worker's transfers keep while its compute runs: where the
+    transfers' processor work (the kernel's TCP and shaping, gloo's copies) shares the cores
+    the compute keeps busy, they slow while it computes. 1: they do not."""
     ddp_first_bucket_bytes: int | None = 1024 * 1024
     """Cap of DDP's first bucket (its last layers' gradients). torch uses 1 MiB when DDP is
     built without `bucket_cap_mb`; given one (as `cadence train --strategy ddp` does), the
@@ -50,6 +54,9 @@ class SimOptions:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be >= 0, got {value}")
+        rate = self.comm_rate_while_computing
+        if not (math.isfinite(rate) and 0 < rate <= 1):
+            raise ValueError(f"comm_rate_while_computing must be in (0, 1], got {rate}")
         if self.ddp_first_bucket_bytes is not None and self.ddp_first_bucket_bytes < 1:
             raise ValueError(
                 f"ddp_first_bucket_bytes must be >= 1, got {self.ddp_first_bucket_bytes}"
