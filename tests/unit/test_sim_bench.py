@@ -112,3 +112,16 @@ def test_the_interleaved_basis_takes_a_cadence_dp_runs_blocks_and_a_ddp_runs_pro
         # On a 100 Gbit link compute decides: the step is the compute the run timed.
         assert row["compute_basis"] == basis
         assert row["predicted_s"] == pytest.approx(compute, rel=0.02)
+
+
+@pytest.mark.parametrize("share", ["0", "1.2", "fast"])
+def test_a_bad_share_of_the_link_while_computing_is_one_line(
+    share: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cadence.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["bench", "sim", "--comm-rate-while-computing", share, "x.json"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "expected a number in (0, 1]" in err[0], err

@@ -477,3 +477,38 @@ def test_a_row_without_steps_of_its_own_takes_the_profiles_or_times_one() -> Non
     assert step_source(0.5, 0.5) == "given"
     assert step_source(None, 0.07) == "profile"
     assert step_source(None, None) == "timed now"
+
+
+def test_transfers_slow_while_computing_at_the_share_a_paired_row_measured(tmp_path: Path) -> None:
+    profile = zoo_profile("cnn")
+    rounds = {"compute": [0.2, 0.2], "ddp": [9.0, 9.0], "cadence": [9.0, 9.0]}
+    row = {"model": "cnn", "cap": "100kbit", "compute_s": 0.2, "rounds_s": rounds,
+           "iteration_s": {"ddp": 9.0, "cadence": 9.0}, "wire_runs_s": [9.0, 9.5]}  # fmt: skip
+    measured = row | {"wire_computing_runs_s": [12.0, 13.0]}  # medians 9.25 / 12.5 = 0.74
+    faster = row | {"wire_computing_runs_s": [8.0, 8.0]}  # no slower beside compute: 1, not more
+    files = {}
+    for name, content in (("alone", row), ("measured", measured), ("faster", faster)):
+        files[name] = tmp_path / f"{name}.json"
+        files[name].write_text(
+            json.dumps({"config": {"workers": 2, "threshold_mb": 0.01}, "rows": [content]})
+        )
+
+    def predict(name: str, **kw: object) -> list[dict]:
+        return predict_bench_dp([str(files[name])], {"cnn": profile}, 1.0, optimizer_step_s=0.0,
+                                **kw)[0]  # type: ignore[arg-type]  # fmt: skip
+
+    alone, slowed, faster_rows = predict("alone"), predict("measured"), predict("faster")
+    assert {r["comm_rate_while_computing"] for r in alone} == {1.0}
+    assert [r["comm_rate_while_computing"] for r in slowed] == pytest.approx([9.25 / 12.5] * 2)
+    assert {r["comm_rate_while_computing"] for r in faster_rows} == {1.0}
+    for a, s, f in zip(alone, slowed, faster_rows, strict=True):
+        # 9.3 s on the wire beside 0.2 s of compute: cadence-dp's 10 KB chunks slow while the
+        # backward pass runs; DDP's one bucket leaves after it, unslowed.
+        if a["strategy"] == "cadence-dp":
+            assert a["predicted_s"] < s["predicted_s"] < a["predicted_s"] + 0.2
+        else:
+            assert s["predicted_s"] == a["predicted_s"]
+        assert f["predicted_s"] == a["predicted_s"]
+    # Told not to read the rows' measurement: the options' share (1 unless given) stands.
+    unread = predict("measured", measured_rates=False)
+    assert [r["predicted_s"] for r in unread] == [r["predicted_s"] for r in alone]

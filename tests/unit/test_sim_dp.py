@@ -273,3 +273,26 @@ def test_each_buffer_broadcast_call_takes_its_processor_time_from_the_forward() 
     assert uncharged.iteration_s == pytest.approx(17.5)
     with pytest.raises(UserError, match="buffer broadcasts must be >= 1"):
         simulate_ddp(TWO, 2, link, params=plan.params, buffer_bytes=80, buffer_broadcasts=0)
+
+
+def test_transfers_kept_at_a_share_of_the_link_while_computing_slow_only_overlapped_ones() -> None:
+    plan = build_plan(params_of(THREE), threshold_bytes=400, credit_bytes=800)
+    opts = SimOptions(warmup_iterations=0, ddp_first_bucket_bytes=None)
+    half = dataclasses.replace(opts, comm_rate_while_computing=0.5)
+    plain, slowed = (
+        simulate_dp(THREE, plan, 2, LINK, iterations=1, options=o) for o in (opts, half)
+    )
+    small, small_slowed = (
+        simulate_ddp(THREE, 2, LINK, bucket_bytes=400, iterations=1, options=o)
+        for o in (opts, half)
+    )
+    # Layer by layer, some transfer overlaps the backward pass: each strategy ends later, by
+    # at most the overlapped part (no more than the compute) at half the rate.
+    for a, b in ((plain, slowed), (small, small_slowed)):
+        assert a.iteration_s < b.iteration_s <= a.iteration_s + a.compute_s
+    # One bucket of every gradient goes out after the backward pass: nothing to slow.
+    one, one_slowed = (simulate_ddp(THREE, 2, LINK, iterations=1, options=o) for o in (opts, half))
+    assert one_slowed.iteration_s == one.iteration_s
+    for share in (0.0, 1.01, float("nan")):
+        with pytest.raises(ValueError, match="comm_rate_while_computing"):
+            SimOptions(comm_rate_while_computing=share)

@@ -115,3 +115,43 @@ def test_only_a_link_takes_a_token_bucket_and_never_a_negative_one() -> None:
     # A refused resource leaves no name behind: both can still be made as they should be.
     assert g.resource("cpu", STREAM) == 0 and g.resources[0].kind == STREAM
     assert g.resource("nic", LINK, bytes_per_s=1.0) == 1 and len(g.resources) == 2
+
+
+def test_a_link_slowed_by_a_busy_stream_keeps_its_share_only_while_the_stream_works() -> None:
+    g = TaskGraph()
+    cpu = g.resource("cpu", STREAM)
+    nic = g.resource("nic", LINK, bytes_per_s=100.0, slowed_by=cpu, slowed_share=0.5)
+    work = g.add("work", "backward", resources=[cpu], duration_s=1.0)
+    flow = g.add("flow", "allreduce", resources=[nic], nbytes=100.0)
+    pause = g.add("pause", "marker", duration_s=0.5, deps=[work])
+    more = g.add("more", "forward", resources=[cpu], duration_s=1.0, deps=[pause])
+    s = run(g)
+    # 0-1.0: the cpu works, 50 B/s: 50 B. 1.0-1.5: idle, 100 B/s: the other 50 B by 1.5, just
+    # as `more` starts; without the slowing the flow would end at 1.0.
+    assert s.end_s[flow] == pytest.approx(1.5)
+    assert s.start_s[more] == pytest.approx(1.5)
+
+
+def test_back_to_back_work_keeps_a_slowed_link_slow_and_a_shared_core_counts_as_in_use() -> None:
+    g = TaskGraph()
+    core = g.resource("core", LINK, bytes_per_s=1.0)  # a processor shared by two threads
+    nic = g.resource("nic", LINK, bytes_per_s=100.0, slowed_by=core, slowed_share=0.25)
+    first = g.add_work("first", "backward", core, 1.0)
+    g.add_work("second", "backward", core, 1.0, deps=[first])  # starts the instant first ends
+    flow = g.add("flow", "allreduce", resources=[nic], nbytes=100.0)
+    s = run(g)
+    # The core is in use from 0 to 2.0 without a gap: 25 B/s, 50 B by 2.0, then 100 B/s.
+    assert s.end_s[flow] == pytest.approx(2.5)
+
+
+def test_only_a_link_is_slowed_by_an_existing_resource_at_a_share_in_0_1() -> None:
+    g = TaskGraph()
+    cpu = g.resource("cpu", STREAM)
+    with pytest.raises(ValueError, match="only a link is slowed"):
+        g.resource("other", STREAM, slowed_by=cpu, slowed_share=0.5)
+    with pytest.raises(ValueError, match="only a link is slowed"):
+        g.resource("nic", LINK, bytes_per_s=1.0, slowed_by=7, slowed_share=0.5)
+    for share in (0.0, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="slowed_share"):
+            g.resource("nic", LINK, bytes_per_s=1.0, slowed_by=cpu, slowed_share=share)
+    assert g.resource("nic", LINK, bytes_per_s=1.0, slowed_by=cpu, slowed_share=0.5) == 1
