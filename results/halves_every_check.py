@@ -91,6 +91,10 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
         "results/bench-dp-paired-vgg16-400mbit-twins-20261128y.json"],
     "in turns z (twins, vgg16 alone, 10 rounds)": [
         "results/bench-dp-paired-vgg16-400mbit-twins-10rounds-20261128z.json"],
+    # The first matrix whose rows measured the wire beside the compute (comm_rate_while_computing).
+    "in turns aa (twins, vgg16 5, small 10 rounds)": [
+        "results/bench-dp-paired-small-twins-10rounds-20261128aa.json",
+        "results/bench-dp-paired-vgg16-400mbit-twins-20261128aa.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
     "vgg16 long r (between the steps, ddp-heap)": [
         "results/bench-dp-vgg16-400mbit-heap-20261127r.json"],
