@@ -342,11 +342,13 @@ def bench_sim_command(args: Any) -> int:
     # Without a measurement: a spare core for communication, workers not slowing each other.
     contention = charges["contention"]
     fit = ContentionFit.load(contention) if contention else ContentionFit(0.0, 0.0)
+    # A share given on the command line prices every row; else each row's own measurement.
+    given_rate = getattr(args, "comm_rate_while_computing", None)
     options = SimOptions(
         comm_cpu_s_per_message=fit.cpu_s_per_message,
         comm_cpu_s_per_byte=fit.cpu_s_per_byte,
         ddp_first_bucket_bytes=None,  # the runs' DDP was built with bucket_cap_mb
-        comm_rate_while_computing=getattr(args, "comm_rate_while_computing", None) or 1.0,
+        comm_rate_while_computing=given_rate or 1.0,
     )
     co_run = fit.co_run_slowdown
     from cadence.bench.runtime_cost import read_slowdowns
@@ -391,7 +393,7 @@ def bench_sim_command(args: Any) -> int:
             bench_files, profiles, args.payload_fraction, args.optimizer_step, options, co_run,
             slowdowns, in_run_compute=in_run, calibrated=calibrated, link_bucket=link_bucket,
             probe=probe, step_shares=shares, heap_factors=heap_factors,
-            measured_rates=getattr(args, "comm_rate_while_computing", None) is None,
+            measured_rates=given_rate is None,
         )  # fmt: skip
         rows += more
         for line in skipped:

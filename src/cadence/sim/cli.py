@@ -269,7 +269,8 @@ def add_bench_sim(bsub: Any) -> None:
         default=None,
         metavar="SHARE",
         help="share of the link's rate a worker's transfers keep while its compute runs, in "
-        "(0, 1] (default: the --contention file's measurement where it has one, else 1)",
+        "(0, 1], for every row (default: each `dp-paired` row's own measurement, "
+        "`wire_computing_runs_s`; 1 for rows without one)",
     )
     p.add_argument(
         "--runtime-cost",
