@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cadence.bench._launch import Loopback, host_cpus, run_workers
+from cadence.bench._launch import Loopback, host_cpus, run_workers, run_workers_on_link
 
 WORKER = "tests.unit.affinity_worker"
 
@@ -40,3 +40,15 @@ def test_unpinned_workers_keep_every_processor(tmp_path: Path) -> None:
     available = sorted(os.sched_getaffinity(0))
     for where in _affinities(tmp_path, 2, pin_hosts=False):
         assert where == {"process": available, "thread": available}
+
+
+def test_workers_on_the_loopback_link_pin_when_asked(tmp_path: Path) -> None:
+    # `cadence bench dp-paired --host-cpus pinned` reaches the launcher through this call.
+    out = tmp_path / "seen"
+    out.mkdir()
+    run_workers_on_link(None, 2, WORKER, [str(out)], tmp_path, 1, 60, pin_hosts=True)
+    available = sorted(os.sched_getaffinity(0))
+    for rank in range(2):
+        expected = sorted(host_cpus(rank, available))
+        seen = json.loads((out / f"rank{rank}.json").read_text())
+        assert seen == {"process": expected, "thread": expected}, (rank, seen)

@@ -132,14 +132,14 @@ def run_workers(
 
 def run_workers_on_link(
     bandwidth_bps: float | None, workers: int, module: str, args: list[str], run_dir: Path,
-    threads: int, timeout_s: float,
+    threads: int, timeout_s: float, pin_hosts: bool = False,
 ) -> None:  # fmt: skip
     """`run_workers` on an emulated cluster of `workers` hosts capped at `bandwidth_bps`, or on
     this machine's loopback when it is None (no cap: no namespaces, no root needed)."""
     if bandwidth_bps is None:
-        run_workers(Loopback.of(workers), module, args, run_dir, threads, timeout_s)
+        run_workers(Loopback.of(workers), module, args, run_dir, threads, timeout_s, pin_hosts)
         return
     from cadence.netem import cleanup_on_signals
 
     with cleanup_on_signals(), EmulatedCluster(workers, bandwidth_bps) as cluster:
-        run_workers(cluster, module, args, run_dir, threads, timeout_s)
+        run_workers(cluster, module, args, run_dir, threads, timeout_s, pin_hosts)

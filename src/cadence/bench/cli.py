@@ -224,6 +224,7 @@ def _cmd_dp_paired(args: argparse.Namespace) -> int:
         reorder_k=args.reorder_k,
         autotune=args.autotune,
         twins=args.twins,
+        pin_hosts=args.host_cpus == "pinned",
         out=args.out,
     )
     run_paired_bench(config, _command_line())
@@ -278,6 +279,13 @@ def _add_dp_paired(bsub: Any) -> None:
         action="store_true",
         help="also time an identical copy of DDP and of cadence-dp in the same rounds (A/A: "
         "how far the benchmark's own medians move between identical variants)",
+    )
+    p.add_argument(
+        "--host-cpus",
+        choices=("pinned", "shared"),
+        default="shared",
+        help="processors of the emulated hosts: pinned (each host's threads on one "
+        "processor, the hosts taking them in turn) or shared (the kernel places them)",
     )
     p.add_argument("--out", default="results/bench-dp-paired.json", help="JSON; PNG next to it")
     p.set_defaults(func=_cmd_dp_paired)

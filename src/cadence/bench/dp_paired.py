@@ -79,6 +79,9 @@ class PairedDPConfig(PairedSettings):
     """Link caps; `none` runs on the loopback without an emulated cluster."""
     workers: int = 2
     """Ranks (emulated hosts)."""
+    pin_hosts: bool = False
+    """Run each emulated host's worker, all its threads, on one processor (`host_cpus`), as
+    a host of a real cluster keeps its own; False: the kernel places every host's threads."""
     out: str = "results/bench-dp-paired.json"
     """JSON output; the PNG goes next to it."""
 
@@ -298,6 +301,7 @@ def _run_case(config: PairedDPConfig, model: str, cap: str, run_dir: Path) -> di
     run_workers_on_link(
         bps, config.workers, "cadence.bench._dp_paired_worker",
         [str(case_dir / "case.json"), str(result)], case_dir, config.threads, timeout_s,
+        pin_hosts=config.pin_hosts,
     )  # fmt: skip
     return summarise(model, cap, json.loads(result.read_text()))
 
