@@ -95,6 +95,15 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "in turns aa (twins, vgg16 5, small 10 rounds)": [
         "results/bench-dp-paired-small-twins-10rounds-20261128aa.json",
         "results/bench-dp-paired-vgg16-400mbit-twins-20261128aa.json"],
+    # Two back-to-back pairs (2026-11-28 23:51 to 2026-11-29 00:38 UTC), the same commands
+    # but for `--host-cpus` (`results/pin_hosts_dp_paired.py`): each emulated host's threads
+    # left to the kernel (bb) or pinned to one core (cc).
+    "in turns bb (twins, resnet32 and gpt_mini 1gbit 10 rounds, vgg16 5, hosts shared)": [
+        "results/bench-dp-paired-pin-exp-shared-20261129.json",
+        "results/bench-dp-paired-vgg16-pin-exp-shared-20261129.json"],
+    "in turns cc (twins, resnet32 and gpt_mini 1gbit 10 rounds, vgg16 5, hosts pinned)": [
+        "results/bench-dp-paired-pin-exp-pinned-20261129.json",
+        "results/bench-dp-paired-vgg16-pin-exp-pinned-20261129.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
     "vgg16 long r (between the steps, ddp-heap)": [
         "results/bench-dp-vgg16-400mbit-heap-20261127r.json"],
