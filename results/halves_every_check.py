@@ -104,6 +104,10 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "in turns cc (twins, resnet32 and gpt_mini 1gbit 10 rounds, vgg16 5, hosts pinned)": [
         "results/bench-dp-paired-pin-exp-pinned-20261129.json",
         "results/bench-dp-paired-vgg16-pin-exp-pinned-20261129.json"],
+    # Out of sample after bb and cc, nothing else running (2026-11-29 00:42-01:16 UTC).
+    "in turns dd (twins, vgg16 5, small 10 rounds)": [
+        "results/bench-dp-paired-small-twins-10rounds-20261129dd.json",
+        "results/bench-dp-paired-vgg16-400mbit-twins-20261129dd.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
     "vgg16 long r (between the steps, ddp-heap)": [
         "results/bench-dp-vgg16-400mbit-heap-20261127r.json"],
