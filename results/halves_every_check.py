@@ -108,6 +108,10 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "in turns dd (twins, vgg16 5, small 10 rounds)": [
         "results/bench-dp-paired-small-twins-10rounds-20261129dd.json",
         "results/bench-dp-paired-vgg16-400mbit-twins-20261129dd.json"],
+    # Out of sample after dd, nothing else running (2026-11-29 01:37-02:08 UTC).
+    "in turns ee (twins, vgg16 5, small 10 rounds)": [
+        "results/bench-dp-paired-small-twins-10rounds-20261129ee.json",
+        "results/bench-dp-paired-vgg16-400mbit-twins-20261129ee.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
     "vgg16 long r (between the steps, ddp-heap)": [
         "results/bench-dp-vgg16-400mbit-heap-20261127r.json"],
