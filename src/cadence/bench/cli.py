@@ -11,6 +11,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from cadence.bench.cli_args import add_host_cpus
 from cadence.bench.cli_args import command_line as _command_line
 from cadence.bench.cli_args import names as _names
 from cadence.bench.cli_dp import add_dp as _add_dp
@@ -94,13 +95,7 @@ def _add_collectives(bsub: Any) -> None:
         help="scheduling of gloo's polling I/O thread while timing: idle (SCHED_IDLE, so "
         "small collectives do not wait out its time slice) or normal (left as is)",
     )
-    p.add_argument(
-        "--host-cpus",
-        choices=("pinned", "shared"),
-        default="pinned",
-        help="processors of the emulated hosts: pinned (each host's threads on one "
-        "processor, the hosts taking them in turn) or shared (the kernel places them)",
-    )
+    add_host_cpus(p, default="pinned")
     p.add_argument(
         "--drain-bucket",
         choices=("yes", "no"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from typing import Any
 
 
 def command_line() -> str:
@@ -15,3 +16,25 @@ def command_line() -> str:
 def names(text: str) -> tuple[str, ...]:
     """A comma-separated flag value as its non-empty items."""
     return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def numbers(text: str, flag: str) -> tuple[float, ...]:
+    """A comma-separated flag value of numbers, or a one-line error naming `flag`."""
+    try:
+        return tuple(float(item) for item in names(text))
+    except ValueError:
+        from cadence.errors import UserError
+
+        raise UserError(f"{flag} must be numbers, got '{text}'") from None
+
+
+def add_host_cpus(parser: Any, default: str) -> None:
+    """`--host-cpus pinned|shared`, as the benchmarks that run emulated hosts take it;
+    `args.host_cpus == "pinned"` is their `pin_hosts`."""
+    parser.add_argument(
+        "--host-cpus",
+        choices=("pinned", "shared"),
+        default=default,
+        help="processors of the emulated hosts: pinned (each host's threads on one "
+        "processor, the hosts taking them in turn) or shared (the kernel places them)",
+    )

@@ -7,18 +7,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cadence.bench.cli_args import command_line, names
+from cadence.bench.cli_args import add_host_cpus, command_line, names, numbers
 
 
 def _cmd_dp(args: argparse.Namespace) -> int:
     from cadence.bench.dp import DPBenchConfig, run_dp_bench
 
-    try:
-        buckets = tuple(float(mb) for mb in names(args.ddp_buckets_mb))
-    except ValueError:
-        from cadence.errors import UserError
-
-        raise UserError(f"--ddp-buckets-mb must be numbers, got '{args.ddp_buckets_mb}'") from None
+    buckets = numbers(args.ddp_buckets_mb, "--ddp-buckets-mb")
     config = DPBenchConfig(
         models=names(args.models),
         caps=names(args.caps),
@@ -89,18 +84,9 @@ def add_dp(bsub: Any) -> None:
 
 def _cmd_dp_paired(args: argparse.Namespace) -> int:
     from cadence.bench.dp_paired import PairedDPConfig, run_paired_bench
-    from cadence.errors import UserError
 
-    try:
-        buckets = tuple(float(mb) for mb in names(args.ddp_buckets_mb))
-    except ValueError:
-        raise UserError(f"--ddp-buckets-mb must be numbers, got '{args.ddp_buckets_mb}'") from None
-    try:
-        thresholds = tuple(float(mb) for mb in names(args.cadence_thresholds_mb))
-    except ValueError:
-        raise UserError(
-            f"--cadence-thresholds-mb must be numbers, got '{args.cadence_thresholds_mb}'"
-        ) from None
+    buckets = numbers(args.ddp_buckets_mb, "--ddp-buckets-mb")
+    thresholds = numbers(args.cadence_thresholds_mb, "--cadence-thresholds-mb")
     config = PairedDPConfig(
         models=names(args.models),
         caps=names(args.caps),
@@ -172,13 +158,7 @@ def add_dp_paired(bsub: Any) -> None:
         help="also time an identical copy of DDP and of cadence-dp in the same rounds (A/A: "
         "how far the benchmark's own medians move between identical variants)",
     )
-    p.add_argument(
-        "--host-cpus",
-        choices=("pinned", "shared"),
-        default="shared",
-        help="processors of the emulated hosts: pinned (each host's threads on one "
-        "processor, the hosts taking them in turn) or shared (the kernel places them)",
-    )
+    add_host_cpus(p, default="shared")
     p.add_argument("--out", default="results/bench-dp-paired.json", help="JSON; PNG next to it")
     p.set_defaults(func=_cmd_dp_paired)
 
