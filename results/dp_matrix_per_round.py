@@ -29,6 +29,7 @@ def main() -> None:
     import cadence.sim.bench_dp as bench_dp
     from cadence.bench.contention import ContentionFit
     from cadence.profile import Profile
+    from cadence.sim.bench_dp_records import VARIANTS
     from cadence.sim.options import SimOptions
     from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION
 
@@ -67,7 +68,7 @@ def main() -> None:
         median_errors, round_errors = [], []
         for row, case in zip(capped, list(cases), strict=True):
             per_round = [predict(case, c, fit.co_run_slowdown) for c in row["compute_runs_s"]]
-            for variant, strategy in bench_dp._VARIANTS.items():
+            for variant, strategy in VARIANTS.items():
                 measured = row["runs_s"][variant]
                 errors = [(p[variant].iteration_s - m) / m
                           for p, m in zip(per_round, measured, strict=True)]  # fmt: skip

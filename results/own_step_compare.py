@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from halves_every_check import bench_sim  # noqa: E402
 
-from cadence.sim.bench_dp import own_step_samples  # noqa: E402
+from cadence.sim.bench_dp_records import own_step_samples  # noqa: E402
 
 STEP_KEYS = ("compute_step_rounds_s", "variant_step_runs_s")
 

@@ -32,13 +32,14 @@ import numpy as np
 import cadence.sim.bench_dp as bench_dp
 from cadence.bench.contention import fit_costs
 from cadence.bench.dp_paired import COMPUTE
+from cadence.sim.bench_dp_records import VARIANTS
 
 
 def _row(row: dict[str, Any], common: dict[str, Any], basis: str,
          results: dict[str, list[Any]]) -> list[dict[str, Any]]:  # fmt: skip
     rounds = row["rounds_s"]
     out = []
-    for variant, strategy in bench_dp._VARIANTS.items():
+    for variant, strategy in VARIANTS.items():
         median_row = bench_dp._median_row({**common, "compute_basis": basis}, strategy,
                                           rounds[variant], results[variant], "round_errors")  # fmt: skip
         twin = rounds.get(bench_dp.TWINS[variant])
@@ -56,7 +57,7 @@ def pooled(row: dict[str, Any], case: Any, common: dict[str, Any]) -> list[dict[
         case = case.with_step(statistics.median(steps))
     predicted = case.predict(statistics.median(computes), 1.0)
     return _row(row, common, "pooled",
-                {v: [predicted[v]] * len(computes) for v in bench_dp._VARIANTS})  # fmt: skip
+                {v: [predicted[v]] * len(computes) for v in VARIANTS})  # fmt: skip
 
 
 def interpolated(row: dict[str, Any], case: Any, common: dict[str, Any]) -> list[dict[str, Any]]:
@@ -73,7 +74,7 @@ def interpolated(row: dict[str, Any], case: Any, common: dict[str, Any]) -> list
     results = {
         v: [cases[k].predict(float(np.interp(turn(k, v), at_compute, computes)), 1.0, [v])[v]
             for k in range(len(computes))]
-        for v in bench_dp._VARIANTS
+        for v in VARIANTS
     }  # fmt: skip
     return _row(row, common, "interpolated", results)
 

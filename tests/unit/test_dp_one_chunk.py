@@ -10,7 +10,7 @@ from cadence.comm.cost import AlphaBeta
 from cadence.dp import DPConfig
 from cadence.dp.plan import DEFAULT_ONE_CHUNK_WIRE_SHARE, hideable_share, one_chunk_suffices
 from cadence.profile import BlockProfile, Profile
-from cadence.sim.bench_dp import recorded_default_plan
+from cadence.sim.bench_dp_records import recorded_default_plan
 from cadence.sim.command import Setup, last_allreduce_s, run_strategy
 from cadence.sim.compute import block_costs, block_params
 from cadence.sim.options import SimOptions

@@ -14,7 +14,8 @@ from cadence.bench.heap_cost import factor_at, read_heap_factors, round_factor, 
 from cadence.cli import main
 from cadence.errors import UserError
 from cadence.sim.bench import predict_runs
-from cadence.sim.bench_dp import dynamic_heap_variants, predict_bench_dp
+from cadence.sim.bench_dp import predict_bench_dp
+from cadence.sim.bench_dp_records import dynamic_heap_variants
 from tests.unit.test_sim_bench import write_run
 from tests.unit.test_sim_cli import zoo_profile
 

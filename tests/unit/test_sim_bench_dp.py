@@ -9,7 +9,8 @@ import pytest
 
 from cadence.errors import UserError
 from cadence.sim.bench import table_lines
-from cadence.sim.bench_dp import predict_bench_dp, read_bench_dp, scaled_profile
+from cadence.sim.bench_dp import predict_bench_dp, scaled_profile
+from cadence.sim.bench_dp_records import read_bench_dp
 from tests.unit.test_sim_cli import zoo_profile
 
 
@@ -79,7 +80,7 @@ def test_charged_communication_and_co_running_workers_slow_the_prediction(tmp_pa
 
 
 def test_recorded_threshold_reads_what_the_run_used():
-    from cadence.sim.bench_dp import recorded_threshold
+    from cadence.sim.bench_dp_records import recorded_threshold
 
     assert recorded_threshold({"threshold_mb": 0.5}) == 2**19
     assert recorded_threshold({"threshold_mb": None}) is None  # cadence-dp's own default
@@ -87,7 +88,7 @@ def test_recorded_threshold_reads_what_the_run_used():
 
 
 def test_recorded_credit_reads_what_the_run_used():
-    from cadence.sim.bench_dp import recorded_credit
+    from cadence.sim.bench_dp_records import recorded_credit
 
     mib = 2**20
     assert recorded_credit({"cadence_credit_bytes": 16 * mib}, 4 * mib, 61 * mib) == 16 * mib
@@ -463,7 +464,7 @@ def test_each_separate_run_is_priced_at_the_optimizer_step_its_probe_timed(tmp_p
 
 
 def test_a_row_without_steps_of_its_own_takes_the_profiles_or_times_one() -> None:
-    from cadence.sim.bench_dp import own_step_samples, step_source
+    from cadence.sim.bench_dp_records import own_step_samples, step_source
 
     assert own_step_samples({"rounds_s": {}}) == []
     assert own_step_samples({"variant_step_runs_s": {"ddp": [0.1], "cadence": [0.2]}}) == [0.1, 0.2]

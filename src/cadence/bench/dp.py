@@ -314,7 +314,8 @@ def measure_case(
         "ddp_over_bound": medians["ddp"] / bound,
         "cadence_over_line_bound": cadence / line_bound,
         # Which variants' processes ran with glibc's heap thresholds fixed: the simulator
-        # prices those from their blocks between the steps (`cadence.sim.bench_dp.heap_kept`).
+        # prices those from their blocks between the steps
+        # (`cadence.sim.bench_dp_records.heap_kept`).
         "fixed_heap_variants": [v.name for v in order if v.fixed_heap],
         **same_heap,
     }

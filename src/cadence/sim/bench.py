@@ -87,7 +87,8 @@ def predict_runs(
     from cadence.bench.heap_cost import factor_at
     from cadence.bench.runtime_cost import STRATEGIES as RUNTIME_COSTED
     from cadence.netem import parse_bandwidth
-    from cadence.sim.bench_dp import HEAP_KEPT_STRATEGIES, compute_scale, scaled_profile
+    from cadence.sim.bench_dp import compute_scale, scaled_profile
+    from cadence.sim.bench_dp_records import HEAP_KEPT_STRATEGIES
 
     options = options or SimOptions()
     steps: dict[tuple[str, str], float] = {}
@@ -266,7 +267,7 @@ def _per_worker(cfg: dict[str, Any]) -> tuple[str, int]:
 
 
 def _bench_dp_models(path: str) -> list[tuple[str, int]]:
-    from cadence.sim.bench_dp import read_bench_dp
+    from cadence.sim.bench_dp_records import read_bench_dp
 
     data = read_bench_dp(path)
     cfg = data.get("config", {})

@@ -18,7 +18,6 @@ median error over rounds is reported.
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,11 +26,25 @@ from typing import Any
 from cadence.bench.dp import DDP_FIXED_HEAP
 from cadence.bench.dp_paired import TWINS
 from cadence.comm.cost import AlphaBeta
-from cadence.dp.config import mb_to_bytes
-from cadence.dp.plan import DEFAULT_CREDIT_CHUNKS, default_threshold
 from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.api import DDP_BUCKET_BYTES
+from cadence.sim.bench_dp_records import (
+    IN_RUN_VARIANTS,
+    PROBE_KEYS,
+    VARIANTS,
+    dynamic_heap_variants,
+    file_probe,
+    has_in_run_compute,
+    own_step_samples,
+    probe_samples,
+    read_bench_dp,
+    recorded_credit,
+    recorded_default_plan,
+    recorded_threshold,
+    round_computes,
+    step_source,
+)
 from cadence.sim.bench_twins import twin_fields
 from cadence.sim.command import (
     Setup,
@@ -44,57 +57,6 @@ from cadence.sim.command import (
 from cadence.sim.compute import cap_link, emulated_options, rate_while_computing
 from cadence.sim.options import SimOptions
 from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION, chosen_step_s
-
-# bench-dp variant -> simulated strategy
-_VARIANTS = {"ddp": "ddp", "cadence": "cadence-dp"}
-# With DDP in processes with cadence-dp's heap (`bench dp --ddp-fixed-heap`): priced from
-# those runs' own compute only, as the compute-only runs and dp-paired's rounds do not have it.
-_IN_RUN_VARIANTS = {"ddp": "ddp", DDP_FIXED_HEAP: "ddp", "cadence": "cadence-dp"}
-
-
-def recorded_threshold(cfg: dict[str, Any]) -> int | None:
-    """The cadence-dp threshold a benchmark file's config ran with: its `threshold_mb`, None
-    where it ran cadence-dp's default (`run_strategy` then applies the same), 4 MiB for files
-    from before the default depended on the model (they do not record it)."""
-    if "threshold_mb" not in cfg:
-        return 4 * 2**20
-    mb = cfg["threshold_mb"]
-    return mb_to_bytes(None if mb is None else float(mb))
-
-
-def recorded_credit(row: dict[str, Any], threshold: int | None, gradient_bytes: int) -> int:
-    """The bytes cadence-dp let in flight in a benchmark row: its `cadence_credit_bytes`, or
-    for files from before the default depended on the model (they do not record it) two
-    chunks' worth, the default they ran with."""
-    if "cadence_credit_bytes" in row:
-        return int(row["cadence_credit_bytes"])
-    chunk = threshold if threshold is not None else default_threshold(gradient_bytes)
-    return DEFAULT_CREDIT_CHUNKS * chunk
-
-
-def recorded_default_plan(row: dict[str, Any]) -> str:
-    """What cadence-dp's default plan was in a benchmark row: "one chunk" or "chunked" after
-    its one-chunk iterations (the choice most of the row's runs made), or "unprobed" for files
-    from before the runtime chose (they record no plan)."""
-    plans = row.get("cadence_plans") or ([row["cadence_plan"]] if "cadence_plan" in row else [])
-    probes = [p["one_chunk_probe"] for p in plans if p.get("one_chunk_probe") is not None]
-    if not probes:
-        return "unprobed"
-    kept = sum(1 for p in probes if p["one_chunk"])
-    return "one chunk" if 2 * kept > len(probes) else "chunked"
-
-
-def read_bench_dp(path: str) -> dict[str, Any]:
-    """A `cadence bench dp --out` file, or a one-line UserError."""
-    try:
-        data = json.loads(Path(path).read_text())
-        if not (isinstance(data, dict) and isinstance(data.get("rows"), list)):
-            raise ValueError("no rows")
-        for row in data["rows"]:
-            row["model"], row["cap"], row["compute_s"], row["iteration_s"]["ddp"]  # noqa: B018
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UserError(f"cannot read {path}: not a `cadence bench dp` file ({exc})") from None
-    return data
 
 
 def scaled_profile(
@@ -174,9 +136,7 @@ class _Case:
     def with_step(self, step_s: float) -> _Case:
         """The same case with a whole-model optimizer step of `step_s`."""
         per_byte = step_s / max(1, sum(p.nbytes for p in self.params))
-        return dataclasses.replace(
-            self, step_s=step_s, update_s_per_byte=per_byte, step_share=None
-        )
+        return dataclasses.replace(self, step_s=step_s, update_s_per_byte=per_byte, step_share=None)
 
     def per_sample(self, steps: Sequence[float], count: int) -> list[_Case]:
         """One case for each of `count` samples (rounds or runs): each at its own optimizer
@@ -186,14 +146,14 @@ class _Case:
         return [self] * count
 
     def predict(
-        self, compute_s: float, co_run: float, variants: Sequence[str] = tuple(_VARIANTS)
+        self, compute_s: float, co_run: float, variants: Sequence[str] = tuple(VARIANTS)
     ) -> dict[str, Any]:
         """Each of `variants`' simulated result with the compute scaled so that profile
         iteration + optimizer step equals `compute_s` (times `co_run`, times the strategy's
         slowdown)."""
         out = {}
         for variant in variants:
-            strategy = _IN_RUN_VARIANTS[variant]
+            strategy = IN_RUN_VARIANTS[variant]
             strategy_compute_s = compute_s * self.slowdown.get(strategy, 1.0)
             if variant in self.dynamic_heap:
                 strategy_compute_s *= self.heap_factor
@@ -356,7 +316,7 @@ def predict_bench_dp(
                 rows += _in_run_rows(row, case, common, f"{path}: {model} at {cap}", probe_here)
                 continue
             predicted = case.predict(row["compute_s"], co_run_slowdown)
-            for variant, strategy in _VARIANTS.items():
+            for variant, strategy in VARIANTS.items():
                 measured = row["iteration_s"].get(variant)
                 if measured is None:
                     continue
@@ -375,98 +335,6 @@ def predict_bench_dp(
     return rows, skipped
 
 
-PROBE_KEYS = {
-    "after": ("variant_compute_runs_s", "variant_step_runs_s"),
-    "interleaved": ("variant_interleaved_compute_runs_s", "variant_interleaved_step_runs_s"),
-}
-"""A `cadence bench dp` row's keys for each kind of in-run probe: (each run's compute, each
-run's optimizer step). "after": timed after the run's steps; "interleaved": in blocks between
-them (`--interleaved-probe-every`, files since 2026-11-27)."""
-
-HEAP_KEPT_STRATEGIES = ("cadence-dp",)
-"""The strategies whose runs are priced from their blocks between the steps: cadence-dp's
-processes fix glibc's heap thresholds. DDP's leave them dynamic, and there the blocks time a
-model's steps 1.10-1.43x slower than the probe after the steps (`results/interleaved-heap-*`);
-the first file with blocks (matrix o, 2026-11-27) timed them in DDP's runs too, and they are
-not used. `bench dp`'s `ddp-heap` runs (`--ddp-fixed-heap`) fix them through their
-environment, and are priced from their blocks too (`heap_kept`)."""
-
-
-def heap_kept(variant: str, row: dict[str, Any] | None = None) -> bool:
-    """Whether a `bench dp` variant's processes ran with glibc's heap thresholds fixed, so its
-    blocks between the steps time its steps: as the row records it (`fixed_heap_variants`,
-    files since 2026-11-28), else by its strategy (`HEAP_KEPT_STRATEGIES`)."""
-    if row is not None and "fixed_heap_variants" in row:
-        return variant in row["fixed_heap_variants"]
-    return variant == DDP_FIXED_HEAP or _VARIANTS.get(variant) in HEAP_KEPT_STRATEGIES
-
-
-def dynamic_heap_variants(row: dict[str, Any]) -> frozenset[str]:
-    """The DDP variants of a `cadence bench dp` row whose processes left glibc's heap
-    thresholds dynamic (DDP as users run it); none for `dp-paired` rows, whose DDP runs in
-    the processes where cadence-dp fixed them."""
-    if "rounds_s" in row:
-        return frozenset()
-    return frozenset(
-        variant
-        for variant, strategy in _IN_RUN_VARIANTS.items()
-        if strategy == "ddp" and not heap_kept(variant, row)
-    )
-
-
-def probe_samples(
-    row: dict[str, Any], probe: str = "after"
-) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, str]]:
-    """A `cadence bench dp` row's in-run samples per variant: (each run's compute, each run's
-    optimizer step, which probe timed them). With `probe` "interleaved" the variants of
-    `HEAP_KEPT_STRATEGIES` whose runs timed blocks between their steps are taken from them, the
-    others from the probe after."""
-    after_computes, after_steps = (row.get(key) or {} for key in PROBE_KEYS["after"])
-    computes, steps = dict(after_computes), dict(after_steps)
-    basis = dict.fromkeys(computes, "in-run")
-    if probe == "interleaved":
-        between_computes, between_steps = (row.get(key) or {} for key in PROBE_KEYS[probe])
-        for variant, samples in between_computes.items():
-            if not heap_kept(variant, row):
-                continue
-            computes[variant] = samples
-            steps[variant] = between_steps.get(variant, [])
-            basis[variant] = "in-run, interleaved"
-    return computes, steps, basis
-
-
-def own_step_samples(row: dict[str, Any], probe: str = "after") -> list[float]:
-    """The optimizer steps a benchmark row's compute timed beside itself: each round's of
-    `dp-paired` (`compute_step_rounds_s`), each run's of `bench dp` (`probe_samples`);
-    empty for files from before 2026-11-27, which have neither."""
-    if "rounds_s" in row:
-        return list(row.get("compute_step_rounds_s") or [])
-    runs = probe_samples(row, probe)[1]
-    return [step for steps in runs.values() for step in steps]
-
-
-def step_source(given_s: float | None, chosen_s: float | None) -> str:
-    """Where a row's optimizer step came from when the row timed none of its own."""
-    if given_s is not None:
-        return "given"
-    return "profile" if chosen_s is not None else "timed now"
-
-
-def has_in_run_compute(data: dict[str, Any], probe: str = "after") -> bool:
-    """Whether every separate-run row of a `cadence bench dp` file timed its variants' compute
-    inside their runs with `probe` (`PROBE_KEYS`; after the steps: files since 2026-11-26)."""
-    rows = [row for row in data.get("rows", []) if "rounds_s" not in row]
-    return bool(rows) and all(row.get(PROBE_KEYS[probe][0]) for row in rows)
-
-
-def file_probe(data: dict[str, Any], probe: str) -> str:
-    """The probe a file's runs are priced from: `probe`, or for "auto" the blocks between
-    the steps where every row timed them, else the probe after the steps."""
-    if probe != "auto":
-        return probe
-    return "interleaved" if has_in_run_compute(data, "interleaved") else "after"
-
-
 def _in_run_rows(
     row: dict[str, Any], case: _Case, common: dict[str, Any], where: str, probe: str = "after"
 ) -> list[dict[str, Any]]:
@@ -483,7 +351,7 @@ def _in_run_rows(
         )
     computes, own_steps, basis = probe_samples(row, probe)
     out = []
-    for variant, strategy in _IN_RUN_VARIANTS.items():
+    for variant, strategy in IN_RUN_VARIANTS.items():
         if variant not in computes:
             continue
         cases = case.per_sample(own_steps.get(variant, []), len(computes[variant]))
@@ -528,15 +396,7 @@ def _median_row(
     }
 
 
-def round_computes(row: dict[str, Any]) -> list[float]:
-    """The compute each round of a `cadence bench dp-paired` row is priced against: the
-    lockstep figure (each step's slowest rank) where the file has it, else each rank's mean."""
-    return list(row.get("lockstep_compute_rounds_s") or row["rounds_s"].get("compute") or [])
-
-
-def _paired_rows(
-    row: dict[str, Any], case: _Case, common: dict[str, Any]
-) -> list[dict[str, Any]]:
+def _paired_rows(row: dict[str, Any], case: _Case, common: dict[str, Any]) -> list[dict[str, Any]]:
     """A `cadence bench dp-paired` row: each round predicted from that round's compute (both
     workers computing at once, so no co-run factor on top) and compared with the same round's
     measurement; the error reported is the median over rounds, as the benchmark's ratios.
@@ -551,7 +411,7 @@ def _paired_rows(
     lockstep = bool(row.get("lockstep_compute_rounds_s"))
     common = {**common, "compute_basis": "lockstep" if lockstep else "per-rank"}
     out = []
-    for variant, strategy in _VARIANTS.items():
+    for variant, strategy in VARIANTS.items():
         results = [p[variant] for p in per_round]
         median_row = _median_row(common, strategy, rounds[variant], results, "round_errors")
         twin = rounds.get(TWINS[variant])

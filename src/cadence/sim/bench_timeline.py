@@ -26,7 +26,8 @@ from cadence.comm.cost import AlphaBeta
 from cadence.dp.plan import DPPlan
 from cadence.errors import UserError
 from cadence.profile import Profile
-from cadence.sim.bench_dp import recorded_threshold, scaled_profile
+from cadence.sim.bench_dp import scaled_profile
+from cadence.sim.bench_dp_records import recorded_threshold
 from cadence.sim.command import Setup, model_params, run_strategy, zoo_arrival_order
 from cadence.sim.compute import cap_link, emulated_options
 from cadence.sim.options import SimOptions

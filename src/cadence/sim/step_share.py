@@ -25,7 +25,7 @@ def row_step_shares(row: dict[str, Any]) -> list[float]:
     bench dp` or `dp-paired` file: per round (`compute_step_rounds_s` over the lockstep compute
     where the file has it) or per run and variant (the probe after the steps); empty where the
     row timed no step beside its compute."""
-    from cadence.sim.bench_dp import probe_samples, round_computes
+    from cadence.sim.bench_dp_records import probe_samples, round_computes
 
     if "rounds_s" in row:
         steps = row.get("compute_step_rounds_s") or []
