@@ -287,6 +287,13 @@ WITHIN = 0.10
 """The cost model's target: calibrated predictions within 10% of gloo's measured times."""
 
 
+def within_target(ratio: float) -> bool:
+    """Whether a ratio of two times (measured over predicted, or one half of a row's rounds
+    over the other) is within `WITHIN` of 1. The 1e-9: a ratio printed as 1.10 is within,
+    whatever its last float bits say."""
+    return abs(ratio - 1) <= WITHIN + 1e-9
+
+
 def accuracy(rows: list[BenchRow]) -> dict[str, Any]:
     """How gloo's own rows meet the cost model's target: the count within `WITHIN` of the
     prediction, and the worst row (largest |measured / predicted - 1|)."""
@@ -297,8 +304,7 @@ def accuracy(rows: list[BenchRow]) -> dict[str, Any]:
     return {
         "within": WITHIN,
         "rows": len(gloo),
-        # 1e-9: a ratio printed as 1.10 is within, whatever its last float bits say.
-        "rows_within": sum(abs(r.measured_over_predicted - 1) <= WITHIN + 1e-9 for r in gloo),
+        "rows_within": sum(within_target(r.measured_over_predicted) for r in gloo),
         "worst": {"collective": worst.collective, "nbytes": worst.nbytes,
                   "measured_over_predicted": worst.measured_over_predicted},  # fmt: skip
     }

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cadence.bench.collectives import WITHIN, format_size
+from cadence.bench.collectives import WITHIN, format_size, within_target
 
 
 def halves(measured: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -33,7 +33,7 @@ def halves_summary(pairs: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "within": WITHIN,
         "rows": len(pairs),
-        "rows_within": sum(abs(p["ratio"] - 1) <= WITHIN + 1e-9 for p in pairs),
+        "rows_within": sum(within_target(p["ratio"]) for p in pairs),
         "furthest": {"collective": furthest["collective"], "nbytes": furthest["nbytes"],
                      "ratio": furthest["ratio"]},  # fmt: skip
     }
