@@ -17,6 +17,7 @@ from cadence.sim.compute import (
 )
 from cadence.sim.dp_adapter import build_ddp, build_dp
 from cadence.sim.engine import run
+from cadence.sim.grad_ready import layer_points, point_of
 from cadence.sim.metrics import SimResult, analyse
 from cadence.sim.options import SimOptions
 
@@ -129,14 +130,15 @@ def plan_dp(
     backward_start = min(
         schedule.start_s[t.id] for t in graph.tasks if t.kind in ("input_grad", "weight_grad")
     )
+    points = layer_points(params, blocks, len(costs.forward_s), options.layer_ready_points)
     grads_done = {
-        int(t.name[1:]): schedule.end_s[t.id] - backward_start
+        point_of(t.name, points.shares): schedule.end_s[t.id] - backward_start
         for t in graph.tasks
-        if t.kind == "weight_grad" and t.iteration == 0
+        if t.kind in ("input_grad", "weight_grad") and t.iteration == 0
     }
     ready = [0.0] * len(params)
     for p in params:
-        ready[p.index] = grads_done[blocks[p.index]]
+        ready[p.index] = grads_done[blocks[p.index], points.point[p.index]]
     if arrival_order is not None and HOOK_SPACING_S > 0:
         ready = spaced_in_arrival_order(ready, params, arrival_order, HOOK_SPACING_S)
     first = backward_start + min(ready, default=0.0)  # the first gradient wakes the thread

@@ -273,6 +273,14 @@ def add_bench_sim(bsub: Any) -> None:
         "`wire_computing_runs_s`; 1 for rows without one)",
     )
     p.add_argument(
+        "--gradients-ready",
+        choices=("layer", "block"),
+        default="layer",
+        help="where a block's gradients are ready in its backward: `layer`, each layer's at "
+        "its own point (a norm's before the convolution it follows; default), or `block`, "
+        "all at the block's end (as before 2026-11-29)",
+    )
+    p.add_argument(
         "--runtime-cost",
         default=None,
         metavar="FILE",

@@ -13,6 +13,7 @@ from cadence.comm.cost import AlphaBeta
 from cadence.dp.plan import ParamInfo
 from cadence.errors import UserError
 from cadence.profile import Profile
+from cadence.sim.grad_ready import piece_name, split_backward
 from cadence.sim.graph import TaskGraph
 from cadence.sim.options import SimOptions
 
@@ -224,9 +225,12 @@ class ComputeIteration:
     forward: tuple[int, ...]
     """Forward task of each block."""
     weight_grad: tuple[int, ...]
-    """Weight-gradient task of each block (its gradients are ready when it ends)."""
+    """Weight-gradient task of each block (its last gradients are ready when it ends)."""
     last: int
     """The last compute task (program order continues from it)."""
+    ready: tuple[tuple[int, ...], ...] = ()
+    """Per block, the task ending at each of its ready points (`ReadyPoints.shares`; the last
+    is `weight_grad`)."""
 
 
 def add_input(
@@ -259,11 +263,14 @@ def add_compute_iteration(
     after: int | None,
     gates: Sequence[Sequence[int]],
     steps: Sequence[tuple[str, int]],
+    shares: Sequence[Sequence[float]] | None = None,
 ) -> ComputeIteration:
     """Add forward, loss and backward of one iteration on `stream`, in program order after
     task `after`. Block b's forward also waits for `gates[b]` (e.g. its parameters' update).
-    Activations are allocated by the forward and freed by the block's last backward step;
-    gradients are allocated by the weight-gradient step (the adapter frees them)."""
+    Each block's backward is cut at its ready points (`shares[b]`, see
+    `cadence.sim.grad_ready`; None: one point per block, its end). Activations are allocated by
+    the forward and freed by the block's last backward step; gradients are allocated by the
+    weight-gradient step (the adapter frees them)."""
 
     def add(name: str, kind: str, seconds: float, deps: list[int | None], mem: int) -> int:
         return graph.add_work(
@@ -280,14 +287,29 @@ def add_compute_iteration(
         forward.append(prev)
     prev = add("loss", "loss", costs.loss_s, [prev], 0)
     last_step = {b: i for i, (_, b) in enumerate(steps)}
+    joined = {b for (k, b), (k2, b2) in zip(steps, steps[1:], strict=False)
+              if (k, k2) == ("I", "W") and b == b2}  # fmt: skip
+    pieces = {
+        b: split_backward(
+            costs.input_grad_s[b], costs.weight_grad_s[b], shares[b] if shares else (1.0,),
+            b in joined,
+        )
+        for b in range(nb)
+    }  # fmt: skip
     weight_grad = [0] * nb
+    ready: list[list[int]] = [[] for _ in range(nb)]
     for i, (kind, b) in enumerate(steps):
-        free = -costs.activation_bytes[b] if last_step[b] == i else 0
-        if kind == "I":
-            prev = add(f"I{b}", "input_grad", costs.input_grad_s[b], [prev], free)
-        else:
-            prev = add(
-                f"W{b}", "weight_grad", costs.weight_grad_s[b], [prev], free + costs.param_bytes[b]
-            )
+        mine = pieces[b][0] if kind == "I" else pieces[b][1]
+        for n, piece in enumerate(mine):
+            final = n == len(mine) - 1
+            mem = -costs.activation_bytes[b] if final and last_step[b] == i else 0
+            if kind == "W" and final:
+                mem += costs.param_bytes[b]
+            name = piece_name(kind, b, piece.point, kind == "W" and final)
+            prev = add(name, "input_grad" if kind == "I" else "weight_grad", piece.seconds,
+                       [prev], mem)  # fmt: skip
+            if piece.point is not None:
+                ready[b].append(prev)
+        if kind == "W":
             weight_grad[b] = prev
-    return ComputeIteration(tuple(forward), tuple(weight_grad), prev)
+    return ComputeIteration(tuple(forward), tuple(weight_grad), prev, tuple(map(tuple, ready)))

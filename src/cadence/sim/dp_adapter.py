@@ -35,6 +35,7 @@ from cadence.sim.compute import (
     param_blocks,
     reordered_blocks,
 )
+from cadence.sim.grad_ready import layer_points
 from cadence.sim.graph import LINK, STREAM, TaskGraph
 from cadence.sim.options import SimOptions
 
@@ -234,6 +235,7 @@ def build_dp(
     """Graph of `options.warmup_iterations + iterations` iterations of cadence-dp."""
     graph = TaskGraph()
     blocks = param_blocks(costs, plan.params)
+    points = layer_points(plan.params, blocks, len(costs.forward_s), options.layer_ready_points)
     layer_block = [0] * len(plan.layer_chunks)
     layer_bytes = [0] * len(plan.layer_chunks)
     for p in plan.params:
@@ -242,7 +244,8 @@ def build_dp(
     nb = len(costs.forward_s)
     k = getattr(plan, "reorder_k", None)
     steps = backward_steps(nb, reordered_blocks(layer_block, nb, k))
-    chunk_blocks = [sorted({blocks[s.param] for s in c.segments}) for c in plan.chunks]
+    chunk_points = [sorted({(blocks[s.param], points.point[s.param]) for s in c.segments})
+                    for c in plan.chunks]  # fmt: skip
     position = {c: i for i, c in enumerate(plan.issue_order)}
     # Each layer is updated when the last (in issue order) of its chunks is completed.
     updates_at: dict[int, list[int]] = {}
@@ -277,9 +280,10 @@ def build_dp(
                 after=compute_prev[w],
                 gates=gates[w],
                 steps=steps,
+                shares=points.shares,
             )
             compute_prev[w] = done.last
-            grads_ready.append(done.weight_grad)
+            grads_ready.append(done.ready)
             if w == 0:
                 starts.append(done.forward[0])
         comm.iteration, comm.flows, comm.cpu = it, {}, {}
@@ -305,7 +309,7 @@ def build_dp(
                     f"issue c{c}",
                     "issue",
                     0.0,
-                    [grads_ready[w][b] for b in chunk_blocks[c]],
+                    [grads_ready[w][b][j] for b, j in chunk_points[c]],
                     _packed(plan, c),
                 )
                 for w in range(options.replicas)
@@ -390,6 +394,7 @@ def build_ddp(
     `arrival_order`: see `ddp_buckets`)."""
     graph = TaskGraph()
     blocks = param_blocks(costs, params)
+    points = layer_points(params, blocks, len(costs.forward_s), options.layer_ready_points)
     buckets = ddp_buckets(params, bucket_bytes, options.ddp_first_bucket_bytes, arrival_order)
     steps = backward_steps(len(costs.forward_s), None)
     # DDP's reducer runs on its own thread: only communication's processor time shares compute.
@@ -425,21 +430,18 @@ def build_ddp(
                 after=prev[w],
                 gates=gates,
                 steps=steps,
+                shares=points.shares,
             )
             prev[w] = done.last
-            ready.append(done.weight_grad)
+            ready.append(done.ready)
             if w == 0:
                 starts.append(done.forward[0])
         launched: int | None = None
         flows = []
         for k, bucket in enumerate(buckets):
-            needs = sorted({blocks[p.index] for p in bucket})
-            launched = graph.add(
-                f"launch b{k}",
-                "marker",
-                iteration=it,
-                deps=[launched, *(ready[w][b] for w in range(options.replicas) for b in needs)],
-            )
+            needs = sorted({(blocks[p.index], points.point[p.index]) for p in bucket})
+            grads = [ready[w][b][j] for w in range(options.replicas) for b, j in needs]
+            launched = graph.add(f"launch b{k}", "marker", iteration=it, deps=[launched, *grads])
             nbytes = sum(p.nbytes for p in bucket)
             flows.append(_flow(graph, f"ar b{k}", nbytes, nics, link, world_size, [launched], it))
             cpu = _comm_cpu(

@@ -44,6 +44,10 @@ class SimOptions:
     warmup_iterations: int = 1
     """Iterations simulated before the measured ones (the first has no communication to wait
     for, so it is not steady state)."""
+    layer_ready_points: bool = True
+    """Gradients are ready layer by layer inside their block's backward (a norm's before the
+    convolution it follows; `cadence.sim.grad_ready`). False: all of a block's gradients at
+    its end, as before 2026-11-29."""
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
