@@ -38,3 +38,21 @@ def add_host_cpus(parser: Any, default: str) -> None:
         help="processors of the emulated hosts: pinned (each host's threads on one "
         "processor, the hosts taking them in turn) or shared (the kernel places them)",
     )
+
+
+def add_world(parser: Any) -> None:
+    """`--workers` and `--batch-size` (global), as the data-parallel benchmarks take them."""
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=64, help="global batch")
+
+
+def add_threshold(parser: Any) -> None:
+    """`--threshold-mb`: cadence-dp's fusion threshold, default its own."""
+    parser.add_argument(
+        "--threshold-mb", type=float, default=None, help="cadence-dp threshold (default: its own)"
+    )
+
+
+def add_reorder_k(parser: Any) -> None:
+    """`--reorder-k`: cadence-dp's backward reordering point, default none."""
+    parser.add_argument("--reorder-k", type=int, default=None, help="cadence-dp reorder point")

@@ -7,7 +7,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cadence.bench.cli_args import add_host_cpus, command_line, names, numbers
+from cadence.bench.cli_args import (
+    add_host_cpus,
+    add_reorder_k,
+    add_threshold,
+    add_world,
+    command_line,
+    names,
+    numbers,
+)
 
 
 def _cmd_dp(args: argparse.Namespace) -> int:
@@ -47,17 +55,14 @@ def add_dp(bsub: Any) -> None:
         default="none,1gbit,400mbit",
         help="link caps; none = loopback; balanced = the cap where wire time = compute time",
     )
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=64, help="global batch")
+    add_world(p)
     p.add_argument("--steps", type=int, default=12, help="steps per run (first excluded)")
     p.add_argument(
         "--repeats", type=int, default=3, help="runs per variant, alternating (odd: a median)"
     )
     p.add_argument("--ddp-buckets-mb", default="5,100", help="buckets tried for DDP tuned")
-    p.add_argument(
-        "--threshold-mb", type=float, default=None, help="cadence-dp threshold (default: its own)"
-    )
-    p.add_argument("--reorder-k", type=int, default=None, help="cadence-dp reorder point")
+    add_threshold(p)
+    add_reorder_k(p)
     p.add_argument("--autotune", default="off", help="cadence-dp: off, exhaustive or guided")
     p.add_argument(
         "--probe-steps",
@@ -118,8 +123,7 @@ def add_dp_paired(bsub: Any) -> None:
     )
     p.add_argument("--models", default="vgg16")
     p.add_argument("--caps", default="400mbit", help="link caps; none = loopback")
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=64, help="global batch")
+    add_world(p)
     p.add_argument(
         "--block-steps",
         type=int,
@@ -134,9 +138,7 @@ def add_dp_paired(bsub: Any) -> None:
     )
     p.add_argument("--rounds", type=int, default=3, help="timed rounds after a warm-up round")
     p.add_argument("--ddp-buckets-mb", default="5", help="DDP buckets besides 25 MB")
-    p.add_argument(
-        "--threshold-mb", type=float, default=None, help="cadence-dp threshold (default: its own)"
-    )
+    add_threshold(p)
     p.add_argument(
         "--cadence-thresholds-mb",
         default="",
@@ -148,7 +150,7 @@ def add_dp_paired(bsub: Any) -> None:
         help="further cadence-dp variants separated by ';', each KEY=VALUE[,KEY=VALUE] over "
         "threshold_mb, credit_mb, reorder_k, warmup_iterations (e.g. 'reorder_k=1;credit_mb=12')",
     )
-    p.add_argument("--reorder-k", type=int, default=None, help="cadence-dp reorder point")
+    add_reorder_k(p)
     p.add_argument(
         "--autotune", default="off", help="cadence-dp: off, exhaustive or guided (warm-up round)"
     )
@@ -191,14 +193,11 @@ def add_dp_timeline(bsub: Any) -> None:
     )
     p.add_argument("--model", default="vgg16")
     p.add_argument("--cap", default="400mbit", help="link cap; none = loopback")
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=64, help="global batch")
+    add_world(p)
     p.add_argument("--steps", type=int, default=8, help="steps per run")
     p.add_argument("--record-step", type=int, default=5, help="0-based step pictured")
-    p.add_argument(
-        "--threshold-mb", type=float, default=None, help="cadence-dp threshold (default: its own)"
-    )
-    p.add_argument("--reorder-k", type=int, default=None, help="cadence-dp reorder point")
+    add_threshold(p)
+    add_reorder_k(p)
     p.add_argument("--ddp-bucket-mb", type=float, default=25.0, help="DDP bucket size")
     p.add_argument("--out", default="results/dp-timeline.png", help="PNG; JSON events next to it")
     p.set_defaults(func=_cmd_dp_timeline)
@@ -231,8 +230,7 @@ def add_dp_autotune(bsub: Any) -> None:
     )
     p.add_argument("--model", default="vgg16")
     p.add_argument("--cap", default="400mbit", help="link cap of the emulated cluster")
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=64, help="global batch")
+    add_world(p)
     p.add_argument("--threshold-mb", type=float, default=4.0, help="threshold tuning starts at")
     p.add_argument("--trials", type=int, default=100, help="exhaustive: thresholds, +10%% each")
     p.add_argument("--steps", type=int, default=12, help="steps per comparison run")
