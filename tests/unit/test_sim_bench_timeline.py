@@ -197,3 +197,41 @@ def test_a_calibration_adds_its_latency_and_a_bad_one_is_one_line(
     assert main([*args, "--calibration", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"cannot read calibration {bad}" in err[0], err
+
+
+def _three_iterations(tmp_path: Path, probe: dict | None) -> Path:
+    """A file whose cadence-dp run traced iterations 5-7 (starts 5-9), the first of them
+    shorter, as cadence-dp's first chunked iteration after four one-chunk ones is."""
+    path = Path(_timeline(tmp_path, "10gbit", 0.3, 0.5, 1.0))
+    data = json.loads(path.read_text())
+
+    def part(window: float) -> dict[str, float]:
+        return {"forward_s": 0.3, "backward_s": 0.5, "updates_s": 0.0, "iteration_s": window}
+
+    for run in data["runs"].values():
+        run["starts_s"] = {str(i): float(i) for i in range(5, 10)}
+        run["iteration_breakdowns"] = [[part(w)] * 2 for w in (0.8, 1.0, 1.2)]
+    if probe is not None:
+        data["runs"]["cadence"]["one_chunk_probe"] = probe
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_the_first_chunked_iteration_after_the_one_chunk_probe_is_left_out(
+    tmp_path: Path,
+) -> None:
+    profile = {"cnn": zoo_profile("cnn")}
+    switched = _three_iterations(tmp_path, {"iterations": 4, "one_chunk": False})
+    ddp, cadence = predict_timelines([str(switched)], profile)[0]
+    assert (ddp["iterations"], ddp["measured_s"]) == (3, pytest.approx(1.0))  # DDP: no probe
+    assert (cadence["iterations"], cadence["measured_s"]) == (2, pytest.approx(1.1))
+    # A probe that kept one chunk changes no plan; a file without the record is replayed whole.
+    for probe in ({"iterations": 4, "one_chunk": True}, None):
+        rows, _ = predict_timelines([str(_three_iterations(tmp_path, probe))], profile)
+        assert [r["iterations"] for r in rows] == [3, 3]
+
+
+def test_a_trace_with_no_steady_iteration_is_a_one_line_error(tmp_path: Path) -> None:
+    late = _three_iterations(tmp_path, {"iterations": 6, "one_chunk": False})
+    with pytest.raises(UserError, match="no steady iteration traced.*--record-step` 8"):
+        predict_timelines([str(late)], {"cnn": zoo_profile("cnn")})

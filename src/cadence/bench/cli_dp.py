@@ -194,8 +194,14 @@ def add_dp_timeline(bsub: Any) -> None:
     p.add_argument("--model", default="vgg16")
     p.add_argument("--cap", default="400mbit", help="link cap; none = loopback")
     add_world(p)
-    p.add_argument("--steps", type=int, default=8, help="steps per run")
-    p.add_argument("--record-step", type=int, default=5, help="0-based step pictured")
+    p.add_argument("--steps", type=int, default=10, help="steps per run")
+    p.add_argument(
+        "--record-step",
+        type=int,
+        default=6,
+        help="0-based step pictured; the one before and two after are traced too (from 6 on, "
+        "after cadence-dp's one-chunk steps and its first chunked one)",
+    )
     add_threshold(p)
     add_reorder_k(p)
     p.add_argument("--ddp-bucket-mb", type=float, default=25.0, help="DDP bucket size")

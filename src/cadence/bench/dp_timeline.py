@@ -48,10 +48,13 @@ class DPTimelineConfig:
     """Ranks (emulated hosts)."""
     batch_size: int = 64
     """Global batch per step."""
-    steps: int = 8
+    steps: int = 10
     """Steps per run."""
-    record_step: int = 5
-    """0-based step pictured (after warm-up; cadence re-plans after its first iteration)."""
+    record_step: int = 6
+    """0-based step pictured; the step before it and the two after are traced too. cadence-dp's
+    default plan runs its first four steps (warm-up and `ONE_CHUNK_PROBE_ITERATIONS`) as one
+    chunk, and the first chunked step after them starts without the previous step's transfers
+    and updates to wait for: from step 6 the traced steps are all steady."""
     threshold_mb: float | None = None
     """cadence-dp threshold; None: cadence-dp's default."""
     reorder_k: int | None = None

@@ -117,6 +117,10 @@ def run(config: DPTimelineConfig, strategy: str, events_path: Path) -> None:
         engine = getattr(model, "_cadence_dp_engine", None)
         if engine is not None:  # the plan it ran (rebuilt after warm-up), for the replay
             data_out["plan"] = engine.plan.to_json()
+            # How many iterations ran one chunk before the default plan was chosen: the first
+            # chunked one after them starts on an idle link, so the replay leaves it out.
+            if engine.one_chunk_probe is not None:
+                data_out["one_chunk_probe"] = engine.one_chunk_probe
         # Every rank's record: a synchronous step waits for the slowest rank's compute.
         path = events_path if ctx.rank == 0 else peer_events_path(events_path, ctx.rank)
         path.write_text(json.dumps(data_out, indent=1) + "\n")

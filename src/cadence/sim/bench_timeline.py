@@ -11,7 +11,9 @@ boundaries shift between ranks, as a fast rank starts its next forward and waits
 Compute and measurement come from the same steps, so the machine's speed drifting between runs
 (see `cadence bench steadiness`) cancels out; what is checked is the simulator's
 communication, overlap and scheduling, not its compute estimate. Files from before the
-per-iteration record replay the pictured iteration against rank 0's time.
+per-iteration record replay the pictured iteration against rank 0's time. cadence-dp's first
+chunked iteration after its one-chunk probe is no steady state and is left out where the file
+records the probe (`steady_iterations`).
 """
 
 from __future__ import annotations
@@ -82,6 +84,28 @@ def _iterations(run: dict[str, Any]) -> list[list[dict[str, Any]]]:
     return [[{**b, "iteration_s": run["iteration_s"]} for b in ranks]]
 
 
+def steady_iterations(run: dict[str, Any], where: str = "") -> list[list[dict[str, Any]]]:
+    """`_iterations(run)` less those that are not steady state: where cadence-dp's default
+    plan ran one chunk for `one_chunk_probe["iterations"]` iterations and then switched to
+    chunks, the first chunked iteration starts with nothing left to wait for (the one-chunk
+    iteration before it waited for its all-reduce and updates), so it is shorter than the
+    iterations after it. Files that do not record the probe are replayed whole."""
+    iterations = _iterations(run)
+    probe = run.get("one_chunk_probe")
+    if not probe or probe.get("one_chunk") or not run.get("iteration_breakdowns"):
+        return iterations
+    numbers = sorted(int(i) for i in run["starts_s"])[: len(iterations)]
+    first_chunked = int(probe["iterations"]) + 1  # 1-based, as the file numbers them
+    kept = [it for n, it in zip(numbers, iterations, strict=True) if n > first_chunked]
+    if not kept:
+        raise UserError(
+            f"{where}: no steady iteration traced: cadence-dp's first chunked iteration was "
+            f"{first_chunked}; trace later steps (`dp-timeline --record-step` "
+            f"{first_chunked + 1} or more)"
+        )
+    return kept
+
+
 def predict_timelines(
     paths: Sequence[str],
     profiles: dict[str, Profile],
@@ -122,7 +146,7 @@ def predict_timelines(
                 raise UserError(f"{path}: its plan is not of {model!r}'s parameters")
             link = cap_link(bps, payload_fraction, calibrated)
             predicted, measured, parts, wire_s = [], [], [], 0.0
-            for ranks in _iterations(run):
+            for ranks in steady_iterations(run, path):
                 # Each rank's compute where recorded: the step waits for the slowest one's.
                 slowest = {k: max(b[k] for b in ranks) for k in _COMPUTE}
                 # No buffer broadcast: the traced forward already holds DDP's.
