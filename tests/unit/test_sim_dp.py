@@ -60,8 +60,8 @@ def test_two_layers_exact_iteration_time_against_ddp() -> None:
     plan = build_plan(params_of(TWO), threshold_bytes=400, credit_bytes=800)
     assert plan.describe() == "c0[p1:0+100]@1 c1[p0:0+100]@0 | order 0 1"
     dp = simulate_dp(TWO, plan, 2, LINK)
-    # Backward ends W1 at 4, W0 at 5. c0 alone 4..5 (80 B), then both share 40 B/s: c0 ends at
-    # 13, c1 at 14; layer 0's update at 14 starts the next forward; every iteration repeats.
+    # Backward ends W1 at 4, W0 at 5. The collectives run in issue order: c0 4..9 (400 B at
+    # 80 B/s), c1 9..14; layer 0's update at 14 starts the next forward; every iteration repeats.
     assert dp.iteration_s == pytest.approx(14.0)
     assert dp.compute_s == pytest.approx(5.0)
     assert dp.wire_s == pytest.approx(10.0)
@@ -76,6 +76,29 @@ def test_two_layers_exact_iteration_time_against_ddp() -> None:
     assert ddp.iteration_s == pytest.approx(15.0)
     assert ddp.efficiency == pytest.approx(0.0)
     assert ddp.overlap_ratio == 0.0
+
+
+def flow_spans(result: object) -> dict[str, tuple[float, float]]:
+    """First iteration's flows: name -> (start, end)."""
+    schedule = result.schedule  # type: ignore[attr-defined]
+    flows = [t for t in schedule.graph.tasks if t.kind == "allreduce" and t.iteration == 0]
+    return {t.name: (schedule.start_s[t.id], schedule.end_s[t.id]) for t in flows}
+
+
+def test_collectives_queue_in_issue_order_or_share_the_link() -> None:
+    plan = build_plan(params_of(TWO), threshold_bytes=400, credit_bytes=800)
+    queued = simulate_dp(TWO, plan, 2, LINK)
+    shared = simulate_dp(TWO, plan, 2, LINK, options=SimOptions(collectives_in_order=False))
+    assert flow_spans(queued) == {"ar c0": pytest.approx((4.0, 9.0)),
+                                  "ar c1": pytest.approx((9.0, 14.0))}  # fmt: skip
+    # Sharing: c0 alone 4..5 (80 B), then both at 40 B/s: c0 ends at 13, c1 at 14.
+    assert flow_spans(shared) == {"ar c0": pytest.approx((4.0, 13.0)),
+                                  "ar c1": pytest.approx((5.0, 14.0))}  # fmt: skip
+    # DDP's buckets queue too: two of 400 B, the second starting as the first ends.
+    ddp = simulate_ddp(TWO, 2, LINK, bucket_bytes=400, params=plan.params,
+                       options=SimOptions(ddp_first_bucket_bytes=None))  # fmt: skip
+    first, second = sorted(flow_spans(ddp).values())
+    assert second[0] == pytest.approx(first[1]) and first[1] - first[0] == pytest.approx(5.0)
 
 
 def test_compute_bound_and_wire_bound_limits() -> None:

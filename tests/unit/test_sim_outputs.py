@@ -27,7 +27,7 @@ def test_chrome_trace_has_a_row_per_resource_and_the_simulated_times(tmp_path: P
     assert (first["name"], first["ts"], first["dur"]) == (
         "ar c0",
         pytest.approx(4e6),
-        pytest.approx(9e6),
+        pytest.approx(5e6),  # 400 B at 80 B/s: c1 queues behind it
     )
     memory = [e["args"]["bytes"] for e in events if e["ph"] == "C"]
     assert max(memory) == result.peak_memory_bytes == 2200

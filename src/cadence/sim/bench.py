@@ -351,6 +351,7 @@ def bench_sim_command(args: Any) -> int:
         ddp_first_bucket_bytes=None,  # the runs' DDP was built with bucket_cap_mb
         comm_rate_while_computing=given_rate or 1.0,
         layer_ready_points=getattr(args, "gradients_ready", "layer") == "layer",
+        collectives_in_order=getattr(args, "collectives", "in-order") == "in-order",
     )
     co_run = fit.co_run_slowdown
     from cadence.bench.runtime_cost import read_slowdowns

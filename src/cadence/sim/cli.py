@@ -273,6 +273,13 @@ def add_bench_sim(bsub: Any) -> None:
         "`wire_computing_runs_s`; 1 for rows without one)",
     )
     p.add_argument(
+        "--collectives",
+        choices=("in-order", "shared"),
+        default="in-order",
+        help="how a process group's collectives use the link: `in-order`, one at a time in "
+        "issue order (default), or `shared`, every issued one at once (as before 2026-11-29)",
+    )
+    p.add_argument(
         "--gradients-ready",
         choices=("layer", "block"),
         default="layer",

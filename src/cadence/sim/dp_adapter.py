@@ -111,6 +111,26 @@ def _flow(
     )
 
 
+class _ProcessGroup:
+    """The collectives of one process group, in the order they are issued. gloo's pairs carry
+    them in that order over one connection each, and NCCL runs them on one stream, so with
+    `in_order` (`SimOptions.collectives_in_order`) each starts only when the one issued before
+    it has ended; else every issued collective shares the link with the others at once."""
+
+    def __init__(self, in_order: bool) -> None:
+        self.in_order = in_order
+        self.last: int | None = None
+
+    def after(self, deps: Sequence[int | None]) -> list[int | None]:
+        """`deps`, and the collective issued before, when they run in order."""
+        return [*deps, self.last] if self.in_order and self.last is not None else list(deps)
+
+    def issued(self, task: int) -> int:
+        """Record `task` as the latest collective; returns it."""
+        self.last = task
+        return task
+
+
 def _buffer_broadcast(
     graph: TaskGraph,
     buffer_bytes: int,
@@ -122,6 +142,7 @@ def _buffer_broadcast(
     computes: Sequence[int],
     options: SimOptions,
     calls: int = 1,
+    group: _ProcessGroup | None = None,
 ) -> list[list[int]]:
     """DDP's broadcast of the model's buffers before a forward, as `gates` for the forward's
     blocks: the first block waits for it (no gates when there are no buffers). torch sends one
@@ -130,9 +151,12 @@ def _buffer_broadcast(
     charged (`_comm_cpu`, the bytes split between the calls)."""
     if buffer_bytes <= 0 or world_size < 2:
         return []
+    in_order = group.after(deps) if group is not None else deps
     task = _flow(
-        graph, "buffers", buffer_bytes, nics, link, world_size, deps, iteration, broadcast=True
+        graph, "buffers", buffer_bytes, nics, link, world_size, in_order, iteration, broadcast=True
     )
+    if group is not None:
+        group.issued(task)
     calls = max(calls, 1)
     share = buffer_bytes // calls
     for _ in range(calls):
@@ -262,6 +286,7 @@ def build_dp(
     ]
     nics = [nic for _, _, nic in workers]
     comm = _CommThread(graph, plan, [c for _, c, _ in workers])
+    group = _ProcessGroup(options.collectives_in_order)
     computes = [compute for compute, _, _ in workers]
     update_streams = computes if options.updates_share_compute else None
     total = options.warmup_iterations + iterations
@@ -314,8 +339,8 @@ def build_dp(
                 )
                 for w in range(options.replicas)
             ]
-            comm.flows[c] = _flow(
-                graph, f"ar c{c}", nbytes, nics, link, world_size, list(issued), it
+            comm.flows[c] = group.issued(
+                _flow(graph, f"ar c{c}", nbytes, nics, link, world_size, group.after(issued), it)
             )
             comm.cpu[c] = _comm_cpu(
                 graph, f"c{c}", nbytes, computes, [[t] for t in issued], it, options
@@ -408,6 +433,7 @@ def build_ddp(
     computes = [compute for compute, _, _ in workers]
     nics = [nic for _, _, nic in workers]
     total_bytes = sum(costs.param_bytes)
+    group = _ProcessGroup(options.collectives_in_order)
     total = options.warmup_iterations + iterations
     starts: list[int] = []
     prev: list[int | None] = [None] * options.replicas
@@ -417,7 +443,7 @@ def build_ddp(
         # Every rank's forward waits for rank 0's buffers, sent once rank 0 has stepped.
         gates = _buffer_broadcast(
             graph, buffer_bytes, nics, link, world_size, [*prev], it, computes, options,
-            buffer_broadcasts,
+            buffer_broadcasts, group,
         )  # fmt: skip
         gates += no_gates[len(gates) :]
         for w, (compute, _, _) in enumerate(workers):
@@ -443,7 +469,10 @@ def build_ddp(
             grads = [ready[w][b][j] for w in range(options.replicas) for b, j in needs]
             launched = graph.add(f"launch b{k}", "marker", iteration=it, deps=[launched, *grads])
             nbytes = sum(p.nbytes for p in bucket)
-            flows.append(_flow(graph, f"ar b{k}", nbytes, nics, link, world_size, [launched], it))
+            queued = group.after([launched])
+            flows.append(
+                group.issued(_flow(graph, f"ar b{k}", nbytes, nics, link, world_size, queued, it))
+            )
             cpu = _comm_cpu(
                 graph, f"b{k}", nbytes, computes, [[launched]] * len(computes), it, options
             )
@@ -462,7 +491,7 @@ def build_ddp(
     taken = add_input(graph, costs, stream=workers[0][0], worker=0, iteration=total, after=prev[0])
     gates = _buffer_broadcast(
         graph, buffer_bytes, nics, link, world_size, [*prev], total, computes, options,
-        buffer_broadcasts,
+        buffer_broadcasts, group,
     )  # fmt: skip
     starts.append(_marker(graph, workers[0][0], taken, gates[0] if gates else [], total))
     return Built(graph, tuple(starts), options.warmup_iterations, "ddp", world_size)
