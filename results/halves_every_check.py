@@ -120,6 +120,11 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "in turns gg (twins, vgg16 5, small 10 rounds)": [
         "results/bench-dp-paired-small-twins-10rounds-20261129gg.json",
         "results/bench-dp-paired-vgg16-400mbit-twins-20261129gg.json"],
+    # The same again on 2026-11-29 05:39-06:10 UTC, measured before the simulator's changes of
+    # that morning (gradients ready layer by layer, collectives in issue order) and scored after.
+    "in turns hh (twins, vgg16 5, small 10 rounds)": [
+        "results/bench-dp-paired-small-twins-10rounds-20261129hh.json",
+        "results/bench-dp-paired-vgg16-400mbit-twins-20261129hh.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
     "vgg16 long r (between the steps, ddp-heap)": [
         "results/bench-dp-vgg16-400mbit-heap-20261127r.json"],
