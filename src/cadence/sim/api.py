@@ -23,12 +23,14 @@ from cadence.sim.options import SimOptions
 
 DDP_BUCKET_BYTES = 25 * 2**20
 HOOK_SPACING_S = 0.0
-"""Seconds between planned ready times of one block's gradients, in arrival order. The
-simulator times a block's gradients alike, so priority breaks the tie; the runtime's hooks see
-them one after another and its plan sends the first one ready first. Spaced (1e-9), vgg16's
-simulated plan starts as the runtime's does, but its cadence-dp predictions moved 1.1-1.7
-points lower over ten checks, further from the runs (mean |error| 2.6% -> 3.3% and 2.9% ->
-3.0% in two calls; results/issue-order-effect-20261127*.txt), so it is off."""
+"""Seconds between planned ready times of gradients the simulator times alike (one layer's;
+a whole block's with `SimOptions.layer_ready_points` off), in arrival order: priority breaks
+the tie, where the runtime's hooks see them one after another and its plan sends the first one
+ready first. With a block's gradients tied at its end and spaced (1e-9), vgg16's simulated plan
+started as the runtime's does, but its cadence-dp predictions moved 1.1-1.7 points lower over
+ten checks, further from the runs (mean |error| 2.6% -> 3.3% and 2.9% -> 3.0% in two calls;
+results/issue-order-effect-20261127*.txt), so it is off. With layer-by-layer ready points the
+plan starts as the runtime's without it."""
 
 
 def _check(world_size: int, iterations: int) -> None:
