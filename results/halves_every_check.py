@@ -125,6 +125,10 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "in turns hh (twins, vgg16 5, small 10 rounds)": [
         "results/bench-dp-paired-small-twins-10rounds-20261129hh.json",
         "results/bench-dp-paired-vgg16-400mbit-twins-20261129hh.json"],
+    # Out of sample after this morning's changes, at c279aed (2026-11-29 07:14-07:44 UTC).
+    "in turns ii (twins, vgg16 5, small 10 rounds)": [
+        "results/bench-dp-paired-small-twins-10rounds-20261129ii.json",
+        "results/bench-dp-paired-vgg16-400mbit-twins-20261129ii.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
     "vgg16 long r (between the steps, ddp-heap)": [
         "results/bench-dp-vgg16-400mbit-heap-20261127r.json"],
