@@ -15,14 +15,8 @@ import json
 import statistics
 from pathlib import Path
 
-from cadence.dp.plan import DPPlan
-from cadence.netem import parse_bandwidth
 from cadence.profile import Profile
-from cadence.sim.bench_dp_records import recorded_threshold
-from cadence.sim.bench_timeline import REPLAY_OPTIONS, steady_iterations, traced_profile
-from cadence.sim.command import Setup, model_params, run_strategy, zoo_arrival_order
-from cadence.sim.compute import cap_link, emulated_options
-from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION
+from cadence.sim.bench_timeline import REPLAY_OPTIONS, replay_file
 
 TRACES = [f"results/dp-timeline-vgg16-400mbit-20261129{s}.json" for s in "defghi"]
 PROFILE = Profile.load("results/vgg16-profile-b32-forward.json")
@@ -40,24 +34,15 @@ def traced_delays(run: dict) -> list[float]:
     return delays
 
 
-def simulated_delays(data: dict, by_layer: bool) -> list[float]:
-    cfg, run = data["config"], data["runs"]["cadence"]
-    params = model_params("vgg16")
-    bps = parse_bandwidth(cfg["cap"])
+def simulated_delays(path: str, data: dict, by_layer: bool) -> list[float]:
+    """Per measured simulated iteration of every steady traced one: first chunk issue less
+    the backward's start, on worker 0."""
     options = dataclasses.replace(REPLAY_OPTIONS, layer_ready_points=by_layer)
     delays = []
-    for ranks in steady_iterations(run):
-        slowest = {k: max(b[k] for b in ranks) for k in ("forward_s", "backward_s", "updates_s")}
-        setup = Setup(
-            profile=traced_profile(PROFILE, slowest["forward_s"], slowest["backward_s"]),
-            params=params, world_size=2, link=cap_link(bps, TCP_PAYLOAD_FRACTION),
-            description="vgg16", update_s_per_byte=slowest["updates_s"] / sum(
-                p.nbytes for p in params), arrival_order=zoo_arrival_order("vgg16"),
-        )  # fmt: skip
-        result, _ = run_strategy(setup, "cadence-dp", recorded_threshold(cfg), None, 25 << 20,
-                                 emulated_options(options, bps, TCP_PAYLOAD_FRACTION, False),
-                                 dp_plan=DPPlan.from_json(run["plan"]))  # fmt: skip
-        schedule = result.schedule
+    for replayed in replay_file(path, data, PROFILE, options=options):
+        if replayed.strategy != "cadence-dp":
+            continue
+        schedule = replayed.result.schedule
         tasks = [t for t in schedule.graph.tasks if t.worker == 0 and t.iteration >= 1]
         for it in sorted({t.iteration for t in tasks}):
             mine = [t for t in tasks if t.iteration == it]
@@ -74,8 +59,8 @@ def main_() -> None:
     print("| --- | --- | --- | --- |")
     for path in TRACES:
         data = json.loads(Path(path).read_text())
-        cells = [traced_delays(data["runs"]["cadence"]),
-                 simulated_delays(data, False), simulated_delays(data, True)]  # fmt: skip
+        cells = [traced_delays(data["runs"]["cadence"]), simulated_delays(path, data, False),
+                 simulated_delays(path, data, True)]  # fmt: skip
         text = [f"{statistics.median(c) * 1e3:.0f} ({min(c) * 1e3:.0f}-{max(c) * 1e3:.0f})"
                 for c in cells]  # fmt: skip
         print(f"| {Path(path).name} | " + " | ".join(text) + " |")

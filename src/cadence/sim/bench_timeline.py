@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from cadence.sim.bench_dp import scaled_profile
 from cadence.sim.bench_dp_records import recorded_threshold
 from cadence.sim.command import Setup, model_params, run_strategy, zoo_arrival_order
 from cadence.sim.compute import cap_link, emulated_options
+from cadence.sim.metrics import SimResult
 from cadence.sim.options import SimOptions
 from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION
 
@@ -106,6 +108,80 @@ def steady_iterations(run: dict[str, Any], where: str = "") -> list[list[dict[st
     return kept
 
 
+@dataclass(frozen=True)
+class ReplayedIteration:
+    """One traced iteration of a run and the simulator's prediction of it."""
+
+    strategy: str
+    """Simulated strategy ("ddp" or "cadence-dp")."""
+    ranks: list[dict[str, Any]]
+    """The iteration's breakdown on every rank, as traced."""
+    slowest: dict[str, float]
+    """The slowest rank's forward, backward and update seconds, which the prediction takes."""
+    result: SimResult
+    """The simulation of it."""
+
+
+def replay_file(
+    path: str,
+    data: dict[str, Any],
+    profile: Profile,
+    payload_fraction: float = TCP_PAYLOAD_FRACTION,
+    options: SimOptions | None = None,
+    calibrated: AlphaBeta | None = None,
+    link_bucket: bool = False,
+) -> Iterator[ReplayedIteration]:
+    """Every steady traced iteration of the capped dp-timeline file `data` (read from `path`),
+    run by run, simulated from the compute its slowest rank took, with `profile`'s split over
+    blocks; `calibrated` gives the links their alphas (`cap_link`), `link_bucket` their token
+    bucket (`emulated_options`)."""
+    from cadence.netem import parse_bandwidth
+
+    cfg = data["config"]
+    model, cap = str(cfg["model"]), str(cfg["cap"])
+    bps = parse_bandwidth(cap)
+    params = model_params(model)
+    param_bytes = sum(p.nbytes for p in params)
+    arrival_order = zoo_arrival_order(model)  # one backward pass of the model: once per file
+    link = cap_link(bps, payload_fraction, calibrated)
+    replay_options = dataclasses.replace(options or REPLAY_OPTIONS, updates_share_compute=False)
+    sim_options = emulated_options(replay_options, bps, payload_fraction, link_bucket)
+    bucket = int(float(cfg.get("ddp_bucket_mb", 25.0)) * 2**20)
+    for run_name, strategy in _RUNS.items():
+        run = data["runs"].get(run_name)
+        if run is None:
+            continue
+        # The plan the run's cadence-dp engine ran (files from before it was recorded: the
+        # simulator plans as the runtime would).
+        plan = DPPlan.from_json(run["plan"]) if "plan" in run else None
+        if plan is not None and len(plan.params) != len(params):
+            raise UserError(f"{path}: its plan is not of {model!r}'s parameters")
+        for ranks in steady_iterations(run, path):
+            # Each rank's compute where recorded: the step waits for the slowest one's.
+            slowest = {k: max(b[k] for b in ranks) for k in _COMPUTE}
+            # No buffer broadcast: the traced forward already holds DDP's.
+            setup = Setup(
+                profile=traced_profile(profile, slowest["forward_s"], slowest["backward_s"]),
+                params=params,
+                world_size=int(cfg.get("workers", 2)),
+                link=link,
+                description=f"{model} {cap}",
+                update_s_per_byte=slowest["updates_s"] / param_bytes,
+                arrival_order=arrival_order,
+            )
+            result, _ = run_strategy(
+                setup,
+                strategy,
+                recorded_threshold(cfg),
+                None,
+                bucket,
+                sim_options,
+                reorder_k=cfg.get("reorder_k"),
+                dp_plan=plan,
+            )
+            yield ReplayedIteration(strategy, ranks, slowest, result)
+
+
 def predict_timelines(
     paths: Sequence[str],
     profiles: dict[str, Profile],
@@ -116,11 +192,8 @@ def predict_timelines(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """(rows of traced vs predicted iteration, skipped files as text); `calibrated` gives the
     links their alphas (`cap_link`), `link_bucket` their token bucket (`emulated_options`)."""
-    from cadence.netem import parse_bandwidth
-
     rows: list[dict[str, Any]] = []
     skipped: list[str] = []
-    replay_options = dataclasses.replace(options or REPLAY_OPTIONS, updates_share_compute=False)
     for path in paths:
         data = read_timeline(path)
         cfg = data["config"]
@@ -130,54 +203,14 @@ def predict_timelines(
             continue
         if model not in profiles:
             raise UserError(f"{path}: no profile of {model!r} given")
-        bps = parse_bandwidth(cap)
-        params = model_params(model)
-        param_bytes = sum(p.nbytes for p in params)
-        threshold = recorded_threshold(cfg)
-        bucket = int(float(cfg.get("ddp_bucket_mb", 25.0)) * 2**20)
-        for run_name, strategy in _RUNS.items():
-            run = data["runs"].get(run_name)
-            if run is None:
-                continue
-            # The plan the run's cadence-dp engine ran (files from before it was recorded: the
-            # simulator plans as the runtime would).
-            plan = DPPlan.from_json(run["plan"]) if "plan" in run else None
-            if plan is not None and len(plan.params) != len(params):
-                raise UserError(f"{path}: its plan is not of {model!r}'s parameters")
-            link = cap_link(bps, payload_fraction, calibrated)
-            predicted, measured, parts, wire_s = [], [], [], 0.0
-            for ranks in steady_iterations(run, path):
-                # Each rank's compute where recorded: the step waits for the slowest one's.
-                slowest = {k: max(b[k] for b in ranks) for k in _COMPUTE}
-                # No buffer broadcast: the traced forward already holds DDP's.
-                setup = Setup(
-                    profile=traced_profile(
-                        profiles[model], slowest["forward_s"], slowest["backward_s"]
-                    ),
-                    params=params,
-                    world_size=int(cfg.get("workers", 2)),
-                    link=link,
-                    description=f"{model} {cap}",
-                    update_s_per_byte=slowest["updates_s"] / param_bytes,
-                    arrival_order=zoo_arrival_order(model),
-                )
-                result, _ = run_strategy(
-                    setup,
-                    strategy,
-                    threshold,
-                    None,
-                    bucket,
-                    emulated_options(replay_options, bps, payload_fraction, link_bucket),
-                    reorder_k=cfg.get("reorder_k"),
-                    dp_plan=plan,
-                )
-                predicted.append(result.iteration_s)
-                # A rank's iteration boundaries shift against another's (a fast rank starts
-                # its next forward and waits there): the ranks' mean is the step.
-                measured.append(_mean(float(b["iteration_s"]) for b in ranks))
-                parts.append(slowest)
-                wire_s = result.wire_s
-            mean_measured, mean_predicted = _mean(measured), _mean(predicted)
+        replayed = list(replay_file(path, data, profiles[model], payload_fraction, options,
+                                    calibrated, link_bucket))  # fmt: skip
+        for strategy in dict.fromkeys(r.strategy for r in replayed):
+            mine = [r for r in replayed if r.strategy == strategy]
+            mean_predicted = _mean(r.result.iteration_s for r in mine)
+            # A rank's iteration boundaries shift against another's (a fast rank starts its
+            # next forward and waits there): the ranks' mean is the step.
+            mean_measured = _mean(_mean(float(b["iteration_s"]) for b in r.ranks) for r in mine)
             rows.append(
                 {
                     "run": f"{Path(path).name}:{model}",
@@ -185,13 +218,15 @@ def predict_timelines(
                     "strategy": strategy,
                     "bandwidth": cap,
                     "workers": int(cfg.get("workers", 2)),
-                    "iterations": len(measured),
+                    "iterations": len(mine),
                     "measured_s": mean_measured,
                     "predicted_s": mean_predicted,
                     "error": (mean_predicted - mean_measured) / mean_measured,
-                    "optimizer_step_s": _mean(p["updates_s"] for p in parts),
-                    "compute_s": _mean(p["forward_s"] + p["backward_s"] for p in parts),
-                    "wire_s": wire_s,
+                    "optimizer_step_s": _mean(r.slowest["updates_s"] for r in mine),
+                    "compute_s": _mean(
+                        r.slowest["forward_s"] + r.slowest["backward_s"] for r in mine
+                    ),  # fmt: skip
+                    "wire_s": mine[-1].result.wire_s,
                 }
             )
     return rows, skipped

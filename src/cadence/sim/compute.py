@@ -224,13 +224,16 @@ class ComputeIteration:
 
     forward: tuple[int, ...]
     """Forward task of each block."""
-    weight_grad: tuple[int, ...]
-    """Weight-gradient task of each block (its last gradients are ready when it ends)."""
     last: int
     """The last compute task (program order continues from it)."""
-    ready: tuple[tuple[int, ...], ...] = ()
-    """Per block, the task ending at each of its ready points (`ReadyPoints.shares`; the last
-    is `weight_grad`)."""
+    ready: tuple[tuple[int, ...], ...]
+    """Per block, the task ending at each of its ready points (`ReadyPoints.shares`)."""
+
+    @property
+    def weight_grad(self) -> tuple[int, ...]:
+        """Weight-gradient task of each block: the one ending at its last point, when its
+        last gradients are ready."""
+        return tuple(points[-1] for points in self.ready)
 
 
 def add_input(
@@ -296,7 +299,6 @@ def add_compute_iteration(
         )
         for b in range(nb)
     }  # fmt: skip
-    weight_grad = [0] * nb
     ready: list[list[int]] = [[] for _ in range(nb)]
     for i, (kind, b) in enumerate(steps):
         mine = pieces[b][0] if kind == "I" else pieces[b][1]
@@ -310,6 +312,4 @@ def add_compute_iteration(
                        [prev], mem)  # fmt: skip
             if piece.point is not None:
                 ready[b].append(prev)
-        if kind == "W":
-            weight_grad[b] = prev
-    return ComputeIteration(tuple(forward), tuple(weight_grad), prev, tuple(map(tuple, ready)))
+    return ComputeIteration(tuple(forward), prev, tuple(map(tuple, ready)))

@@ -141,8 +141,8 @@ def _buffer_broadcast(
     iteration: int,
     computes: Sequence[int],
     options: SimOptions,
-    calls: int = 1,
-    group: _ProcessGroup | None = None,
+    calls: int,
+    group: _ProcessGroup,
 ) -> list[list[int]]:
     """DDP's broadcast of the model's buffers before a forward, as `gates` for the forward's
     blocks: the first block waits for it (no gates when there are no buffers). torch sends one
@@ -151,12 +151,10 @@ def _buffer_broadcast(
     charged (`_comm_cpu`, the bytes split between the calls)."""
     if buffer_bytes <= 0 or world_size < 2:
         return []
-    in_order = group.after(deps) if group is not None else deps
-    task = _flow(
-        graph, "buffers", buffer_bytes, nics, link, world_size, in_order, iteration, broadcast=True
-    )
-    if group is not None:
-        group.issued(task)
+    task = group.issued(
+        _flow(graph, "buffers", buffer_bytes, nics, link, world_size, group.after(deps),
+              iteration, broadcast=True)
+    )  # fmt: skip
     calls = max(calls, 1)
     share = buffer_bytes // calls
     for _ in range(calls):

@@ -56,13 +56,12 @@ def ready_points(
         done = 0
         for layer in sorted(per_layer, reverse=True):
             done += per_layer[layer]
-            share = done / total if total else 1.0
+            share = done / total  # the last layer's is exactly 1: done == total
             if not points or share > points[-1]:
                 points.append(share)
             where[layer] = len(points) - 1
-        if not points or points[-1] < 1.0:  # the block's end is always a point
+        if not points:  # no parameters: the block's end is its one point
             points.append(1.0)
-        points[-1] = 1.0
         shares.append(tuple(points))
         layer_point.append(where)
     point = [0] * len(params)
