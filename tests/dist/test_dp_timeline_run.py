@@ -6,11 +6,13 @@ from cadence.dp.plan import DPPlan
 
 def test_every_rank_records_its_breakdown(tmp_path):
     config = DPTimelineConfig(
-        model="cnn", cap="none", batch_size=16, steps=5, record_step=2,
+        model="cnn", cap="none", batch_size=16, steps=5, record_step=2, compute_alone=True,
         out=str(tmp_path / "tl.png"),
     )  # fmt: skip
-    report = run_dp_timeline(config, "test", echo=lambda _line: None)
+    lines: list[str] = []
+    report = run_dp_timeline(config, "test", echo=lines.append)
     assert (tmp_path / "tl.png").stat().st_size > 0
+    assert set(report["runs"]) == {"ddp", "cadence", "compute"}
     for run in report["runs"].values():
         ranks = run["rank_breakdowns"]
         assert len(ranks) == 2
@@ -30,3 +32,10 @@ def test_every_rank_records_its_breakdown(tmp_path):
     plan = DPPlan.from_json(report["runs"]["cadence"]["plan"])
     assert plan.issue_order and sorted(plan.issue_order) == list(range(len(plan.chunks)))
     assert "plan" not in report["runs"]["ddp"]
+    # Compute alone: every rank trains with nothing sent, and each strategy's slowdown of
+    # its forward and backward against it is printed.
+    alone = report["runs"]["compute"]
+    assert "plan" not in alone
+    assert all(b["allreduce_in_flight_s"] == 0 for b in alone["rank_breakdowns"])
+    ratios = [line for line in lines if line.startswith("forward + backward")]
+    assert len(ratios) == 1 and "ddp" in ratios[0] and "cadence" in ratios[0], lines

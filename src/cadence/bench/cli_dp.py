@@ -178,6 +178,7 @@ def _cmd_dp_timeline(args: argparse.Namespace) -> int:
         threshold_mb=args.threshold_mb,
         reorder_k=args.reorder_k,
         ddp_bucket_mb=args.ddp_bucket_mb,
+        compute_alone=args.compute_alone,
         out=args.out,
     )
     run_dp_timeline(config, command_line())
@@ -205,6 +206,12 @@ def add_dp_timeline(bsub: Any) -> None:
     add_threshold(p)
     add_reorder_k(p)
     p.add_argument("--ddp-bucket-mb", type=float, default=25.0, help="DDP bucket size")
+    p.add_argument(
+        "--compute-alone",
+        action="store_true",
+        help="also trace the same steps with no synchronisation (every rank training alone, "
+        "all at once) and say how much each strategy slowed its forward and backward passes",
+    )
     p.add_argument("--out", default="results/dp-timeline.png", help="PNG; JSON events next to it")
     p.set_defaults(func=_cmd_dp_timeline)
 

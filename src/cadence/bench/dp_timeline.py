@@ -23,6 +23,8 @@ from cadence.errors import UserError
 
 NO_CAP = "none"
 STRATEGIES = ("ddp", "cadence")
+COMPUTE_ALONE = "compute"
+"""The run with no synchronisation (`DPTimelineConfig.compute_alone`); recorded, not drawn."""
 ROWS = ("compute", "comm", "update")
 ROW_NAMES = {"compute": "compute\n(main thread)", "comm": "all-reduce", "update": "updates"}
 COLOURS = {
@@ -61,6 +63,10 @@ class DPTimelineConfig:
     """cadence-dp reorder point."""
     ddp_bucket_mb: float = 25.0
     """DDP bucket size."""
+    compute_alone: bool = False
+    """Also trace the same steps with no synchronisation (`COMPUTE_ALONE`: each rank trains
+    alone, all ranks at once, as the benchmarks' compute-only turns do): how much each
+    strategy's communication and runtime slow the forward and backward passes beside them."""
     threads: int = 1
     """Intra-op threads per worker."""
     master_port: int | None = None
@@ -177,6 +183,14 @@ def iteration_breakdowns(ranks: Sequence[dict[str, Any]]) -> list[list[dict[str,
     return [[breakdown(run, i) for run in ranks] for i in iterations]
 
 
+def slowest_compute_s(run: dict[str, Any]) -> float:
+    """Forward + backward seconds of each recorded iteration on its slowest rank, averaged
+    over the iterations (a synchronous step waits for the slowest rank's compute)."""
+    iterations = run["iteration_breakdowns"]
+    per_iteration = [max(b["forward_s"] + b["backward_s"] for b in ranks) for ranks in iterations]
+    return sum(per_iteration) / len(per_iteration)
+
+
 def lanes(spans: Sequence[tuple[float, float]]) -> list[int]:
     """A lane per span so overlapping spans (chunks in flight together) sit side by side."""
     ends: list[float] = []
@@ -251,7 +265,8 @@ def run_dp_timeline(
         config = replace(config, master_port=free_port())
     runs: dict[str, dict[str, Any]] = {}
     run_dir = Path(tempfile.mkdtemp(prefix="cadence-dp-timeline-"))  # kept on failure: logs
-    for strategy in STRATEGIES:
+    recorded = (*STRATEGIES, COMPUTE_ALONE) if config.compute_alone else STRATEGIES
+    for strategy in recorded:
         echo(f"{config.model} @ {config.cap}: recording {strategy}")
         runs[strategy] = _record(config, strategy, run_dir)
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -263,7 +278,8 @@ def run_dp_timeline(
     }
     for name in STRATEGIES:
         titles[name] = f"{config.model} @ {config.cap}, " + titles[name]
-        runs[name]["breakdown"] = breakdown(runs[name])
+    for run in runs.values():
+        run["breakdown"] = breakdown(run)
     report = {
         "command": command,
         "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
@@ -271,9 +287,17 @@ def run_dp_timeline(
         "runs": runs,
     }
     out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
-    draw(runs, titles, out)
+    draw({name: runs[name] for name in STRATEGIES}, titles, out)
     for name in STRATEGIES:
         echo(titles[name])
         echo("  " + ", ".join(f"{k} {v:.3f}" for k, v in runs[name]["breakdown"].items()))
+    if COMPUTE_ALONE in runs:
+        alone = slowest_compute_s(runs[COMPUTE_ALONE])
+        echo(
+            f"forward + backward, slowest rank, mean of the traced iterations: alone {alone:.3f} s"
+            + "".join(
+                f", {name} {slowest_compute_s(runs[name]) / alone:.3f}x" for name in STRATEGIES
+            )
+        )
     echo(f"wrote {out} and {out.with_suffix('.json')}")
     return report

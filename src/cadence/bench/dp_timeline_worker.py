@@ -2,8 +2,9 @@
 CONFIG.json EVENTS.json STRATEGY`, started with torchrun-style environment variables.
 
 Trains the model with DDP or cadence-dp as `cadence train` would (same data, optimizer and
-batch share), records the iterations around `record_step` and, on rank 0, writes the events
-with times relative to the start of that iteration.
+batch share), or with no synchronisation at all (`COMPUTE_ALONE`), records the iterations
+around `record_step` and, on rank 0, writes the events with times relative to the start of
+that iteration.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from cadence.bench.dp_timeline import DPTimelineConfig
+from cadence.bench.dp_timeline import COMPUTE_ALONE, DPTimelineConfig
 from cadence.comm import destroy, init_from_env
 from cadence.config import TrainConfig
 from cadence.dp.config import mb_to_bytes
@@ -35,7 +36,7 @@ def _wrap(
     strategy: str, model: nn.Module, optimizer: torch.optim.Optimizer, config: DPTimelineConfig,
     recorder: Recorder,
 ) -> tuple[nn.Module, Any]:  # fmt: skip
-    if not dist.is_initialized():
+    if strategy == COMPUTE_ALONE or not dist.is_initialized():
         return model, optimizer
     if strategy == "ddp":
         ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=config.ddp_bucket_mb)
@@ -93,7 +94,7 @@ def run(config: DPTimelineConfig, strategy: str, events_path: Path) -> None:
             recorder.end_backward(called, recorder.clock())
             start = recorder.clock()
             optimizer.step()  # cadence's returns at once: its updates run per layer
-            if strategy == "ddp":
+            if strategy != "cadence":
                 recorder.span("update", "step", "optimizer.step()", start, recorder.clock())
             step_times.append(recorder.clock() - recorder.marks[f"start {step + 1}"])
         recorder.mark(f"start {config.steps + 1}")
