@@ -12,7 +12,7 @@ def test_every_rank_records_its_breakdown(tmp_path):
     lines: list[str] = []
     report = run_dp_timeline(config, "test", echo=lines.append)
     assert (tmp_path / "tl.png").stat().st_size > 0
-    assert set(report["runs"]) == {"ddp", "cadence", "compute"}
+    assert list(report["runs"]) == ["compute", "ddp", "cadence", "compute-after"]
     for run in report["runs"].values():
         ranks = run["rank_breakdowns"]
         assert len(ranks) == 2
@@ -32,10 +32,11 @@ def test_every_rank_records_its_breakdown(tmp_path):
     plan = DPPlan.from_json(report["runs"]["cadence"]["plan"])
     assert plan.issue_order and sorted(plan.issue_order) == list(range(len(plan.chunks)))
     assert "plan" not in report["runs"]["ddp"]
-    # Compute alone: every rank trains with nothing sent, and each strategy's slowdown of
-    # its forward and backward against it is printed.
-    alone = report["runs"]["compute"]
-    assert "plan" not in alone
-    assert all(b["allreduce_in_flight_s"] == 0 for b in alone["rank_breakdowns"])
+    # Compute alone, before and after: every rank trains with nothing sent, and each
+    # strategy's slowdown of its forward and backward against it is printed.
+    for name in ("compute", "compute-after"):
+        alone = report["runs"][name]
+        assert "plan" not in alone
+        assert all(b["allreduce_in_flight_s"] == 0 for b in alone["rank_breakdowns"])
     ratios = [line for line in lines if line.startswith("forward + backward")]
     assert len(ratios) == 1 and "ddp" in ratios[0] and "cadence" in ratios[0], lines

@@ -23,8 +23,10 @@ from cadence.errors import UserError
 
 NO_CAP = "none"
 STRATEGIES = ("ddp", "cadence")
-COMPUTE_ALONE = "compute"
-"""The run with no synchronisation (`DPTimelineConfig.compute_alone`); recorded, not drawn."""
+COMPUTE_ALONE = ("compute", "compute-after")
+"""The runs with no synchronisation (`DPTimelineConfig.compute_alone`), recorded before and
+after the strategies' so that a drift of the machine's speed over the recording falls on
+both sides of them; recorded, not drawn."""
 ROWS = ("compute", "comm", "update")
 ROW_NAMES = {"compute": "compute\n(main thread)", "comm": "all-reduce", "update": "updates"}
 COLOURS = {
@@ -64,9 +66,10 @@ class DPTimelineConfig:
     ddp_bucket_mb: float = 25.0
     """DDP bucket size."""
     compute_alone: bool = False
-    """Also trace the same steps with no synchronisation (`COMPUTE_ALONE`: each rank trains
-    alone, all ranks at once, as the benchmarks' compute-only turns do): how much each
-    strategy's communication and runtime slow the forward and backward passes beside them."""
+    """Also trace the same steps with no synchronisation, before and after the strategies
+    (`COMPUTE_ALONE`: each rank trains alone, all ranks at once, as the benchmarks'
+    compute-only turns do): how much each strategy's communication and runtime slow the
+    forward and backward passes beside them."""
     threads: int = 1
     """Intra-op threads per worker."""
     master_port: int | None = None
@@ -265,7 +268,8 @@ def run_dp_timeline(
         config = replace(config, master_port=free_port())
     runs: dict[str, dict[str, Any]] = {}
     run_dir = Path(tempfile.mkdtemp(prefix="cadence-dp-timeline-"))  # kept on failure: logs
-    recorded = (*STRATEGIES, COMPUTE_ALONE) if config.compute_alone else STRATEGIES
+    before, after = COMPUTE_ALONE
+    recorded = (before, *STRATEGIES, after) if config.compute_alone else STRATEGIES
     for strategy in recorded:
         echo(f"{config.model} @ {config.cap}: recording {strategy}")
         runs[strategy] = _record(config, strategy, run_dir)
@@ -291,10 +295,12 @@ def run_dp_timeline(
     for name in STRATEGIES:
         echo(titles[name])
         echo("  " + ", ".join(f"{k} {v:.3f}" for k, v in runs[name]["breakdown"].items()))
-    if COMPUTE_ALONE in runs:
-        alone = slowest_compute_s(runs[COMPUTE_ALONE])
+    if config.compute_alone:
+        before_s, after_s = (slowest_compute_s(runs[name]) for name in COMPUTE_ALONE)
+        alone = (before_s + after_s) / 2
         echo(
-            f"forward + backward, slowest rank, mean of the traced iterations: alone {alone:.3f} s"
+            "forward + backward, slowest rank, mean of the traced iterations: alone "
+            f"{alone:.3f} s (before {before_s:.3f}, after {after_s:.3f})"
             + "".join(
                 f", {name} {slowest_compute_s(runs[name]) / alone:.3f}x" for name in STRATEGIES
             )

@@ -36,7 +36,7 @@ def _wrap(
     strategy: str, model: nn.Module, optimizer: torch.optim.Optimizer, config: DPTimelineConfig,
     recorder: Recorder,
 ) -> tuple[nn.Module, Any]:  # fmt: skip
-    if strategy == COMPUTE_ALONE or not dist.is_initialized():
+    if strategy in COMPUTE_ALONE or not dist.is_initialized():
         return model, optimizer
     if strategy == "ddp":
         ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=config.ddp_bucket_mb)
