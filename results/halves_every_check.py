@@ -129,6 +129,10 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "in turns ii (twins, vgg16 5, small 10 rounds)": [
         "results/bench-dp-paired-small-twins-10rounds-20261129ii.json",
         "results/bench-dp-paired-vgg16-400mbit-twins-20261129ii.json"],
+    # Out of sample again, simulator unchanged since ii, at 9b45871 (2026-11-29 09:23-09:54 UTC).
+    "in turns jj (twins, vgg16 5, small 10 rounds)": [
+        "results/bench-dp-paired-small-twins-10rounds-20261129jj.json",
+        "results/bench-dp-paired-vgg16-400mbit-twins-20261129jj.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
     "vgg16 long r (between the steps, ddp-heap)": [
         "results/bench-dp-vgg16-400mbit-heap-20261127r.json"],
