@@ -178,12 +178,17 @@ def breakdown(run: dict[str, Any], iteration: int | None = None) -> dict[str, fl
     }
 
 
+def recorded_iterations(run: dict[str, Any]) -> list[int]:
+    """The numbers of a run's fully recorded iterations, those `iteration_breakdowns` holds:
+    the ones whose compute and updates all fall inside the recording (`starts_s` also holds
+    the start of the last traced iteration, whose communication and updates run past it, and
+    of the one after it)."""
+    return sorted(int(i) for i in run.get("starts_s", {}))[:-2]
+
+
 def iteration_breakdowns(ranks: Sequence[dict[str, Any]]) -> list[list[dict[str, float]]]:
-    """Every fully recorded iteration's breakdown on every rank ([iteration][rank]): the
-    iterations whose compute and updates all fall inside the recording (not the last one,
-    whose communication and updates run past it)."""
-    iterations = sorted(int(i) for i in ranks[0].get("starts_s", {}))[:-2]
-    return [[breakdown(run, i) for run in ranks] for i in iterations]
+    """Every fully recorded iteration's breakdown on every rank ([iteration][rank])."""
+    return [[breakdown(run, i) for run in ranks] for i in recorded_iterations(ranks[0])]
 
 
 def slowest_compute_s(run: dict[str, Any]) -> float:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cadence.bench.dp_timeline import recorded_iterations
 from cadence.comm.cost import AlphaBeta
 from cadence.dp.plan import DPPlan
 from cadence.errors import UserError
@@ -96,7 +97,7 @@ def steady_iterations(run: dict[str, Any], where: str = "") -> list[list[dict[st
     probe = run.get("one_chunk_probe")
     if not probe or probe.get("one_chunk") or not run.get("iteration_breakdowns"):
         return iterations
-    numbers = sorted(int(i) for i in run["starts_s"])[: len(iterations)]
+    numbers = recorded_iterations(run)
     first_chunked = int(probe["iterations"]) + 1  # 1-based, as the file numbers them
     kept = [it for n, it in zip(numbers, iterations, strict=True) if n > first_chunked]
     if not kept:
