@@ -35,25 +35,13 @@ from pathlib import Path
 from typing import Any
 
 import cadence.sim.bench_dp as bench_dp
+from cadence.bench.dp_timeline import COMPUTE_ALONE, PASSES, alone_mean_s, slowest_mean_s
 from cadence.cli import main as cadence_main
 from cadence.sim.bench_timeline import steady_iterations
 
 PROFILE = "results/{model}-profile-b32-forward.json"
 COSTS = "results/costs-20261126"
 RUN_OF = {"ddp": "ddp", "cadence-dp": "cadence"}
-PASSES = ("forward_s", "backward_s")
-ALONE = ("compute", "compute-after")
-
-
-def lockstep(iterations: list[list[dict[str, Any]]], keys: tuple[str, ...]) -> float:
-    """Mean over iterations of the slowest rank's sum of `keys`."""
-    return statistics.mean(max(sum(b[k] for k in keys) for b in ranks) for ranks in iterations)
-
-
-def alone(data: dict[str, Any], keys: tuple[str, ...]) -> float:
-    """`lockstep` of the compute-alone runs, the mean of the one before and the one after."""
-    runs = [data["runs"][name] for name in ALONE if name in data["runs"]]
-    return statistics.mean(lockstep(steady_iterations(run), keys) for run in runs)
 
 
 def bench_sim(args: list[str], model: str, json_path: Path) -> list[dict[str, Any]]:
@@ -73,8 +61,8 @@ def bench_sim(args: list[str], model: str, json_path: Path) -> list[dict[str, An
 def paired_file(data: dict[str, Any], measured: dict[str, float], out: Path) -> float:
     """A one-round `dp-paired` file whose compute-only turn is the compute-alone run; its
     forward + backward (the compute less the optimizer step) returned."""
-    compute = alone(data, (*PASSES, "updates_s"))
-    step = alone(data, ("updates_s",))
+    compute = alone_mean_s(data["runs"], (*PASSES, "updates_s"))
+    step = alone_mean_s(data["runs"], ("updates_s",))
     cadence = data["runs"]["cadence"]
     row = {
         "model": data["config"]["model"],
@@ -121,16 +109,17 @@ def main(paths: list[str]) -> None:
             charged.clear()
             priced = {r["strategy"]: r for r in bench_sim(["--from-bench-dp", str(paired)], model,
                                                          Path(tmp) / "priced.json")}  # fmt: skip
-            passes_alone = alone(data, PASSES)
-            forward_alone = alone(data, ("forward_s",))
-            runs = [data["runs"][name] for name in ALONE if name in data["runs"]]
+            passes_alone = alone_mean_s(data["runs"])
+            forward_alone = alone_mean_s(data["runs"], ("forward_s",))
             drift = "-"
-            if len(runs) == 2:
-                before, after = (lockstep(steady_iterations(run), PASSES) for run in runs)
+            if all(name in data["runs"] for name in COMPUTE_ALONE):
+                before, after = (slowest_mean_s(data["runs"][n]["iteration_breakdowns"])
+                                 for n in COMPUTE_ALONE)  # fmt: skip
                 drift = f"{after / before:.3f}"
             for strategy, run in RUN_OF.items():
-                traced = lockstep(steady_iterations(data["runs"][run]), PASSES)
-                forward = lockstep(steady_iterations(data["runs"][run]), ("forward_s",))
+                steady = steady_iterations(data["runs"][run])
+                traced = slowest_mean_s(steady)
+                forward = slowest_mean_s(steady, ("forward_s",))
                 forwards[strategy].append(forward / forward_alone)
                 busy, updates = (value / given for value in charged[strategy])
                 for basis, rows in (("replay", replay), ("from alone", priced)):

@@ -191,12 +191,25 @@ def iteration_breakdowns(ranks: Sequence[dict[str, Any]]) -> list[list[dict[str,
     return [[breakdown(run, i) for run in ranks] for i in recorded_iterations(ranks[0])]
 
 
-def slowest_compute_s(run: dict[str, Any]) -> float:
-    """Forward + backward seconds of each recorded iteration on its slowest rank, averaged
-    over the iterations (a synchronous step waits for the slowest rank's compute)."""
-    iterations = run["iteration_breakdowns"]
-    per_iteration = [max(b["forward_s"] + b["backward_s"] for b in ranks) for ranks in iterations]
+PASSES = ("forward_s", "backward_s")
+"""A breakdown's compute: its forward and backward passes."""
+
+
+def slowest_mean_s(
+    iterations: Sequence[Sequence[dict[str, float]]], keys: Sequence[str] = PASSES
+) -> float:
+    """The sum of `keys` on each iteration's slowest rank ([iteration][rank] breakdowns),
+    averaged over the iterations (a synchronous step waits for the slowest rank)."""
+    per_iteration = [max(sum(b[k] for k in keys) for b in ranks) for ranks in iterations]
     return sum(per_iteration) / len(per_iteration)
+
+
+def alone_mean_s(runs: dict[str, dict[str, Any]], keys: Sequence[str] = PASSES) -> float:
+    """`slowest_mean_s` of the compute-alone runs recorded among `runs` (before and after the
+    strategies; files made before the second run have only the first), their mean."""
+    alone = [slowest_mean_s(runs[name]["iteration_breakdowns"], keys) for name in COMPUTE_ALONE
+             if name in runs]  # fmt: skip
+    return sum(alone) / len(alone)
 
 
 def lanes(spans: Sequence[tuple[float, float]]) -> list[int]:
@@ -301,13 +314,14 @@ def run_dp_timeline(
         echo(titles[name])
         echo("  " + ", ".join(f"{k} {v:.3f}" for k, v in runs[name]["breakdown"].items()))
     if config.compute_alone:
-        before_s, after_s = (slowest_compute_s(runs[name]) for name in COMPUTE_ALONE)
-        alone = (before_s + after_s) / 2
+        before_s, after_s = (slowest_mean_s(runs[n]["iteration_breakdowns"]) for n in COMPUTE_ALONE)
+        alone = alone_mean_s(runs)
         echo(
             "forward + backward, slowest rank, mean of the traced iterations: alone "
             f"{alone:.3f} s (before {before_s:.3f}, after {after_s:.3f})"
             + "".join(
-                f", {name} {slowest_compute_s(runs[name]) / alone:.3f}x" for name in STRATEGIES
+                f", {name} {slowest_mean_s(runs[name]['iteration_breakdowns']) / alone:.3f}x"
+                for name in STRATEGIES
             )
         )
     echo(f"wrote {out} and {out.with_suffix('.json')}")
