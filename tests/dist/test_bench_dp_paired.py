@@ -35,6 +35,7 @@ def test_dp_paired_times_every_variant_in_turns_and_writes_json_png_and_table(tm
         "--cadence-variants",
         "reorder_k=1,credit_mb=0.05",
         "--twins",
+        "--aligned-compute",
         "--out",
         "out/paired.json",
         cwd=tmp_path,
@@ -47,7 +48,7 @@ def test_dp_paired_times_every_variant_in_turns_and_writes_json_png_and_table(tm
     assert (row["model"], row["cap"]) == ("mlp", "none")
     assert set(row["rounds_s"]) == {
         "compute", "ddp", "ddp-1mb", "cadence", "cadence-0.01mb",
-        "cadence[reorder_k=1,credit_mb=0.05]", "ddp-twin", "cadence-twin",
+        "cadence[reorder_k=1,credit_mb=0.05]", "ddp-twin", "cadence-twin", "compute-aligned",
     }  # fmt: skip
     # The A/A twins, each against what it copies round by round; not among the variants.
     for original, twin in (("ddp", "ddp-twin"), ("cadence", "cadence-twin")):
@@ -70,6 +71,12 @@ def test_dp_paired_times_every_variant_in_turns_and_writes_json_png_and_table(tm
     steps = row["compute_step_rounds_s"]
     assert len(steps) == 2
     assert all(0 < step < each_step for step, each_step in zip(steps, lockstep, strict=True))
+    # The aligned compute turns (every rank's phases started together): per round, each
+    # phase's slowest rank, with its optimizer step a part of it; priced by neither ratio.
+    aligned, aligned_steps = row["aligned_compute_rounds_s"], row["aligned_compute_step_rounds_s"]
+    assert aligned == row["rounds_s"]["compute-aligned"] and len(aligned_steps) == 2
+    assert all(0 < step < whole for step, whole in zip(aligned_steps, aligned, strict=True))
+    assert "mlp @ none: compute with the ranks' phases aligned" in proc.stdout
     # The bytes the main cadence-dp variant let in flight: its default for the model.
     from cadence.dp.config import DPConfig
 

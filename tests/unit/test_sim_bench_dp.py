@@ -148,6 +148,39 @@ def test_paired_rows_are_predicted_from_the_lockstep_compute_where_the_file_has_
         assert b["predicted_s"] == pytest.approx(1.2 * a["predicted_s"], rel=0.02)
 
 
+def test_paired_rows_can_be_priced_from_their_aligned_compute_turns(tmp_path: Path) -> None:
+    profile = zoo_profile("cnn")
+    rounds = {"compute": [0.2, 0.2], "ddp": [0.3, 0.3], "cadence": [0.25, 0.25]}
+    row = {"model": "cnn", "cap": "100gbit", "compute_s": 0.2, "rounds_s": rounds,
+           "iteration_s": {"ddp": 0.3, "cadence": 0.25},
+           "lockstep_compute_rounds_s": [0.24, 0.24], "compute_step_rounds_s": [0.01, 0.01]}  # fmt: skip
+    aligned = {"aligned_compute_rounds_s": [0.288, 0.288],
+               "aligned_compute_step_rounds_s": [0.02, 0.02]}  # fmt: skip
+    path = tmp_path / "paired.json"
+    path.write_text(json.dumps({"config": {"workers": 2}, "rows": [row | aligned]}))
+
+    def predict(basis: str, step: float | None) -> list[dict]:
+        rows, _ = predict_bench_dp(
+            [str(path)], {"cnn": profile}, 1.0, optimizer_step_s=step, paired_compute=basis
+        )
+        return rows
+
+    lockstep, by_aligned = predict("lockstep", 0.0), predict("aligned", 0.0)
+    assert {r["compute_basis"] for r in lockstep} == {"lockstep"}
+    assert {r["compute_basis"] for r in by_aligned} == {"aligned"}
+    # On a 100 Gbit link compute decides: 1.2x the compute, 1.2x every prediction.
+    for a, b in zip(lockstep, by_aligned, strict=True):
+        assert b["predicted_s"] == pytest.approx(1.2 * a["predicted_s"], rel=0.02)
+    # The optimizer step priced is the aligned turns' own, not the free-running ones'.
+    for basis, step in (("aligned", 0.02), ("lockstep", 0.01)):
+        priced = [r["optimizer_step_s"] for r in predict(basis, None)]
+        assert priced == pytest.approx([step] * len(priced))
+    # A file made without the aligned turns: one line saying what to do.
+    path.write_text(json.dumps({"config": {"workers": 2}, "rows": [row]}))
+    with pytest.raises(UserError, match="--aligned-compute.*--paired-compute lockstep"):
+        predict("aligned", 0.0)
+
+
 def test_a_runtime_cost_slows_only_its_own_strategys_compute(tmp_path: Path) -> None:
     from cadence.bench.runtime_cost import read_slowdowns, summarise
 

@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch import nn
 
 from cadence.bench.dp_paired import (
+    ALIGNED,
     COMPUTE,
     TWINS,
     PairedCase,
@@ -65,7 +66,7 @@ class _Variant:
 def _build(name: str, base: nn.Module, config: PairedCase, profile: Any) -> _Variant:
     model = copy.deepcopy(base)
     optimizer = build_optimizer(model.parameters(), TrainConfig(model=config.model))
-    if name == COMPUTE:  # each rank trains alone: the compute every schedule has to do
+    if name in (COMPUTE, ALIGNED):  # each rank trains alone: what every schedule computes
         return _Variant(name, model, optimizer, lambda: None)
     copied = {twin: original for original, twin in TWINS.items()}.get(name)
     if copied is not None:  # an A/A twin: built exactly as what it copies
@@ -116,6 +117,30 @@ def _block(
         optimizer_steps.append(time.perf_counter() - before_step)
     variant.flush()
     return [b - a for a, b in zip(starts[1:-1], starts[2:], strict=True)], optimizer_steps[1:-1]
+
+
+def _aligned_block(
+    variant: _Variant, steps: int, next_batch: Callable[[], tuple[Any, Any]]
+) -> tuple[list[float], list[float]]:
+    """Compute alone with every rank starting each step's forward pass, and each optimizer
+    step, together (a barrier before each, not timed), as a synchronous strategy's ranks
+    start them after the collective that ends their backward pass: ranks in step contend for
+    the same memory at once. Each step's forward + backward seconds and optimizer-step
+    seconds, the first and last step of the block left out."""
+    passes: list[float] = []
+    optimizer_steps: list[float] = []
+    for _ in range(steps):
+        x, y = next_batch()
+        variant.optimizer.zero_grad(set_to_none=True)
+        dist.barrier()
+        start = time.perf_counter()
+        loss_fn(variant.model(x), y).backward()
+        passes.append(time.perf_counter() - start)
+        dist.barrier()
+        start = time.perf_counter()
+        variant.optimizer.step()
+        optimizer_steps.append(time.perf_counter() - start)
+    return passes[1:-1], optimizer_steps[1:-1]
 
 
 def _wire_while_computing(
@@ -185,6 +210,9 @@ def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.b
         lockstep: list[float] = []
         # And its optimizer step: each round's slowest rank's mean.
         compute_steps: list[float] = []
+        # With `aligned_compute`: the same from the aligned turns (each phase's slowest rank).
+        aligned: list[float] = []
+        aligned_steps: list[float] = []
         wire: list[float] = []
         wire_computing: list[float] = []
         # Round 0 warms every variant up (cadence-dp builds its plan from its first iteration)
@@ -200,12 +228,19 @@ def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.b
                         _wire_while_computing(variants[COMPUTE], gradient_bytes, next_batch)
                     )
             for name in order:
+                if name == ALIGNED:
+                    passes, optimizer_steps = _aligned_block(variants[name], steps, next_batch)
+                    n = len(passes)
+                    slow = slowest([*passes, *optimizer_steps])
+                    rounds[name].append(_mean(slow[:n]) + _mean(slow[n:]))
+                    if round_index > 0:
+                        aligned.append(rounds[name][-1])
+                        aligned_steps.append(_mean(slow[n:]))
+                    continue
                 durations, optimizer_steps = _block(variants[name], steps, next_batch, barrier)
                 # Autotuning finishes in the warm-up round: its trials are never timed.
                 while round_index == 0 and variants[name].tuning():
-                    durations, optimizer_steps = _block(
-                        variants[name], steps, next_batch, barrier
-                    )
+                    durations, optimizer_steps = _block(variants[name], steps, next_batch, barrier)
                 (seconds,) = slowest([_mean(durations)])
                 rounds[name].append(seconds)
                 if name == COMPUTE and round_index > 0:
@@ -248,6 +283,14 @@ def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.b
                 "rounds_s": rounds,
                 "lockstep_compute_rounds_s": lockstep,
                 "compute_step_rounds_s": compute_steps,
+                **(
+                    {
+                        "aligned_compute_rounds_s": aligned,
+                        "aligned_compute_step_rounds_s": aligned_steps,
+                    }
+                    if aligned
+                    else {}
+                ),
                 "wire_runs_s": wire,
                 "wire_computing_runs_s": wire_computing,
             }

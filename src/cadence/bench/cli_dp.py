@@ -107,6 +107,7 @@ def _cmd_dp_paired(args: argparse.Namespace) -> int:
         reorder_k=args.reorder_k,
         autotune=args.autotune,
         twins=args.twins,
+        aligned_compute=args.aligned_compute,
         pin_hosts=args.host_cpus == "pinned",
         out=args.out,
     )
@@ -159,6 +160,12 @@ def add_dp_paired(bsub: Any) -> None:
         action="store_true",
         help="also time an identical copy of DDP and of cadence-dp in the same rounds (A/A: "
         "how far the benchmark's own medians move between identical variants)",
+    )
+    p.add_argument(
+        "--aligned-compute",
+        action="store_true",
+        help="also time compute alone with every rank starting each forward pass and optimizer "
+        "step together, as synchronous strategies do (for bench sim --paired-compute aligned)",
     )
     add_host_cpus(p, default="shared")
     p.add_argument("--out", default="results/bench-dp-paired.json", help="JSON; PNG next to it")

@@ -27,6 +27,9 @@ from cadence.errors import UserError
 
 NO_CAP = "none"
 COMPUTE = "compute"
+ALIGNED = "compute-aligned"
+"""With `aligned_compute`: compute alone with each forward pass and optimizer step started
+on every rank together."""
 CADENCE = "cadence"
 TWINS = {"ddp": "ddp-twin", CADENCE: "cadence-twin"}
 """With `twins`: the identical second copy of each variant, by the variant it copies."""
@@ -63,6 +66,12 @@ class PairedSettings:
     warm-up round, which is extended until they end, so no timed round includes them."""
     threads: int = 1
     """Intra-op threads per worker."""
+    aligned_compute: bool = False
+    """Also time compute alone with every rank starting each forward pass and each optimizer
+    step together (`ALIGNED`; a barrier before each, not timed), as a synchronous strategy's
+    ranks start them after their collective: ranks in step contend for the machine's memory
+    at once, which free-running compute turns average out. Saved per round as
+    `aligned_compute_rounds_s` (each phase's slowest rank) for `bench sim --paired-compute`."""
     twins: bool = False
     """Also time an identical second copy of DDP and of cadence-dp (`TWINS`) in the same
     rounds: an A/A check of how far this benchmark's medians move between variants that
@@ -188,7 +197,8 @@ def variant_names(case: PairedCase) -> list[str]:
     # in one round and before it in the next, but always further from the compute turn: the
     # compute turns of two rounds are back to back, and DDP's copy is next to them.
     twins = list(TWINS.values()) if case.twins else []
-    return list(dict.fromkeys([COMPUTE, "ddp", *extra, *cadence_settings(case), *twins]))
+    aligned = [ALIGNED] if case.aligned_compute else []
+    return list(dict.fromkeys([COMPUTE, *aligned, "ddp", *extra, *cadence_settings(case), *twins]))
 
 
 def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
@@ -239,6 +249,9 @@ def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
         **_lockstep(measured.get("lockstep_compute_rounds_s")),
         # And its optimizer step, each round's slowest rank's mean (older files lack it).
         **_present("compute_step_rounds_s", measured.get("compute_step_rounds_s")),
+        # The same with every rank's phases started together (`aligned_compute` runs only).
+        **_present("aligned_compute_rounds_s", measured.get("aligned_compute_rounds_s")),
+        **_present("aligned_compute_step_rounds_s", measured.get("aligned_compute_step_rounds_s")),
         "wire_runs_s": wire,
         # The same all-reduce while every rank computes beside it (older files lack it).
         **_present("wire_computing_runs_s", measured.get("wire_computing_runs_s")),
@@ -330,6 +343,18 @@ def table_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
             lines.append(
                 f"{r['model']} @ {r['cap']}: {name} {r['iteration_s'][name]:.3f} s, "
                 f"{r['variant_over_cadence_paired'][name]:.2f}x cadence ({each})"
+            )
+        if r.get("aligned_compute_rounds_s") and r.get("lockstep_compute_rounds_s"):
+            each = " / ".join(
+                f"{a / b:.3f}"
+                for a, b in zip(
+                    r["aligned_compute_rounds_s"], r["lockstep_compute_rounds_s"], strict=True
+                )
+            )
+            lines.append(
+                f"{r['model']} @ {r['cap']}: compute with the ranks' phases aligned "
+                f"{statistics.median(r['aligned_compute_rounds_s']):.3f} s a step, over the "
+                f"free-running compute's slowest ranks per round: {each}"
             )
         for name, ratios in r.get("twin_over_original_rounds", {}).items():
             each = " / ".join(f"{x:.2f}" for x in ratios)

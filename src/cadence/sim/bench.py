@@ -397,6 +397,7 @@ def bench_sim_command(args: Any) -> int:
             slowdowns, in_run_compute=in_run, calibrated=calibrated, link_bucket=link_bucket,
             probe=probe, step_shares=shares, heap_factors=heap_factors,
             measured_rates=given_rate is None,
+            paired_compute=getattr(args, "paired_compute", "lockstep"),
         )  # fmt: skip
         rows += more
         for line in skipped:
@@ -434,6 +435,7 @@ def bench_sim_command(args: Any) -> int:
             "calibration": calibration,
             "calibration_latency": calibration_latency if calibration else None,
             "compute_basis": compute_basis,
+            "paired_compute": getattr(args, "paired_compute", "lockstep"),
             "step_shares": {"files": args.step_shares, "shares": shares} if shares else None,
             "link_bucket": "tbf" if link_bucket else "none",
             "comm_cpu": {

@@ -33,6 +33,7 @@ from cadence.sim.bench_dp_records import (
     IN_RUN_VARIANTS,
     PROBE_KEYS,
     VARIANTS,
+    aligned_view,
     dynamic_heap_variants,
     file_probe,
     has_in_run_compute,
@@ -200,6 +201,7 @@ def predict_bench_dp(
     step_shares: dict[str, float] | None = None,
     heap_factors: dict[str, dict[float, float]] | None = None,
     measured_rates: bool = True,
+    paired_compute: str = "lockstep",
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """(rows of measured vs predicted, skipped rows as text). The measured compute-only
     iteration of `cadence bench dp` ran one worker alone; `co_run_slowdown` scales it for
@@ -220,7 +222,8 @@ def predict_bench_dp(
     heap thresholds dynamic (`heap_kept`; not dp-paired's, whose DDP shares cadence-dp's
     processes). `measured_rates`: where a row measured the share of the link's rate its
     transfers keep while the compute runs (`rate_while_computing`), price it so rather than
-    at `options.comm_rate_while_computing`."""
+    at `options.comm_rate_while_computing`. `paired_compute` (`PAIRED_COMPUTES`): what
+    `dp-paired` rows are priced from; "aligned" needs rows that timed aligned compute turns."""
     from cadence.bench.heap_cost import factor_at
     from cadence.netem import parse_bandwidth
 
@@ -234,6 +237,8 @@ def predict_bench_dp(
         in_run = has_in_run_compute(data, probe_here) if in_run_compute is None else in_run_compute
         for row in data["rows"]:
             model, cap = row["model"], row["cap"]
+            if paired_compute == "aligned" and "rounds_s" in row:
+                row = aligned_view(row, f"{path}: {model} at {cap}")
             try:
                 bps = parse_bandwidth(str(row.get("cap_bandwidth", cap)))
             except UserError:
@@ -409,7 +414,8 @@ def _paired_rows(row: dict[str, Any], case: _Case, common: dict[str, Any]) -> li
     cases = case.per_sample(row.get("compute_step_rounds_s") or [], len(computes))
     per_round = [c.predict(compute, 1.0) for c, compute in zip(cases, computes, strict=True)]
     lockstep = bool(row.get("lockstep_compute_rounds_s"))
-    common = {**common, "compute_basis": "lockstep" if lockstep else "per-rank"}
+    basis = row.get("compute_basis") or ("lockstep" if lockstep else "per-rank")
+    common = {**common, "compute_basis": basis}
     out = []
     for variant, strategy in VARIANTS.items():
         results = [p[variant] for p in per_round]

@@ -159,6 +159,31 @@ def file_probe(data: dict[str, Any], probe: str) -> str:
     return "interleaved" if has_in_run_compute(data, "interleaved") else "after"
 
 
+PAIRED_COMPUTES = ("lockstep", "aligned")
+"""What a `dp-paired` row's rounds are priced from: the free-running compute turns, each
+step's slowest rank (lockstep), or the turns whose ranks started each forward pass and each
+optimizer step together (aligned; files made with `--aligned-compute`)."""
+
+
+def aligned_view(row: dict[str, Any], where: str) -> dict[str, Any]:
+    """A `dp-paired` row whose compute and optimizer step per round are its aligned compute
+    turns' (`round_computes` and `own_step_samples` then read those), or a one-line
+    UserError where the row timed none."""
+    computes = row.get("aligned_compute_rounds_s")
+    steps = row.get("aligned_compute_step_rounds_s")
+    if not computes or not steps:
+        raise UserError(
+            f"{where}: no aligned compute turns (made without `dp-paired --aligned-compute`); "
+            "use --paired-compute lockstep"
+        )
+    return {
+        **row,
+        "lockstep_compute_rounds_s": computes,
+        "compute_step_rounds_s": steps,
+        "compute_basis": "aligned",
+    }
+
+
 def round_computes(row: dict[str, Any]) -> list[float]:
     """The compute each round of a `cadence bench dp-paired` row is priced against: the
     lockstep figure (each step's slowest rank) where the file has it, else each rank's mean."""

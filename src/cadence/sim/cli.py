@@ -330,6 +330,15 @@ def add_bench_sim(bsub: Any) -> None:
         "else beside",
     )
     p.add_argument(
+        "--paired-compute",
+        choices=("lockstep", "aligned"),
+        default="lockstep",
+        help="--from-bench-dp: price each round of a dp-paired row from its free-running "
+        "compute turns, each step's slowest rank (lockstep), or from its turns whose ranks "
+        "started each forward pass and optimizer step together, as synchronous strategies' "
+        "ranks do (aligned: files made with dp-paired --aligned-compute)",
+    )
+    p.add_argument(
         "--link-bucket",
         choices=("none", "tbf"),
         default="none",
