@@ -152,8 +152,8 @@ def test_paired_rows_can_be_priced_from_their_aligned_compute_turns(tmp_path: Pa
     profile = zoo_profile("cnn")
     rounds = {"compute": [0.2, 0.2], "ddp": [0.3, 0.3], "cadence": [0.25, 0.25]}
     row = {"model": "cnn", "cap": "100gbit", "compute_s": 0.2, "rounds_s": rounds,
-           "iteration_s": {"ddp": 0.3, "cadence": 0.25},
-           "lockstep_compute_rounds_s": [0.24, 0.24], "compute_step_rounds_s": [0.01, 0.01]}  # fmt: skip
+           "iteration_s": {"ddp": 0.3, "cadence": 0.25}, "lockstep_compute_rounds_s": [0.24, 0.24],
+           "compute_step_rounds_s": [0.01, 0.01]}  # fmt: skip
     aligned = {"aligned_compute_rounds_s": [0.288, 0.288],
                "aligned_compute_step_rounds_s": [0.02, 0.02]}  # fmt: skip
     path = tmp_path / "paired.json"
@@ -175,6 +175,9 @@ def test_paired_rows_can_be_priced_from_their_aligned_compute_turns(tmp_path: Pa
     for basis, step in (("aligned", 0.02), ("lockstep", 0.01)):
         priced = [r["optimizer_step_s"] for r in predict(basis, None)]
         assert priced == pytest.approx([step] * len(priced))
+    # auto: the aligned turns where a row has them, the lockstep where it has none.
+    path.write_text(json.dumps({"config": {"workers": 2}, "rows": [row | aligned, row]}))
+    assert {r["compute_basis"] for r in predict("auto", 0.0)} == {"aligned", "lockstep"}
     # A file made without the aligned turns: one line saying what to do.
     path.write_text(json.dumps({"config": {"workers": 2}, "rows": [row]}))
     with pytest.raises(UserError, match="--aligned-compute.*--paired-compute lockstep"):

@@ -120,7 +120,10 @@ def _block(
 
 
 def _aligned_block(
-    variant: _Variant, steps: int, next_batch: Callable[[], tuple[Any, Any]]
+    variant: _Variant,
+    steps: int,
+    next_batch: Callable[[], tuple[Any, Any]],
+    barrier: Callable[[], object],
 ) -> tuple[list[float], list[float]]:
     """Compute alone with every rank starting each step's forward pass, and each optimizer
     step, together (a barrier before each, not timed), as a synchronous strategy's ranks
@@ -132,11 +135,11 @@ def _aligned_block(
     for _ in range(steps):
         x, y = next_batch()
         variant.optimizer.zero_grad(set_to_none=True)
-        dist.barrier()
+        barrier()
         start = time.perf_counter()
         loss_fn(variant.model(x), y).backward()
         passes.append(time.perf_counter() - start)
-        dist.barrier()
+        barrier()
         start = time.perf_counter()
         variant.optimizer.step()
         optimizer_steps.append(time.perf_counter() - start)
@@ -229,7 +232,9 @@ def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.b
                     )
             for name in order:
                 if name == ALIGNED:
-                    passes, optimizer_steps = _aligned_block(variants[name], steps, next_batch)
+                    passes, optimizer_steps = _aligned_block(
+                        variants[name], steps, next_batch, barrier
+                    )
                     n = len(passes)
                     slow = slowest([*passes, *optimizer_steps])
                     rounds[name].append(_mean(slow[:n]) + _mean(slow[n:]))

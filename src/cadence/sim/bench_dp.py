@@ -33,11 +33,11 @@ from cadence.sim.bench_dp_records import (
     IN_RUN_VARIANTS,
     PROBE_KEYS,
     VARIANTS,
-    aligned_view,
     dynamic_heap_variants,
     file_probe,
     has_in_run_compute,
     own_step_samples,
+    paired_view,
     probe_samples,
     read_bench_dp,
     recorded_credit,
@@ -223,7 +223,8 @@ def predict_bench_dp(
     processes). `measured_rates`: where a row measured the share of the link's rate its
     transfers keep while the compute runs (`rate_while_computing`), price it so rather than
     at `options.comm_rate_while_computing`. `paired_compute` (`PAIRED_COMPUTES`): what
-    `dp-paired` rows are priced from; "aligned" needs rows that timed aligned compute turns."""
+    `dp-paired` rows are priced from; "aligned" needs rows that timed aligned compute turns,
+    "auto" takes them where a row has them."""
     from cadence.bench.heap_cost import factor_at
     from cadence.netem import parse_bandwidth
 
@@ -237,8 +238,8 @@ def predict_bench_dp(
         in_run = has_in_run_compute(data, probe_here) if in_run_compute is None else in_run_compute
         for row in data["rows"]:
             model, cap = row["model"], row["cap"]
-            if paired_compute == "aligned" and "rounds_s" in row:
-                row = aligned_view(row, f"{path}: {model} at {cap}")
+            if "rounds_s" in row:
+                row = paired_view(row, paired_compute, f"{path}: {model} at {cap}")
             try:
                 bps = parse_bandwidth(str(row.get("cap_bandwidth", cap)))
             except UserError:

@@ -159,10 +159,19 @@ def file_probe(data: dict[str, Any], probe: str) -> str:
     return "interleaved" if has_in_run_compute(data, "interleaved") else "after"
 
 
-PAIRED_COMPUTES = ("lockstep", "aligned")
+PAIRED_COMPUTES = ("lockstep", "aligned", "auto")
 """What a `dp-paired` row's rounds are priced from: the free-running compute turns, each
 step's slowest rank (lockstep), or the turns whose ranks started each forward pass and each
-optimizer step together (aligned; files made with `--aligned-compute`)."""
+optimizer step together (aligned; files made with `--aligned-compute`); auto: aligned where
+the row has them, else lockstep."""
+
+
+def paired_view(row: dict[str, Any], paired_compute: str, where: str) -> dict[str, Any]:
+    """A `dp-paired` row as `paired_compute` (`PAIRED_COMPUTES`) prices it."""
+    has_aligned = bool(row.get("aligned_compute_rounds_s"))
+    if paired_compute == "aligned" or (paired_compute == "auto" and has_aligned):
+        return aligned_view(row, where)
+    return row
 
 
 def aligned_view(row: dict[str, Any], where: str) -> dict[str, Any]:

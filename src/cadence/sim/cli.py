@@ -331,12 +331,13 @@ def add_bench_sim(bsub: Any) -> None:
     )
     p.add_argument(
         "--paired-compute",
-        choices=("lockstep", "aligned"),
+        choices=("lockstep", "aligned", "auto"),
         default="lockstep",
         help="--from-bench-dp: price each round of a dp-paired row from its free-running "
         "compute turns, each step's slowest rank (lockstep), or from its turns whose ranks "
         "started each forward pass and optimizer step together, as synchronous strategies' "
-        "ranks do (aligned: files made with dp-paired --aligned-compute)",
+        "ranks do (aligned: files made with dp-paired --aligned-compute); auto: aligned "
+        "where a row has them, else lockstep",
     )
     p.add_argument(
         "--link-bucket",
