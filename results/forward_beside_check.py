@@ -5,6 +5,16 @@ and as ratios to the free-running compute of the same round.
 
     PYTHONPATH=results python results/forward_beside_check.py MODEL CAP ROUNDS BLOCK_STEPS OUT.json
     python results/forward_beside_check.py --report OUT.json [...]
+
+FORWARD_BESIDE_KEEP_HEAP=1 fixes glibc's heap thresholds in the workers (`keep_heap`, as
+cadence-dp does, and so as every variant of `dp-paired` runs). The files of 2026-11-29 were
+made one after another with nothing else running, the worker gaining a field as it went:
+`...-{vgg16 8 6, resnet32 10 15}-400mbit-20261129a` time the phases only; `gpt_mini` and
+`cnn_lstm` `...-20261129a` (10 15, 10 30) and `cnn_lstm-...-heap1-20261129b` add page faults;
+`cnn_lstm-...-heap0-20261129b` and `vgg16-...-heap1-20261129b` (8 6) the forward's processor
+time; `vgg16-...-heap1-20261129c` (8 6) the `aligned` variant. The report of them all:
+    for f in results/forward-beside-*.json; do python results/forward_beside_check.py \
+        --report $f; done > results/forward-beside-check-20261129.txt
 """
 
 from __future__ import annotations

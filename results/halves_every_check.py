@@ -133,6 +133,15 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "in turns jj (twins, vgg16 5, small 10 rounds)": [
         "results/bench-dp-paired-small-twins-10rounds-20261129jj.json",
         "results/bench-dp-paired-vgg16-400mbit-twins-20261129jj.json"],
+    # With the aligned compute turns (`--aligned-compute`), at b38c108, nothing else running
+    # (2026-11-29 11:48-12:24 and 12:25-13:00 UTC); scored here as `bench sim` scores by
+    # default, from the free-running turns.
+    "in turns kk (twins, vgg16 5, small 10 rounds, aligned turns)": [
+        "results/bench-dp-paired-small-twins-10rounds-aligned-20261129kk.json",
+        "results/bench-dp-paired-vgg16-400mbit-twins-aligned-20261129kk.json"],
+    "in turns ll (twins, vgg16 5, small 10 rounds, aligned turns)": [
+        "results/bench-dp-paired-small-twins-10rounds-aligned-20261129ll.json",
+        "results/bench-dp-paired-vgg16-400mbit-twins-aligned-20261129ll.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
     "vgg16 long r (between the steps, ddp-heap)": [
         "results/bench-dp-vgg16-400mbit-heap-20261127r.json"],
