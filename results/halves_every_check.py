@@ -142,6 +142,10 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "in turns ll (twins, vgg16 5, small 10 rounds, aligned turns)": [
         "results/bench-dp-paired-small-twins-10rounds-aligned-20261129ll.json",
         "results/bench-dp-paired-vgg16-400mbit-twins-aligned-20261129ll.json"],
+    # The same without twins, at 1b60b72, nothing else running (2026-11-29 13:17-13:42 UTC).
+    "in turns mm (vgg16 5, small 10 rounds, aligned turns)": [
+        "results/bench-dp-paired-small-10rounds-aligned-20261129mm.json",
+        "results/bench-dp-paired-vgg16-400mbit-aligned-20261129mm.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
     "vgg16 long r (between the steps, ddp-heap)": [
         "results/bench-dp-vgg16-400mbit-heap-20261127r.json"],
