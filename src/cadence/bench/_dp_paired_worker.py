@@ -213,8 +213,8 @@ def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.b
         lockstep: list[float] = []
         # And its optimizer step: each round's slowest rank's mean.
         compute_steps: list[float] = []
-        # With `aligned_compute`: the same from the aligned turns (each phase's slowest rank).
-        aligned: list[float] = []
+        # With `aligned_compute`: the aligned turns' optimizer steps (each round's slowest
+        # rank's mean); their whole steps are the variant's own rounds.
         aligned_steps: list[float] = []
         wire: list[float] = []
         wire_computing: list[float] = []
@@ -239,7 +239,6 @@ def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.b
                     slow = slowest([*passes, *optimizer_steps])
                     rounds[name].append(_mean(slow[:n]) + _mean(slow[n:]))
                     if round_index > 0:
-                        aligned.append(rounds[name][-1])
                         aligned_steps.append(_mean(slow[n:]))
                     continue
                 durations, optimizer_steps = _block(variants[name], steps, next_batch, barrier)
@@ -290,10 +289,10 @@ def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.b
                 "compute_step_rounds_s": compute_steps,
                 **(
                     {
-                        "aligned_compute_rounds_s": aligned,
+                        "aligned_compute_rounds_s": rounds[ALIGNED],
                         "aligned_compute_step_rounds_s": aligned_steps,
                     }
-                    if aligned
+                    if ALIGNED in rounds
                     else {}
                 ),
                 "wire_runs_s": wire,

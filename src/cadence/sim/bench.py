@@ -357,6 +357,7 @@ def bench_sim_command(args: Any) -> int:
     from cadence.bench.runtime_cost import read_slowdowns
 
     compute_basis = getattr(args, "compute_basis", "auto")
+    paired_compute = getattr(args, "paired_compute", "lockstep")
     in_run = {"auto": None, "in-run": True, "beside": False, "interleaved": True}[compute_basis]
     probe = {"auto": "auto", "interleaved": "interleaved"}.get(compute_basis, "after")
     calibration = charges["calibration"]
@@ -397,7 +398,7 @@ def bench_sim_command(args: Any) -> int:
             slowdowns, in_run_compute=in_run, calibrated=calibrated, link_bucket=link_bucket,
             probe=probe, step_shares=shares, heap_factors=heap_factors,
             measured_rates=given_rate is None,
-            paired_compute=getattr(args, "paired_compute", "lockstep"),
+            paired_compute=paired_compute,
         )  # fmt: skip
         rows += more
         for line in skipped:
@@ -435,7 +436,7 @@ def bench_sim_command(args: Any) -> int:
             "calibration": calibration,
             "calibration_latency": calibration_latency if calibration else None,
             "compute_basis": compute_basis,
-            "paired_compute": getattr(args, "paired_compute", "lockstep"),
+            "paired_compute": paired_compute,
             "step_shares": {"files": args.step_shares, "shares": shares} if shares else None,
             "link_bucket": "tbf" if link_bucket else "none",
             "comm_cpu": {

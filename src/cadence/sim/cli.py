@@ -331,7 +331,7 @@ def add_bench_sim(bsub: Any) -> None:
     )
     p.add_argument(
         "--paired-compute",
-        choices=("lockstep", "aligned", "auto"),
+        choices=("lockstep", "aligned", "auto"),  # `PAIRED_COMPUTES`, not imported at start-up
         default="lockstep",
         help="--from-bench-dp: price each round of a dp-paired row from its free-running "
         "compute turns, each step's slowest rank (lockstep), or from its turns whose ranks "
