@@ -146,6 +146,11 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "in turns mm (vgg16 5, small 10 rounds, aligned turns)": [
         "results/bench-dp-paired-small-10rounds-aligned-20261129mm.json",
         "results/bench-dp-paired-vgg16-400mbit-aligned-20261129mm.json"],
+    # Twice the rounds (vgg16 10, small 20), no twins, at f553d23, nothing else running
+    # (2026-11-29 14:16-15:01 UTC): each alternate half as many rounds as a whole earlier matrix.
+    "in turns nn (vgg16 10, small 20 rounds, aligned turns)": [
+        "results/bench-dp-paired-small-20rounds-aligned-20261129nn.json",
+        "results/bench-dp-paired-vgg16-400mbit-10rounds-aligned-20261129nn.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
     "vgg16 long r (between the steps, ddp-heap)": [
         "results/bench-dp-vgg16-400mbit-heap-20261127r.json"],
