@@ -151,6 +151,10 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "in turns nn (vgg16 10, small 20 rounds, aligned turns)": [
         "results/bench-dp-paired-small-20rounds-aligned-20261129nn.json",
         "results/bench-dp-paired-vgg16-400mbit-10rounds-aligned-20261129nn.json"],
+    # The same again at f553d23 (15:15-16:00 UTC), after a rule for it was set (5f4e9e2).
+    "in turns oo (vgg16 10, small 20 rounds, aligned turns)": [
+        "results/bench-dp-paired-small-20rounds-aligned-20261129oo.json",
+        "results/bench-dp-paired-vgg16-400mbit-10rounds-aligned-20261129oo.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
     "vgg16 long r (between the steps, ddp-heap)": [
         "results/bench-dp-vgg16-400mbit-heap-20261127r.json"],
