@@ -133,11 +133,13 @@ def plan_dp(
         schedule.start_s[t.id] for t in graph.tasks if t.kind in ("input_grad", "weight_grad")
     )
     points = layer_points(params, blocks, len(costs.forward_s), options.layer_ready_points)
-    grads_done = {
-        point_of(t.name, points.shares): schedule.end_s[t.id] - backward_start
+    # Pieces that end at no gradient point (input-gradient pieces between points) are left out.
+    ends = (
+        (point_of(t.name, points.shares), schedule.end_s[t.id] - backward_start)
         for t in graph.tasks
         if t.kind in ("input_grad", "weight_grad") and t.iteration == 0
-    }
+    )
+    grads_done = {point: end for point, end in ends if point is not None}
     ready = [0.0] * len(params)
     for p in params:
         ready[p.index] = grads_done[blocks[p.index], points.point[p.index]]
