@@ -155,6 +155,13 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "in turns oo (vgg16 10, small 20 rounds, aligned turns)": [
         "results/bench-dp-paired-small-20rounds-aligned-20261129oo.json",
         "results/bench-dp-paired-vgg16-400mbit-10rounds-aligned-20261129oo.json"],
+    # Two more the same way at 373d794, after the rule in 7da3896 (16:38-17:24, 17:24-18:09 UTC).
+    "in turns pp (vgg16 10, small 20 rounds, aligned turns)": [
+        "results/bench-dp-paired-small-20rounds-aligned-20261129pp.json",
+        "results/bench-dp-paired-vgg16-400mbit-10rounds-aligned-20261129pp.json"],
+    "in turns qq (vgg16 10, small 20 rounds, aligned turns)": [
+        "results/bench-dp-paired-small-20rounds-aligned-20261129qq.json",
+        "results/bench-dp-paired-vgg16-400mbit-10rounds-aligned-20261129qq.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
     "vgg16 long r (between the steps, ddp-heap)": [
         "results/bench-dp-vgg16-400mbit-heap-20261127r.json"],

@@ -1,4 +1,4 @@
-"""The four matrices timed with aligned compute turns (2026-11-29: kk, ll, mm, nn, oo), each row's
+"""The matrices timed with aligned compute turns (2026-11-29: kk, ll, mm, nn, oo, pp, qq), each row's
 error priced from the free-running turns (lockstep, `bench sim`'s default) and from the aligned
 ones, per matrix and pooled: mean |error|, mean signed error, rows over 5% and over 10%, and the
 same per strategy.
@@ -9,7 +9,7 @@ same per strategy.
 import json
 import statistics as st
 
-MATRICES = ("kk", "ll", "mm", "nn", "oo")
+MATRICES = ("kk", "ll", "mm", "nn", "oo", "pp", "qq")
 BASES = ("lockstep", "aligned")
 
 
