@@ -162,6 +162,10 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "in turns qq (vgg16 10, small 20 rounds, aligned turns)": [
         "results/bench-dp-paired-small-20rounds-aligned-20261129qq.json",
         "results/bench-dp-paired-vgg16-400mbit-10rounds-aligned-20261129qq.json"],
+    # One more the same way at be6cb74's code, after the rule in a1aa136 (18:57-19:42 UTC).
+    "in turns rr (vgg16 10, small 20 rounds, aligned turns)": [
+        "results/bench-dp-paired-small-20rounds-aligned-20261129rr.json",
+        "results/bench-dp-paired-vgg16-400mbit-10rounds-aligned-20261129rr.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
     "vgg16 long r (between the steps, ddp-heap)": [
         "results/bench-dp-vgg16-400mbit-heap-20261127r.json"],
