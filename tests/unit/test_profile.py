@@ -9,6 +9,7 @@ from cadence.errors import UserError
 from cadence.models import get_model_spec
 from cadence.profile import Profile, profile_command, profile_model, profile_zoo_model
 from cadence.profile.in_iteration import block_times_in_iteration
+from cadence.zero.codec_cost import CodecCost, profile_codec
 
 
 @pytest.fixture(scope="module", params=["mlp", "cnn"])
@@ -231,3 +232,24 @@ def test_optimizer_steps_are_timed_on_copies_of_the_parameters():
     assert all(seconds > 0 for seconds in profile.optimizer_step_s.values())
     for name, value in model.named_parameters():
         torch.testing.assert_close(value, before[name], rtol=0, atol=0)
+
+
+def test_the_one_bit_codec_is_timed_per_element_and_checked(profiled, tmp_path):
+    _, profile = profiled
+    codec = profile.codec_s_per_element
+    assert codec is not None and set(codec) == {"encode", "decode"}
+    # Seconds per element: a few ns on a CPU, far under a microsecond.
+    assert all(0 < seconds < 1e-6 for seconds in codec.values()), codec
+    assert profile_codec(profile) == CodecCost(codec["encode"], codec["decode"])
+    data = json.loads(profile.to_json())
+    data["codec_s_per_element"] = {"encode": 1e-9}
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(UserError, match="codec_s_per_element needs encode and decode"):
+        Profile.load(path)
+    del data["codec_s_per_element"]  # a profile made before it was recorded
+    path.write_text(json.dumps(data))
+    older = Profile.load(path)
+    assert older.codec_s_per_element is None
+    here = profile_codec(older)  # timed on this CPU instead
+    assert 0 < here.encode_s_per_element < 1e-6 and 0 < here.decode_s_per_element < 1e-6

@@ -12,6 +12,7 @@ from cadence.cli import main
 from cadence.comm.cost import AlphaBeta
 from cadence.errors import UserError
 from cadence.sim.zero_graph import ZeroSimPlan, simulate_zero
+from cadence.zero.codec_cost import CodecCost, codec_work
 from tests.unit.test_sim_cli import zoo_profile
 from tests.unit.test_sim_strategies import FREE, MB, SLOW, _costs
 
@@ -39,6 +40,39 @@ def test_early_updates_still_charge_their_processor_time_to_the_step(stage: int)
     assert simulate_zero(_costs(), sharded, 4, FREE, **cost).iteration_s == pytest.approx(6.5)
     everywhere = ZeroSimPlan(stage=stage, compression="onebit", replicated_update=True)
     assert simulate_zero(_costs(), everywhere, 4, FREE, **cost).iteration_s == pytest.approx(8.0)
+
+
+def test_codec_work_follows_the_executors_passes() -> None:
+    # A bucket of 400 elements over 4 ranks (pieces of 100); (encoded, decoded) elements.
+    stage1 = codec_work(1, False, 400, 4)  # decode the 3 pieces not owned, encode all 4;
+    assert (stage1.before, stage1.between, stage1.after) == ((400, 300), (100, 400), (0, 0))
+    assert codec_work(1, True, 400, 4).after == (0, 300)  # the others' pieces for the update
+    stage2 = codec_work(2, False, 400, 4)  # last sent decoded, 4 pieces encoded; 4 received
+    assert (stage2.before, stage2.between, stage2.after) == ((400, 400), (0, 0), (0, 400))
+    assert codec_work(2, True, 400, 4).after == (0, 1600)  # 4 sent pieces for each owner
+    assert codec_work(3, False, 400, 4) == stage2
+
+
+@pytest.mark.parametrize(
+    ("stage", "replicated", "codec_s"),
+    # per block at p = 2, 1e6 elements, 0.1 us an element either way:
+    [(1, False, 0.15 + 0.15), (2, False, 0.2 + 0.1), (1, True, 0.35), (2, True, 0.2 + 0.2)],
+)
+def test_the_codec_delays_each_buckets_exchange_on_the_communication_thread(
+    stage: int, replicated: bool, codec_s: float
+) -> None:
+    codec = CodecCost(1e-7, 1e-7)
+    plan = ZeroSimPlan(stage=stage, compression="onebit", replicated_update=replicated)
+    free = simulate_zero(_costs(), plan, 2, FREE).iteration_s
+    assert free == pytest.approx(6.0)
+    # Block 1's codec hides under block 0's backward; block 0's comes after the backward,
+    # before its update, which the next forward waits for.
+    priced = simulate_zero(_costs(), plan, 2, FREE, codec=codec)
+    assert priced.iteration_s == pytest.approx(6.0 + codec_s)
+    assert any(task.kind == "codec" for task in priced.schedule.graph.tasks)
+    # Stages without 1-bit compression have no codec to price.
+    plain = ZeroSimPlan(stage=stage)
+    assert simulate_zero(_costs(), plain, 2, FREE, codec=codec).iteration_s == pytest.approx(6.0)
 
 
 def test_stage1_reduces_after_backward_and_gathers_after_the_step() -> None:

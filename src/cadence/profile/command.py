@@ -56,6 +56,12 @@ def format_table(profile: Profile) -> str:
         lines.append(f"optimizer step over the whole model{how}: {steps}")
     if profile.input_s is not None:
         lines.append(f"batch from host memory to {profile.device}: {profile.input_s * 1e3:.3f} ms")
+    if profile.codec_s_per_element:
+        codec = profile.codec_s_per_element
+        lines.append(
+            f"1-bit Adam's codec per million elements: encode {codec['encode'] * 1e9:.2f} ms, "
+            f"decode {codec['decode'] * 1e9:.2f} ms"
+        )
     return "\n".join(lines)
 
 

@@ -20,6 +20,7 @@ from cadence.profile.in_iteration import block_times_in_iteration
 from cadence.profile.in_loop import LOOP_STEPS_CUDA, batch_input_s, steps_in_loop, warm_up
 from cadence.profile.optimizer_step import STEPPED_OPTIMIZERS, optimizer_step_s
 from cadence.profile.record import BLOCK_TIMINGS, DEFAULT_BLOCK_TIMING, BlockProfile, Profile
+from cadence.zero.codec_cost import time_codec
 
 
 class _SavedBytes:
@@ -158,7 +159,8 @@ def profile_model(
     "separate", the own calls' times; "auto" is in-iteration on CUDA and separate on the CPU,
     the default before 2026-11-28 (`Profile.block_timing`). With
     `optimizer_steps`, each optimizer's step is timed too, on copies of the parameters: alone,
-    or on CUDA inside whole training steps (`cadence.profile.in_loop`). The batch's way from
+    or on CUDA inside whole training steps (`cadence.profile.in_loop`), and so is 1-bit Adam's
+    codec per element (`cadence.zero.codec_cost`). The batch's way from
     host memory to the device is timed as the training loop takes it. Running statistics
     (BatchNorm) update as in training; parameters do not change. Gradients are left cleared.
     """
@@ -214,6 +216,8 @@ def profile_model(
         steps = loop.optimizer_step_s if optimizer_steps else None
     elif optimizer_steps:
         steps = {name: optimizer_step_s(model, name) for name in STEPPED_OPTIMIZERS}
+    # 1-bit Adam's codec on this device, for the simulator's ZeRO adapter (tens of ms).
+    codec = time_codec(str(device)).as_dict() if optimizer_steps else None
 
     def median(kind: int, i: int) -> float:
         return statistics.median(sample[i] for sample in samples[kind])
@@ -264,6 +268,7 @@ def profile_model(
         optimizer_step_timing="in-loop" if in_loop else "alone",
         block_timing="in-iteration" if in_iteration else "separate",
         input_s=input_s,
+        codec_s_per_element=codec,
     )
 
 

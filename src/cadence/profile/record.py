@@ -112,6 +112,11 @@ class Profile:
     gradients timed in calls of their own) or "in-iteration" (on CUDA: marks at block
     boundaries inside whole iterations, each block's backward split between its two gradients
     as the separate calls measured; see `cadence.profile.in_iteration`)."""
+    codec_s_per_element: dict[str, float] | None = None
+    """Seconds per fp32 element of 1-bit Adam's codec on the profile's device ("encode": with
+    error feedback, "decode": into a running sum; `cadence.zero.codec_cost`), which the
+    simulator's ZeRO adapter charges; None in profiles made before it was recorded (the
+    simulator then times it on its own CPU)."""
 
     @property
     def param_bytes(self) -> int:
@@ -155,6 +160,9 @@ class Profile:
             )
         if profile.block_timing not in BLOCK_TIMINGS:
             raise ValueError(f"block_timing {profile.block_timing!r} not in {BLOCK_TIMINGS}")
+        codec = profile.codec_s_per_element
+        if codec is not None and sorted(codec) != ["decode", "encode"]:
+            raise ValueError(f"codec_s_per_element needs encode and decode, got {sorted(codec)}")
         return profile
 
     def save(self, path: str | Path) -> None:

@@ -33,6 +33,7 @@ from cadence.sim.stepcost import (
 )
 from cadence.sim.zero_graph import ZeroSimPlan, simulate_zero
 from cadence.sizes import parse_size
+from cadence.zero.codec_cost import profile_codec
 
 STRATEGIES = ("cadence-dp", "ddp", "zero")
 PLAN_THRESHOLDS = ("256kib", "1mib", "4mib", "16mib")
@@ -222,13 +223,15 @@ def run_strategy(
         raise ValueError(f"default_plan must be one of {DEFAULT_PLANS}, got {default_plan!r}")
     options = dataclasses.replace(options, update_s_per_byte=setup.update_s_per_byte)
     if strategy == "zero":
+        zero = zero or ZeroSimPlan(stage=2)
         zero_result = simulate_zero(
             block_costs(setup.profile, options.calibrate_compute),
-            zero or ZeroSimPlan(stage=2),
+            zero,
             setup.world_size,
             setup.link,
             iterations,
             setup.update_s_per_byte,
+            profile_codec(setup.profile) if zero.compression == "onebit" else None,
         )
         return zero_result, None
     if strategy == "ddp":

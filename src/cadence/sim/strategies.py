@@ -32,6 +32,7 @@ from cadence.sim.estimates import (
 )
 from cadence.sim.options import SimOptions
 from cadence.sim.zero_graph import ZeroSimPlan, simulate_zero
+from cadence.zero.codec_cost import profile_codec
 
 DP_THRESHOLDS = (1 << 20, 4 << 20, 16 << 20)
 SIMULATED = "simulated"
@@ -104,6 +105,7 @@ def _zero(setup: Setup, costs: BlockCosts) -> list[Candidate]:
     n, p = setup.world_size, sum(costs.param_bytes)
     rows = []
     largest = max(costs.param_bytes)
+    codec = profile_codec(setup.profile)
     # (stage, compression, replicated share): 0 gathers every block from its owners.
     variants = [(s, c, 0.0) for s in (1, 2, 3) for c in ("none", "onebit")]
     variants += [(s, "onebit", share) for share in (1.0, REPLICATED_FRONT) for s in (1, 2)]
@@ -112,7 +114,8 @@ def _zero(setup: Setup, costs: BlockCosts) -> list[Candidate]:
         partial = 0 < share < 1
         plan = ZeroSimPlan(stage=stage, compression=compression, replicated_update=share > 0,
                            replicated_share=share, overlap_gather=partial)  # fmt: skip
-        result = simulate_zero(costs, plan, n, setup.link, 3, setup.update_s_per_byte)
+        priced = codec if compression == "onebit" else None
+        result = simulate_zero(costs, plan, n, setup.link, 3, setup.update_s_per_byte, priced)
         memory = state_bytes(p, 2, f"zero{stage}", n) + _activations(costs)
         if stage == 3:
             memory += 2 * largest  # a block gathered plus the next one prefetched

@@ -12,6 +12,9 @@ program; collectives are priced for `world_size` ranks):
 - each rank steps its shard (`update_s_per_byte` x the bucket bytes / p);
 - stages 1 and 2 all-gather every bucket after the step; the next forward waits for all of
   them, or with `overlap_gather` each block waits for its own;
+- with `onebit` and a `CodecCost`, the communication thread encodes before each exchange and
+  decodes after it (`cadence.zero.codec_cost.codec_work`): the bucket's collectives wait for
+  it, on a processor of its own (the compute does not);
 - with `onebit` at stages 1-2 (the executor's early update) a block's update runs on the
   communication thread right behind its reduction, during the backward (its processor time
   is charged to the compute stream as the step, since the ranks' threads share the cores),
@@ -40,6 +43,7 @@ from cadence.sim.engine import run
 from cadence.sim.estimates import state_bytes
 from cadence.sim.graph import LINK, STREAM, TaskGraph
 from cadence.sim.metrics import SimResult, analyse
+from cadence.zero.codec_cost import CodecCost, codec_work
 from cadence.zero.config import DEFAULT_FORWARD_GATHER_SHARE
 from cadence.zero.layout import front_blocks
 
@@ -96,9 +100,12 @@ class _Worker:
     """Worker 0's compute stream, communication threads (FIFO chains: "comm", and "gather"
     for 1-bit Adam's parameter gathers) and link."""
 
-    def __init__(self, graph: TaskGraph, link: AlphaBeta, world_size: int) -> None:
+    def __init__(
+        self, graph: TaskGraph, link: AlphaBeta, world_size: int, codec: CodecCost | None
+    ) -> None:
         rate = 1.0 / link.beta_s_per_byte if link.beta_s_per_byte > 0 else float("inf")
-        self.graph, self.link, self.p = graph, link, world_size
+        self.graph, self.link, self.p, self.codec_cost = graph, link, world_size, codec
+        self.thread: int | None = None  # the communication thread, made for its first codec
         self.compute = graph.resource("w0.compute", STREAM)
         self.nic = graph.resource("w0.nic", LINK, bytes_per_s=min(rate, 1e30))
         self.last: dict[str, int | None] = {"comm": None, "gather": None}
@@ -134,6 +141,24 @@ class _Worker:
         )
         return self.last[lane]
 
+    def codec(
+        self, name: str, elements: tuple[float, float], deps: Sequence[int | None], it: int
+    ) -> None:
+        """1-bit codec work (encoded, decoded elements) on the communication thread, in its
+        chain after `deps` (nothing without a codec cost or elements)."""
+        if self.codec_cost is None or not any(elements):
+            return
+        if self.thread is None:
+            self.thread = self.graph.resource("w0.comm", STREAM)
+        self.last["comm"] = self.graph.add(
+            name,
+            "codec",
+            resources=(self.thread,),
+            duration_s=self.codec_cost.seconds(*elements),
+            deps=[self.last["comm"], *deps],
+            iteration=it,
+        )
+
     def work(
         self,
         name: str,
@@ -168,11 +193,17 @@ def _reduce(
     size = nbytes // 2 if plan.compression == "fp16" else nbytes
     if plan.compression == "onebit":
         packed = max(1, nbytes // ONEBIT_RATIO) + 4 * w.p  # sign bits + a scale per chunk
+        work = codec_work(plan.stage, replicated, nbytes / 4, w.p)
+        w.codec(f"encode {b}", work.before, deps, it)
         if replicated and plan.stage == 2:  # every rank gets everything sent
-            return _done(w.collective(f"ag-sent {b}", "allgather", packed * w.p, deps, it))
-        done = w.collective(f"a2a {b}", "all_to_all", packed, deps, it)
+            done = w.collective(f"ag-sent {b}", "allgather", packed * w.p, deps, it)
+        else:
+            done = w.collective(f"a2a {b}", "all_to_all", packed, deps, it)
         if plan.stage == 1:  # stages 2-3 reduce-scatter only (see zero/onebit.py)
+            w.codec(f"re-encode {b}", work.between, [], it)
             done = w.collective(f"ag1 {b}", "allgather", packed, [], it)
+        w.codec(f"decode {b}", work.after, [], it)
+        return _done(w.last["comm"] if w.codec_cost else done)
     elif plan.stage == 1:
         done = w.collective(f"ar {b}", "allreduce", size, deps, it)
     else:
@@ -193,10 +224,12 @@ def build_zero(
     iterations: int,
     update_s_per_byte: float = 0.0,
     warmup_iterations: int = 1,
+    codec: CodecCost | None = None,
 ) -> Built:
-    """Graph of `warmup_iterations + iterations` ZeRO iterations on worker 0."""
+    """Graph of `warmup_iterations + iterations` ZeRO iterations on worker 0; `codec` prices
+    1-bit Adam's encoding and decoding (None: free)."""
     graph = TaskGraph()
-    w = _Worker(graph, link, world_size)
+    w = _Worker(graph, link, world_size, codec)
     nb, pb = len(costs.forward_s), costs.param_bytes
     gather = [pb[b] * plan.gather_bytes_per_param // 4 for b in range(nb)]
     replicated = plan.replicated_blocks(pb)
@@ -285,13 +318,17 @@ def simulate_zero(
     link: AlphaBeta | float,
     iterations: int = 3,
     update_s_per_byte: float = 0.0,
+    codec: CodecCost | None = None,
 ) -> SimResult:
     """Predict ZeRO `plan` on `world_size` ranks joined by `link` (an `AlphaBeta`, or
-    bytes/s), from a profile or its block costs; `update_s_per_byte` prices the step."""
+    bytes/s), from a profile or its block costs; `update_s_per_byte` prices the step and
+    `codec` 1-bit Adam's encoding and decoding (None: free)."""
     if world_size < 1:
         raise UserError(f"workers must be >= 1, got {world_size}")
     if isinstance(costs, Profile):
         costs = block_costs(costs)
-    built = build_zero(costs, plan, world_size, link_model(link), iterations, update_s_per_byte)
+    built = build_zero(
+        costs, plan, world_size, link_model(link), iterations, update_s_per_byte, codec=codec
+    )
     base = state_bytes(sum(costs.param_bytes), 2, f"zero{plan.stage}", world_size)
     return analyse(built, run(built.graph), base)
