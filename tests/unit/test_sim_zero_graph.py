@@ -171,7 +171,9 @@ def test_simulate_command_runs_zero(tmp_path: Path, capsys: pytest.CaptureFixtur
     stage1 = json.loads(out.read_text())
     assert main([*args, "--zero-stage", "1", "--compression", "onebit", "--json", str(out)]) == 0
     onebit = json.loads(out.read_text())
-    assert stage1["strategy"] == "zero1" and "zero stage 1, none" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert stage1["strategy"] == "zero1" and "zero stage 1, none" in printed
+    assert printed.count("1-bit codec") == 1  # priced for the onebit run only
     assert onebit["wire_bytes"] < stage1["wire_bytes"] / 2
     assert onebit["iteration_time_s"] < stage1["iteration_time_s"]
 

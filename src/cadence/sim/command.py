@@ -31,7 +31,7 @@ from cadence.sim.stepcost import (
     chosen_step_s,
     step_s_per_byte,
 )
-from cadence.sim.zero_graph import ZeroSimPlan, simulate_zero
+from cadence.sim.zero_graph import ZeroSimPlan, codec_lines, simulate_zero
 from cadence.sizes import parse_size
 from cadence.zero.codec_cost import profile_codec
 
@@ -318,6 +318,7 @@ def result_lines(result: SimResult) -> list[str]:
         f"overlap {result.overlap_ratio:.2f}, efficiency E {result.efficiency:.2f}, "
         f"peak memory {result.peak_memory_bytes / 1e6:.1f} MB per worker, "
         f"{result.wire_bytes / 1e6:.1f} MB on each NIC per iteration",
+        *codec_lines(result),
     ]
 
 

@@ -332,3 +332,13 @@ def simulate_zero(
     )
     base = state_bytes(sum(costs.param_bytes), 2, f"zero{plan.stage}", world_size)
     return analyse(built, run(built.graph), base)
+
+
+def codec_lines(result: SimResult) -> list[str]:
+    """With 1-bit Adam's codec priced: what it costs the communication thread per iteration,
+    as a line for `cadence simulate` (none otherwise)."""
+    codec = [t for t in result.schedule.graph.tasks if t.kind == "codec"]
+    if not codec:
+        return []
+    per_iteration = sum(t.duration_s for t in codec) / len({t.iteration for t in codec})
+    return [f"1-bit codec {per_iteration * 1e3:.1f} ms per iteration on the communication thread"]
