@@ -142,3 +142,41 @@ def test_zero_bench_refuses_zero_repeats():
 
     with pytest.raises(UserError, match="--repeats must be at least 1"):
         run_bench("mlp", "200mbit", 30, 8, 2, Path("unused"), repeats=0)
+
+
+def test_each_zero_job_is_simulated_as_its_config_runs_it():
+    from cadence.zero.bench_predict import sim_plan
+
+    plan = sim_plan(job_spec("zero2-onebit-bf16-overlap-replicated30-front55", BASE))
+    assert (plan.stage, plan.compression, plan.gather_bytes_per_param) == (2, "onebit", 2)
+    assert plan.overlap_gather and plan.replicated_update
+    assert (plan.replicated_share, plan.forward_gather_share) == (0.3, 0.55)
+    plain = sim_plan(job_spec("zero3-none", BASE))
+    assert (plain.stage, plain.compression, plain.gather_bytes_per_param) == (3, "none", 4)
+    assert not (plain.overlap_gather or plain.replicated_update)
+
+
+def test_rows_get_the_simulators_prediction_where_a_job_has_an_adapter(tmp_path):
+    from cadence.zero.bench_predict import predict_rows
+    from tests.unit.test_sim_cli import zoo_profile
+
+    profile = tmp_path / "profile.json"
+    zoo_profile("mlp").save(profile)
+    names = ["ddp", "zero2-none", "zero2-onebit", "fsdp2"]
+    rows = [_row(name, 0.5, 1e6, [3.0, 2.0]) for name in names]
+    predict_rows(rows, [job_spec(name, BASE) for name in names], profile, 2, "10mbit")
+    ddp, plain, onebit, fsdp2 = rows
+    assert fsdp2["predicted_iteration_s"] is None and fsdp2["prediction_error"] is None
+    for r in (ddp, plain, onebit):
+        assert r["prediction_error"] == pytest.approx(r["predicted_iteration_s"] / 0.5 - 1)
+    # On a 10 Mbit link the wire decides: 1-bit momentum ahead of fp32 gradients.
+    assert onebit["predicted_iteration_s"] < plain["predicted_iteration_s"]
+    assert onebit["predicted_iteration_s"] < ddp["predicted_iteration_s"]
+    summary = {"rows": rows, "freeze_steps": 1, "skipped": {}, "model": "mlp",
+               "bandwidth": "10mbit", "workers": 2, "batch_size": 16, "steps": 3,
+               "timed_steps": 1}  # fmt: skip
+    summary["targets"] = targets(summary)
+    text = "\n".join(table_lines(summary))
+    assert "| predicted (error) |" in text and text.count("| --- ") == 9
+    assert f"({onebit['prediction_error'] * 100:+.0f}%)" in text
+    assert "| fsdp2 | 0.500 s | - |" in text

@@ -70,22 +70,30 @@ def _f(value: float | None, fmt: str) -> str:
 def table_lines(summary: dict[str, Any]) -> list[str]:
     repeats = summary.get("repeats", 1)
     rounds = f", median of {repeats} rounds in alternating order" if repeats > 1 else ""
+    # The simulator's figure per job (`bench_predict`), where the bench made them.
+    predicted = any("predicted_iteration_s" in r for r in summary["rows"])
     lines = [
         f"{summary['model']} at {summary['bandwidth']}, {summary['workers']} emulated hosts, "
         f"batch {summary['batch_size']}, median of {summary['timed_steps']} steps after "
         f"{summary['steps'] - summary['timed_steps']}{rounds}",
-        "| job | iteration | vs DDP | " + ("vs DDP by round | " if repeats > 1 else "")
+        "| job | iteration | " + ("predicted (error) | " if predicted else "") + "vs DDP | "
+        + ("vs DDP by round | " if repeats > 1 else "")
         + "payload MB/step | iface tx MB/step | iface wire time "
         "| max loss diff vs DDP (Adam steps) | final loss |",
-        "| --- " * (8 + (repeats > 1)) + "|",
+        "| --- " * (8 + (repeats > 1) + predicted) + "|",
     ]
     for r in summary["rows"]:
         by_round = ""
         if repeats > 1:
             by_round = " / ".join(f"{v:.2f}" for v in r.get("round_vs_ddp", [])) or "-"
             by_round = f"| {by_round} "
+        guess = ""
+        if predicted:
+            guess = "| - " if r.get("predicted_iteration_s") is None else (
+                f"| {r['predicted_iteration_s']:.3f} s ({r['prediction_error'] * 100:+.0f}%) "
+            )
         lines.append(
-            f"| {r['job']} | {r['median_iteration_s']:.3f} s | {_f(r['vs_ddp'], '.2f')} "
+            f"| {r['job']} | {r['median_iteration_s']:.3f} s {guess}| {_f(r['vs_ddp'], '.2f')} "
             f"{by_round}| {_mb(r['payload_bytes_per_step_per_rank'])} "
             f"| {_mb(r['iface_tx_bytes_per_step_per_rank'])} | {r['iface_wire_s']:.3f} s "
             f"| {_f(r['loss_max_abs_diff_vs_ddp_first_steps'], '.1e')} "
@@ -118,6 +126,11 @@ def plot_times(path: Path, summary: dict[str, Any]) -> None:
     ax.bar(xs, [r["median_iteration_s"] for r in rows], label="median iteration")
     ax.plot(xs, [r["iface_wire_s"] for r in rows], "k_", markersize=18,
             label="interface bytes / cap")  # fmt: skip
+    guesses = [(x, r["predicted_iteration_s"]) for x, r in zip(xs, rows, strict=True)
+               if r.get("predicted_iteration_s") is not None]  # fmt: skip
+    if guesses:
+        ax.plot(*zip(*guesses, strict=True), "rD", markersize=5,
+                label="simulator (a core per rank)")  # fmt: skip
     ax.set_xticks(list(xs), [r["job"] for r in rows], rotation=60, ha="right", fontsize=8)
     ax.set_ylabel("seconds per step")
     ax.set_title(f"cadence bench zero: {summary['model']} at {summary['bandwidth']}")

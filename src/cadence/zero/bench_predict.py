@@ -1,0 +1,69 @@
+"""The simulator's prediction of each `cadence bench zero` job, beside what the job measured.
+
+The bench profiles the model at the per-worker batch in its own process before the runs (one
+thread, as each worker runs) and simulates every job as its executor runs it: a ZeRO job from
+the plan its `JobSpec` configures (`sim_plan`, 1-bit Adam's codec priced from the profile),
+DDP with its own adapter, on links of the cap's TCP payload rate. FSDP2 and DeepSpeed have no
+adapter and get no prediction. The predictions assume a core per rank; on a machine whose
+ranks share cores the measured jobs are slower (README, "The 1-bit codec, priced").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cadence.zero.bench_worker import JobSpec
+
+if TYPE_CHECKING:
+    from cadence.sim.zero_graph import ZeroSimPlan
+
+
+def sim_plan(spec: JobSpec) -> ZeroSimPlan:
+    """The `ZeroSimPlan` of a ZeRO job: what its `ZeroConfig` tells the executor to do."""
+    from cadence.sim.zero_graph import ZeroSimPlan
+
+    return ZeroSimPlan(
+        stage=spec.stage,
+        compression=spec.compression,
+        gather_bytes_per_param=2 if spec.gather_dtype == "bf16" else 4,
+        overlap_gather=spec.overlap_gather,
+        replicated_update=spec.replicated_update,
+        replicated_share=spec.replicated_share,
+        forward_gather_share=spec.forward_gather_share,
+    )
+
+
+def predict_rows(
+    rows: list[dict[str, Any]],
+    specs: list[JobSpec],
+    profile_path: str | Path,
+    workers: int,
+    bandwidth: str,
+) -> None:
+    """Add `predicted_iteration_s` and `prediction_error` (predicted / measured - 1) to every
+    row, None where the job has no simulator adapter."""
+    from cadence.sim.api import DDP_BUCKET_BYTES
+    from cadence.sim.command import make_setup, run_strategy
+    from cadence.sim.options import SimOptions
+
+    by_name = {spec.name: spec for spec in specs}
+    model = specs[0].model
+    setup = make_setup(
+        model=model, workers=workers, bandwidth=bandwidth, profile_path=str(profile_path),
+        echo=lambda _: None,
+    )  # fmt: skip
+    for row in rows:
+        spec = by_name[row["job"]]
+        predicted = None
+        if spec.kind == "ddp":
+            result, _ = run_strategy(setup, "ddp", None, None, DDP_BUCKET_BYTES, SimOptions())
+            predicted = result.iteration_s
+        elif spec.kind == "zero":
+            result, _ = run_strategy(
+                setup, "zero", None, None, DDP_BUCKET_BYTES, SimOptions(), zero=sim_plan(spec)
+            )
+            predicted = result.iteration_s
+        row["predicted_iteration_s"] = predicted
+        measured = row["median_iteration_s"]
+        row["prediction_error"] = None if predicted is None else predicted / measured - 1
