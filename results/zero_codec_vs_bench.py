@@ -16,8 +16,9 @@ from cadence.sim.api import DDP_BUCKET_BYTES
 from cadence.sim.command import make_setup, run_strategy
 from cadence.sim.compute import block_costs
 from cadence.sim.options import SimOptions
-from cadence.sim.zero_graph import ZeroSimPlan, simulate_zero
+from cadence.sim.zero_graph import simulate_zero
 from cadence.zero.bench import job_spec
+from cadence.zero.bench_predict import sim_plan
 from cadence.zero.bench_worker import JobSpec
 from cadence.zero.codec_cost import profile_codec
 
@@ -41,16 +42,7 @@ for row in summary["rows"]:
         ddp, _ = run_strategy(setup, "ddp", None, None, DDP_BUCKET_BYTES, SimOptions())
         free = priced = ddp.iteration_s
     elif job.startswith("zero"):
-        spec = job_spec(job, JobSpec(name="base", kind="zero", model=model))
-        plan = ZeroSimPlan(
-            stage=spec.stage,
-            compression=spec.compression,
-            gather_bytes_per_param=2 if spec.gather_dtype == "bf16" else 4,
-            overlap_gather=spec.overlap_gather,
-            replicated_update=spec.replicated_update,
-            replicated_share=spec.replicated_share,
-            forward_gather_share=spec.forward_gather_share,
-        )
+        plan = sim_plan(job_spec(job, JobSpec(name="base", kind="zero", model=model)))
         result, _ = run_strategy(
             setup, "zero", None, None, DDP_BUCKET_BYTES, SimOptions(), zero=plan
         )
