@@ -75,6 +75,22 @@ def test_the_codec_delays_each_buckets_exchange_on_the_communication_thread(
     assert simulate_zero(_costs(), plain, 2, FREE, codec=codec).iteration_s == pytest.approx(6.0)
 
 
+def test_without_a_gather_lane_gathers_queue_behind_the_reductions() -> None:
+    # Stage 2, onebit, on a slow link: block 1's gather is submitted right behind its update,
+    # during block 0's backward, and is still on the wire when that backward ends. On a lane
+    # of its own it shares the link with block 0's exchange; on the one thread, which runs
+    # in submission order, block 0's exchange waits for it.
+    def times(plan: ZeroSimPlan) -> dict[str, tuple[float, float]]:
+        schedule = simulate_zero(_costs(), plan, 2, SLOW).schedule
+        return {t.name: (schedule.start_s[t.id], schedule.end_s[t.id])
+                for t in schedule.graph.tasks if t.iteration == 1}  # fmt: skip
+
+    two = times(ZeroSimPlan(stage=2, compression="onebit"))
+    one = times(ZeroSimPlan(stage=2, compression="onebit", gather_lane=False))
+    assert two["a2a 0"][0] < two["g1"][1]
+    assert one["a2a 0"][0] == pytest.approx(one["g1"][1])
+
+
 def test_stage1_reduces_after_backward_and_gathers_after_the_step() -> None:
     ar = SLOW.time("allreduce", "ring", 4 * MB, 4)
     ag = SLOW.time("allgather", "ring", 4 * MB, 4)

@@ -18,7 +18,8 @@ program; collectives are priced for `world_size` ranks):
 - with `onebit` at stages 1-2 (the executor's early update) a block's update runs on the
   communication thread right behind its reduction, during the backward (its processor time
   is charged to the compute stream as the step, since the ranks' threads share the cores),
-  and its gather follows on a second thread and group (the gather lane, sharing the link),
+  and its gather follows on a second thread and group (the gather lane, sharing the link;
+  without `gather_lane`, behind the reductions on the one thread),
   except the front blocks within `forward_gather_share` under `overlap_gather`, gathered
   after the step in forward order; with `replicated_update` (onebit) every rank steps every
   piece of the front blocks within `replicated_share` of the parameters (all of them by
@@ -71,6 +72,9 @@ class ZeroSimPlan:
     forward_gather_share: float = DEFAULT_FORWARD_GATHER_SHARE
     """With `overlap_gather` and onebit: the front blocks within this share are gathered
     after the step in forward order (`ZeroConfig.forward_gather_share`)."""
+    gather_lane: bool = True
+    """Onebit at stages 1-2: the parameter gathers run on a thread and group of their own
+    (`ZeroConfig.gather_lane`); False queues them behind the reductions on one thread."""
 
     @property
     def updates_early(self) -> bool:
@@ -236,6 +240,7 @@ def build_zero(
     early = plan.updates_early
     share = plan.forward_gather_share if plan.overlap_gather and early else 0.0
     later = front_blocks(pb, share)  # gathered after the step, in forward order
+    gather_lane = "gather" if plan.gather_lane else "comm"
     starts: list[int] = []
     gates: list[list[int]] = [[] for _ in range(nb)]  # what each block's forward waits for
     for it in range(warmup_iterations + iterations):
@@ -273,7 +278,7 @@ def build_zero(
                     updated[b] = u = reductions[-1]
                     if not (replicated[b] or later[b]):
                         gathered[b] = w.collective(
-                            f"g{b}", "allgather", gather[b], [u], it, lane="gather"
+                            f"g{b}", "allgather", gather[b], [u], it, lane=gather_lane
                         )
         if plan.stage == 1 and not early:
             backward = [w.last_compute]  # stage 1 reduces at the step, after backward
@@ -291,7 +296,9 @@ def build_zero(
             for b in range(nb):  # the front blocks' gathers, in forward order
                 if later[b] and not replicated[b] and pb[b]:
                     deps = [updated[b], step]
-                    gathered[b] = w.collective(f"g{b}", "allgather", gather[b], deps, it, "gather")
+                    gathered[b] = w.collective(
+                        f"g{b}", "allgather", gather[b], deps, it, gather_lane
+                    )
             # A replicated block waits only for its update.
             waits = [g if g is not None else u for g, u in zip(gathered, updated, strict=True)]
         elif plan.stage < 3:  # (a replicated update is always early: onebit at stages 1-2)

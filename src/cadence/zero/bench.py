@@ -245,5 +245,5 @@ def run_bench(
     plot_losses(out / "loss.png", summary)
     for line in table_lines(summary):
         echo(line)
-    echo(f"wrote {out}/summary.json, iteration.png, loss.png")
+    echo(f"wrote {out}/summary.json, iteration.png, loss.png, profile.json")
     return summary

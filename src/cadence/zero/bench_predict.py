@@ -31,6 +31,7 @@ def sim_plan(spec: JobSpec) -> ZeroSimPlan:
         replicated_update=spec.replicated_update,
         replicated_share=spec.replicated_share,
         forward_gather_share=spec.forward_gather_share,
+        gather_lane=spec.gather_lane,
     )
 
 
