@@ -157,14 +157,15 @@ def test_each_zero_job_is_simulated_as_its_config_runs_it():
 
 
 def test_rows_get_the_simulators_prediction_where_a_job_has_an_adapter(tmp_path):
-    from cadence.zero.bench_predict import predict_rows
+    from cadence.zero.bench_predict import attach_predictions, predict_jobs
     from tests.unit.test_sim_cli import zoo_profile
 
     profile = tmp_path / "profile.json"
     zoo_profile("mlp").save(profile)
     names = ["ddp", "zero2-none", "zero2-onebit", "fsdp2"]
     rows = [_row(name, 0.5, 1e6, [3.0, 2.0]) for name in names]
-    predict_rows(rows, [job_spec(name, BASE) for name in names], profile, 2, "10mbit")
+    predicted = predict_jobs([job_spec(name, BASE) for name in names], profile, 2, "10mbit")
+    attach_predictions(rows, predicted)
     ddp, plain, onebit, fsdp2 = rows
     assert fsdp2["predicted_iteration_s"] is None and fsdp2["prediction_error"] is None
     for r in (ddp, plain, onebit):

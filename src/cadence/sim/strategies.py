@@ -114,8 +114,8 @@ def _zero(setup: Setup, costs: BlockCosts) -> list[Candidate]:
         partial = 0 < share < 1
         plan = ZeroSimPlan(stage=stage, compression=compression, replicated_update=share > 0,
                            replicated_share=share, overlap_gather=partial)  # fmt: skip
-        priced = codec if compression == "onebit" else None
-        result = simulate_zero(costs, plan, n, setup.link, 3, setup.update_s_per_byte, priced)
+        # (the adapter prices the codec only where a plan has one: onebit)
+        result = simulate_zero(costs, plan, n, setup.link, 3, setup.update_s_per_byte, codec)
         memory = state_bytes(p, 2, f"zero{stage}", n) + _activations(costs)
         if stage == 3:
             memory += 2 * largest  # a block gathered plus the next one prefetched

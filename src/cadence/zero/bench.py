@@ -189,7 +189,7 @@ def run_bench(
         parse_bandwidth,
     )
     from cadence.profile import profile_command
-    from cadence.zero.bench_predict import predict_rows
+    from cadence.zero.bench_predict import attach_predictions, predict_jobs
     from cadence.zero.peers import deepspeed_missing
 
     if repeats < 1:
@@ -223,9 +223,11 @@ def run_bench(
             skipped[spec.name] = reason
     rounds: dict[str, list[dict[str, Any]]] = {spec.name: [] for spec in runnable}
     profile_path = out / "profile.json"  # the simulator's input, made before the runs
-    echo(f"profiling {model} at batch {batch_size // workers} per worker for the predictions")
-    profile_command(model, batch_size=max(1, batch_size // workers), iterations=5,
-                    out=profile_path, echo=lambda _: None)  # fmt: skip
+    per_worker = max(1, batch_size // workers)
+    echo(f"profiling {model} at batch {per_worker} per worker for the predictions")
+    profile_command(model, batch_size=per_worker, iterations=5, out=profile_path,
+                    echo=lambda _: None)  # fmt: skip
+    predicted = predict_jobs(runnable, profile_path, workers, bandwidth)
     with cleanup_on_signals(), EmulatedCluster(workers, bps) as cluster:
         for index in range(repeats):
             # Alternate the order so no job always runs first (or last) on a drifting machine.
@@ -237,7 +239,7 @@ def run_bench(
                      f"iface {r['iface_tx_bytes_per_step_per_rank'] / 1e6:7.2f} MB/step"
                      + (f"  (round {index + 1}/{repeats})" if repeats > 1 else ""))  # fmt: skip
     rows.extend(_merge_rounds(rounds[spec.name]) for spec in runnable)
-    predict_rows(rows, runnable, profile_path, workers, bandwidth)
+    attach_predictions(rows, predicted)
     shutil.rmtree(runs_dir, ignore_errors=True)
     summary["targets"] = targets(summary)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

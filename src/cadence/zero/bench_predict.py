@@ -35,36 +35,35 @@ def sim_plan(spec: JobSpec) -> ZeroSimPlan:
     )
 
 
-def predict_rows(
-    rows: list[dict[str, Any]],
-    specs: list[JobSpec],
-    profile_path: str | Path,
-    workers: int,
-    bandwidth: str,
-) -> None:
-    """Add `predicted_iteration_s` and `prediction_error` (predicted / measured - 1) to every
-    row, None where the job has no simulator adapter."""
+def predict_jobs(
+    specs: list[JobSpec], profile_path: str | Path, workers: int, bandwidth: str
+) -> dict[str, float | None]:
+    """Each job's predicted iteration, None where it has no simulator adapter. The bench asks
+    before its runs, so a job the simulator cannot take fails before minutes of training."""
     from cadence.sim.api import DDP_BUCKET_BYTES
     from cadence.sim.command import make_setup, run_strategy
     from cadence.sim.options import SimOptions
 
-    by_name = {spec.name: spec for spec in specs}
-    model = specs[0].model
     setup = make_setup(
-        model=model, workers=workers, bandwidth=bandwidth, profile_path=str(profile_path),
-        echo=lambda _: None,
+        model=specs[0].model, workers=workers, bandwidth=bandwidth,
+        profile_path=str(profile_path), echo=lambda _: None,
     )  # fmt: skip
-    for row in rows:
-        spec = by_name[row["job"]]
-        predicted = None
-        if spec.kind == "ddp":
-            result, _ = run_strategy(setup, "ddp", None, None, DDP_BUCKET_BYTES, SimOptions())
-            predicted = result.iteration_s
-        elif spec.kind == "zero":
+    predicted: dict[str, float | None] = {}
+    for spec in specs:
+        predicted[spec.name] = None
+        if spec.kind in ("ddp", "zero"):
+            zero = sim_plan(spec) if spec.kind == "zero" else None
             result, _ = run_strategy(
-                setup, "zero", None, None, DDP_BUCKET_BYTES, SimOptions(), zero=sim_plan(spec)
+                setup, spec.kind, None, None, DDP_BUCKET_BYTES, SimOptions(), zero=zero
             )
-            predicted = result.iteration_s
-        row["predicted_iteration_s"] = predicted
-        measured = row["median_iteration_s"]
-        row["prediction_error"] = None if predicted is None else predicted / measured - 1
+            predicted[spec.name] = result.iteration_s
+    return predicted
+
+
+def attach_predictions(rows: list[dict[str, Any]], predicted: dict[str, float | None]) -> None:
+    """Add `predicted_iteration_s` and `prediction_error` (predicted / measured - 1) to every
+    row, None where the job has no prediction."""
+    for row in rows:
+        guess = predicted[row["job"]]
+        row["predicted_iteration_s"] = guess
+        row["prediction_error"] = None if guess is None else guess / row["median_iteration_s"] - 1
