@@ -16,7 +16,13 @@ from cadence.zero.compress import (
     wire_bytes,
 )
 from cadence.zero.layout import front_buckets
-from cadence.zero.onebit import encode_local_momentum, momentum_reduce_scatter, reduce_received
+from cadence.zero.onebit import (
+    encode_local_momentum,
+    gather_wires,
+    mean_of_received,
+    momentum_reduce_scatter,
+    reduce_received,
+)
 
 
 def test_sign_packing_round_trips_eight_per_byte():
@@ -234,3 +240,20 @@ def _sender_side(grad, last_sent, error, beta1):
         sent.append(out[0])
         torch.testing.assert_close(momentum, decode(out[0]))  # alone: the mean is itself
     return torch.stack(sent)
+
+
+def test_one_bit_exchanges_keep_to_their_tensors_device():
+    # On a GPU, buffers made on the CPU failed the first 1-bit step ("found at least two
+    # devices, cuda:0 and cpu"); the meta device stands in for any device that is not the CPU.
+    meta, p, piece = torch.device("meta"), 2, 2 * SCALE_CHUNK
+    grad = torch.empty(p * piece, device=meta)
+    wires = torch.empty(p, wire_bytes(piece), dtype=torch.uint8, device=meta)
+    momentum, sender_error = torch.empty(piece, device=meta), torch.empty(p * piece, device=meta)
+    sent = encode_local_momentum(grad, wires, momentum, sender_error, 0.9, rank=0)
+    wire = reduce_received(sent, torch.empty(piece, device=meta), momentum)
+    one = [torch.empty(piece, device=meta) for _ in range(3)]  # a world of one: the whole piece
+    stage2_sent = momentum_reduce_scatter(one[0], wires[:1], one[1], one[2], 0.9, group=None)
+    gathered = gather_wires(wire, 1, group=None)
+    out = mean_of_received(torch.empty(piece, device=meta), wires)
+    for tensor in (sent, wire, stage2_sent, gathered, out):
+        assert tensor.device == meta

@@ -296,7 +296,7 @@ class ZeroEngine:
             collectives.all_reduce(wire, op="avg", group=self.group)
             out = wire[lo:hi]
         elif self.p > 1:
-            out = torch.empty(st.spec.piece, dtype=wire.dtype)
+            out = torch.empty(st.spec.piece, dtype=wire.dtype, device=wire.device)
             collectives.reduce_scatter_tensor(out, wire, op="avg", group=self.group)
         else:
             out = wire
@@ -377,7 +377,7 @@ class ZeroEngine:
         if not st.replicated:
             return frozen_denominator(variance, args)
         if st.denominator is None or st.denominator_key != args.denominator_key:
-            full = torch.empty(st.spec.padded, dtype=torch.float32)
+            full = torch.empty(st.spec.padded, dtype=torch.float32, device=variance.device)
             own = frozen_denominator(variance, args)
             collectives.all_gather_into_tensor(full, own, group=self.group)
             st.denominator, st.denominator_key = full, args.denominator_key
@@ -391,7 +391,7 @@ class ZeroEngine:
         if self.config.stage == 1:  # the all-reduced momentum, as every rank gathered it
             return decode(st.momentum_wire[j])
         assert st.everyone_sent is not None
-        out = torch.empty(st.spec.piece, dtype=torch.float32)
+        out = torch.empty(st.spec.piece, dtype=torch.float32, device=st.shard.device)
         return mean_of_received(out, st.everyone_sent[:, j])
 
     def finish_reductions(self) -> None:
@@ -414,7 +414,7 @@ class ZeroEngine:
         if self.p == 1:
             st.flat.copy_(src.to(torch.bfloat16) if self.config.gather_dtype == "bf16" else src)
         elif self.config.gather_dtype == "bf16":
-            out = torch.empty(st.spec.padded, dtype=torch.bfloat16)
+            out = torch.empty(st.spec.padded, dtype=torch.bfloat16, device=src.device)
             collectives.all_gather_into_tensor(
                 out, src.to(torch.bfloat16), group=self.gather_group
             )

@@ -104,7 +104,7 @@ def encode_sent(
     p = last_sent.shape[0]
     errors = sender_error.add_(grad, alpha=1 - beta1).view(p, -1)
     sent = torch.empty_like(last_sent)
-    scratch = torch.empty(errors.shape[1], dtype=sender_error.dtype)
+    scratch = torch.empty_like(errors[0])
     for j in range(p):  # error + local momentum -> wire j, the error keeps what it lost
         decode_add_(errors[j], last_sent[j], alpha=beta1)
         encode_feedback_(errors[j], sent[j], scratch)
@@ -148,8 +148,8 @@ def encode_local_momentum(
             errors[j].add_(momentum, alpha=beta1)
         else:
             decode_add_(errors[j], last_wire[j], alpha=beta1)
-    sent = torch.empty(p, wire_bytes(piece), dtype=torch.uint8)
-    scratch = torch.empty(piece, dtype=sender_error.dtype)
+    sent = torch.empty(p, wire_bytes(piece), dtype=torch.uint8, device=sender_error.device)
+    scratch = torch.empty_like(errors[0])
     for j in range(p):  # error + local momentum -> wire j, the error keeps what it lost
         encode_feedback_(errors[j], sent[j], scratch)
     return sent
@@ -163,7 +163,7 @@ def reduce_received(
     p = received.shape[0]
     for j in range(p):
         decode_add_(reducer_error, received[j], alpha=1 / p)
-    wire = torch.empty(received.shape[1], dtype=torch.uint8)
+    wire = torch.empty(received.shape[1], dtype=torch.uint8, device=received.device)
     encode_feedback_(reducer_error, wire, momentum)
     return wire
 
@@ -172,7 +172,7 @@ def gather_wires(
     wire: torch.Tensor, world_size: int, group: dist.ProcessGroup | None
 ) -> torch.Tensor:
     """All-gather one encoded piece per rank into (p, wire_bytes) uint8."""
-    out = torch.empty(world_size, wire.numel(), dtype=torch.uint8)
+    out = torch.empty(world_size, wire.numel(), dtype=torch.uint8, device=wire.device)
     if world_size == 1:
         out[0].copy_(wire)
     else:
