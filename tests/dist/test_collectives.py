@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 import cadence.comm.collectives as C
+import cadence.comm.ops as C_ops
 from cadence.testing import run_ranks
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -248,3 +249,16 @@ def test_unknown_algorithm_and_op_raise_value_error():
         C.all_reduce(t, op="xor")
     with pytest.raises(ValueError, match="accepted"):
         C.bytes_sent_per_rank("all_reduce", "bruck", 16, 4)
+
+
+def _control_message(rank, world_size):
+    counts = torch.tensor([rank + 1.0])
+    return str(C_ops.wire_device()), C_ops.all_reduce_sum(counts).tolist(), counts.device.type
+
+
+def test_control_messages_travel_on_the_groups_device():
+    # gloo takes host memory: a count made on the CPU is summed in place there (under NCCL
+    # `wire_device` is the rank's GPU and the sum comes back to the CPU tensor; see test_cuda.py).
+    assert str(C_ops.wire_device()) == "cpu"  # no process group: the CPU
+    results = run_ranks(_control_message, 2)
+    assert results == [("cpu", [3.0], "cpu")] * 2

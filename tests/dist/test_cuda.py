@@ -73,3 +73,28 @@ def test_zero_on_one_gpu_over_nccl_equals_ddp_and_one_bit_trains(tmp_path, stage
     )  # fmt: skip
     assert onebit["step_loss"][-1] < onebit["step_loss"][0] / 2
     assert onebit["final_test_accuracy"] > 0.5
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs a GPU per worker (2)")
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--strategy", "cadence-dp", "--autotune", "guided"),
+        ("--strategy", "pipeline", "--schedule", "auto"),
+        ("--strategy", "zero", "--zero-stage", "2", "--compression", "onebit",
+         "--freeze-steps", "10"),
+    ],
+    ids=["cadence-dp-autotune", "pipeline-auto", "zero2-onebit"],
+)  # fmt: skip
+def test_a_gpu_per_worker_trains_over_nccl(tmp_path, args):
+    # Timings, flags, probes and pipeline messages must travel over NCCL, which takes only
+    # tensors on the rank's own GPU (`cadence.comm.ops.wire_device`); not yet run on 2 GPUs.
+    proc = run_cadence(
+        "train", "--model", "mlp", "--workers", "2", "--device", "auto", "--steps", "60",
+        "--json", "summary.json", *args, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    metrics = json.loads((tmp_path / "summary.json").read_text())
+    assert (metrics["backend"], metrics["world_size"]) == ("nccl", 2)
+    assert metrics["step_loss"][-1] < metrics["step_loss"][0] / 2
+    assert metrics["final_test_accuracy"] > 0.5

@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING
 from cadence._lazy import lazy_names
 
 if TYPE_CHECKING:
-    from cadence.comm.ops import all_reduce_sum, barrier, broadcast_object
+    from cadence.comm.ops import all_reduce_sum, barrier, broadcast_object, wire_device
     from cadence.comm.process_group import DistContext, destroy, init_from_env
 
 _HOMES = {
     "all_reduce_sum": "cadence.comm.ops",
     "barrier": "cadence.comm.ops",
     "broadcast_object": "cadence.comm.ops",
+    "wire_device": "cadence.comm.ops",
     "DistContext": "cadence.comm.process_group",
     "destroy": "cadence.comm.process_group",
     "init_from_env": "cadence.comm.process_group",
@@ -31,6 +32,7 @@ __all__ = [
     "broadcast_object",
     "destroy",
     "init_from_env",
+    "wire_device",
 ]
 
 __getattr__ = lazy_names(__name__, _HOMES)

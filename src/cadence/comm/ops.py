@@ -12,10 +12,22 @@ def _active() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
+def wire_device(group: dist.ProcessGroup | None = None) -> torch.device:
+    """Where a tensor sent over `group` (default: the default group) must live: NCCL takes
+    only tensors on this rank's GPU, gloo takes host memory (and CUDA tensors, via a copy).
+    Control messages (timings, flags, probes) are made here so they travel over either."""
+    if dist.is_available() and dist.is_initialized() and dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     """Sum `tensor` in place across ranks and return it."""
     if _active():
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        on_wire = tensor.to(wire_device())
+        dist.all_reduce(on_wire, op=dist.ReduceOp.SUM)
+        if on_wire is not tensor:
+            tensor.copy_(on_wire)
     return tensor
 
 

@@ -30,6 +30,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from cadence.comm.ops import wire_device
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -200,7 +202,9 @@ class Autotuner:
         waited = self._waited_s() - self._wait_start
         period = span / max(1, len(self._starts) - 1)
         cheap = self._wire_s is not None and self._wire_s < self._cheap_wire_fraction * period
-        hidden = torch.tensor([1.0 if waited < self._hidden_fraction * span or cheap else 0.0])
+        hidden = torch.tensor(
+            [1.0 if waited < self._hidden_fraction * span or cheap else 0.0], device=wire_device()
+        )
         if self._broadcast:
             dist.broadcast(hidden, src=0)
         return bool(hidden.item())
@@ -233,7 +237,9 @@ class Autotuner:
     def _agreed_best(self) -> Candidate:
         """Rank 0's fastest candidate so far, by the median of its timings (every rank has the
         same candidate list)."""
-        seconds = torch.tensor([t for _, t in self._timings], dtype=torch.float64)
+        seconds = torch.tensor(
+            [t for _, t in self._timings], dtype=torch.float64, device=wire_device()
+        )
         if self._broadcast:
             dist.broadcast(seconds, src=0)
         self._timings = [(c, t) for (c, _), t in zip(self._timings, seconds.tolist(), strict=True)]

@@ -23,6 +23,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.autograd import Variable
 
+from cadence.comm.ops import wire_device
 from cadence.dp.autotune import Autotuner, TuneResult
 from cadence.dp.config import DPConfig
 from cadence.dp.layers import ModelLayout
@@ -488,7 +489,7 @@ class SyncEngine:
 
     def _rank0(self, values: list[float]) -> list[float]:
         """`values` as rank 0 measured them: every rank plans from the same figures."""
-        measured = torch.tensor(values, dtype=torch.float64)
+        measured = torch.tensor(values, dtype=torch.float64, device=wire_device(self.group))
         if self.group is not None:
             dist.broadcast(measured, src=dist.get_global_rank(self.group, 0), group=self.group)
         return measured.tolist()

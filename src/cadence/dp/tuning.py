@@ -11,6 +11,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from cadence.comm.ops import wire_device
 from cadence.dp.autotune import (
     Autotuner,
     Candidate,
@@ -31,17 +32,25 @@ def probe_link_bytes_per_s(world_size: int, repeats: int = 3) -> float:
     before training starts, so nothing else is on the wire). Rank 0's figure, broadcast."""
     if world_size < 2:
         return 1e12  # a world of one sends nothing
-    buffer = torch.zeros(PROBE_BYTES // 4)
+    device = wire_device()
+    buffer = torch.zeros(PROBE_BYTES // 4, device=device)
     dist.all_reduce(buffer)  # connections set up outside the timing
     times = []
     for _ in range(repeats):
+        _settle(device)
         start = time.perf_counter()
         dist.all_reduce(buffer)
+        _settle(device)  # NCCL returns once the work is queued
         times.append(time.perf_counter() - start)
     wire_bytes = 2 * (world_size - 1) / world_size * PROBE_BYTES
-    rate = torch.tensor([wire_bytes / statistics.median(times)], dtype=torch.float64)
+    rate = torch.tensor([wire_bytes / statistics.median(times)], dtype=torch.float64, device=device)
     dist.broadcast(rate, src=0)
     return float(rate.item())
+
+
+def _settle(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def attach_tuner(

@@ -109,6 +109,8 @@ class PipelineExecutor:
         if backend == "torch" and not torch_runtime_supports(schedule):
             raise ValueError(f"torch's runtime cannot run {schedule.name} (grouped or recompute)")
         self.module = module
+        # Messages are received where the stage computes: NCCL takes only its GPU's tensors.
+        self.device = next(module.parameters(), torch.empty(0)).device
         self.schedule = schedule
         self.stage = stage
         self.loss_fn = loss_fn
@@ -257,7 +259,7 @@ class PipelineExecutor:
 
     def _send_meta(self, sample: Tensor, links: _Links) -> None:
         # Once per executor: the next stage learns dtype and shape of one micro-batch's output.
-        meta = torch.zeros(_META_LEN, dtype=torch.int64)
+        meta = torch.zeros(_META_LEN, dtype=torch.int64, device=self.device)
         meta[0], meta[1] = _DTYPES.index(sample.dtype), sample.dim()
         meta[2 : 2 + sample.dim()] = torch.tensor(sample.shape)
         self._send(meta, self.stage + 1, 2, links)
@@ -265,7 +267,7 @@ class PipelineExecutor:
 
     def _recv_meta(self) -> tuple[torch.dtype, tuple[int, ...]]:
         if self._in_meta is None:
-            meta = torch.zeros(_META_LEN, dtype=torch.int64)
+            meta = torch.zeros(_META_LEN, dtype=torch.int64, device=self.device)
             dist.recv(meta, self._peer(self.stage - 1), tag=2)
             ndim = int(meta[1])
             self._in_meta = (_DTYPES[int(meta[0])], tuple(int(d) for d in meta[2 : 2 + ndim]))
@@ -290,7 +292,7 @@ class PipelineExecutor:
         if inbound is None or key in links.recvs:
             return
         peer, grad, dtype, shape = inbound
-        buf = torch.empty(shape, dtype=dtype)
+        buf = torch.empty(shape, dtype=dtype, device=self.device)
         work = dist.irecv(buf, self._peer(peer), tag=self._tag(action, grad))
         assert work is not None
         links.recvs[key] = (work, buf)

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from cadence.comm.cost import AlphaBeta
+from cadence.comm.ops import wire_device
 
 PROBE_BYTES = 2 * 2**20
 MEDIUM_BYTES = 64 * 2**10
@@ -32,6 +33,8 @@ def _ping(peer: int, payload: torch.Tensor, echo: torch.Tensor, first: bool) -> 
     else:
         dist.recv(payload, peer)
         dist.send(echo, peer)
+    if echo.is_cuda:  # NCCL returns once the transfer is queued
+        torch.cuda.synchronize(echo.device)
     return time.perf_counter() - start
 
 
@@ -44,9 +47,10 @@ def probe_stage_link(
     if rank not in (a, b):
         return None
     peer, first = (b, True) if rank == a else (a, False)
-    echo = torch.zeros(1)
-    tiny, medium = torch.zeros(1), torch.zeros(MEDIUM_BYTES // 4)
-    large = torch.zeros(max(2 * MEDIUM_BYTES, nbytes) // 4)
+    device = wire_device()
+    echo = torch.zeros(1, device=device)
+    tiny, medium = torch.zeros(1, device=device), torch.zeros(MEDIUM_BYTES // 4, device=device)
+    large = torch.zeros(max(2 * MEDIUM_BYTES, nbytes) // 4, device=device)
     _ping(peer, large, echo, first)  # connection set-up outside the timing
     rtt = statistics.median(_ping(peer, tiny, echo, first) for _ in range(repeats))
     one_way = [  # a message's own time: its round trip less the tiny echo's half
