@@ -14,16 +14,17 @@ HERE = Path(__file__).parent / "rounds"
 MODELS = ("vgg16", "resnet32", "gpt_mini")
 
 
-def load(name: str) -> dict:
-    return json.loads((HERE / name).read_text())
+def main(here: Path = HERE, models: tuple[str, ...] = MODELS) -> None:
+    """The table for the rounds in `here` (also used by later checks' table.py)."""
 
+    def load(name: str) -> dict:
+        return json.loads((here / name).read_text())
 
-def main() -> None:
     print(f"{'round':<6}{'model':<10}{'iter ms':>8}{'adam ms':>8}{'batch ms':>9}"
           f"{'predicted':>10}{'trained':>8}{'q25':>7}{'q75':>7}{'pred/trained':>13}")
-    ratios: dict[str, list[tuple[float, float]]] = {m: [] for m in MODELS}
+    ratios: dict[str, list[tuple[float, float]]] = {m: [] for m in models}
     for r in (1, 2, 3):
-        for m in MODELS:
+        for m in models:
             prof, sim = load(f"prof-{m}-r{r}.json"), load(f"sim-{m}-r{r}.json")
             steps = load(f"train-{m}-r{r}.json")["iteration_times_s"]
             q25, median, q75 = statistics.quantiles(steps, n=4)
@@ -40,6 +41,9 @@ def main() -> None:
               f"{statistics.median(trained) * 1e3:.2f} ms ({predicted / statistics.median(trained):.2f}); "
               f"trained medians {min(trained) * 1e3:.2f}-{max(trained) * 1e3:.2f} ms over the rounds "
               f"({max(trained) / min(trained):.2f}x)")
+    errors = [abs(p / t - 1) for pairs in ratios.values() for p, t in pairs]
+    print(f"all {len(errors)} rows: mean |error| {statistics.mean(errors) * 100:.1f}%, "
+          f"worst {max(errors) * 100:.1f}%, {sum(e <= 0.10 for e in errors)} within 10%")
 
 
 if __name__ == "__main__":
