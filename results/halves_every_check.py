@@ -166,6 +166,11 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "in turns rr (vgg16 10, small 20 rounds, aligned turns)": [
         "results/bench-dp-paired-small-20rounds-aligned-20261129rr.json",
         "results/bench-dp-paired-vgg16-400mbit-10rounds-aligned-20261129rr.json"],
+    # One more the same way at 263f1da's code (no simulator change since rr), after the rule in
+    # 263f1da (21:57-22:37 UTC), on a machine whose compute ran ~1.8x faster than in nn-rr.
+    "in turns ss (vgg16 10, small 20 rounds, aligned turns)": [
+        "results/bench-dp-paired-small-20rounds-aligned-20261129ss.json",
+        "results/bench-dp-paired-vgg16-400mbit-10rounds-aligned-20261129ss.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
     "vgg16 long r (between the steps, ddp-heap)": [
         "results/bench-dp-vgg16-400mbit-heap-20261127r.json"],
