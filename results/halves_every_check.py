@@ -171,6 +171,10 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "in turns ss (vgg16 10, small 20 rounds, aligned turns)": [
         "results/bench-dp-paired-small-20rounds-aligned-20261129ss.json",
         "results/bench-dp-paired-vgg16-400mbit-10rounds-aligned-20261129ss.json"],
+    # And tt at f60454d's code on the same faster machine, after the rule in f60454d (23:07-23:48).
+    "in turns tt (vgg16 10, small 20 rounds, aligned turns)": [
+        "results/bench-dp-paired-small-20rounds-aligned-20261129tt.json",
+        "results/bench-dp-paired-vgg16-400mbit-10rounds-aligned-20261129tt.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
     "vgg16 long r (between the steps, ddp-heap)": [
         "results/bench-dp-vgg16-400mbit-heap-20261127r.json"],

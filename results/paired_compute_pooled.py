@@ -1,16 +1,16 @@
-"""The matrices timed with aligned compute turns (2026-11-29: kk-ss), each
+"""The matrices timed with aligned compute turns (2026-11-29: kk-tt), each
 row's error priced from the free-running turns (lockstep, `bench sim`'s default) and from the
 aligned ones, per matrix and pooled: mean |error|, mean signed error, rows over 5% and over 10%,
 and the same per strategy. `results/paired-compute-pooled-20261129.txt` is the same for kk-oo,
-`results/paired-compute-pooled-20261129b.txt` for kk-qq, `...20261129c.txt` for kk-rr.
+`results/paired-compute-pooled-20261129b.txt` for kk-qq, `...20261129c.txt` for kk-rr, `...20261129d.txt` for kk-ss.
 
-    python results/paired_compute_pooled.py > results/paired-compute-pooled-20261129d.txt
+    python results/paired_compute_pooled.py > results/paired-compute-pooled-20261129e.txt
 """
 
 import json
 import statistics as st
 
-MATRICES = ("kk", "ll", "mm", "nn", "oo", "pp", "qq", "rr", "ss")
+MATRICES = ("kk", "ll", "mm", "nn", "oo", "pp", "qq", "rr", "ss", "tt")
 BASES = ("lockstep", "aligned")
 
 
