@@ -23,6 +23,7 @@ from cadence.dp.autotune import (
 )
 from cadence.dp.config import DPConfig
 from cadence.dp.runtime import SyncEngine
+from cadence.profile.clock import sync
 
 PROBE_BYTES = 4 * 2**20
 
@@ -37,20 +38,15 @@ def probe_link_bytes_per_s(world_size: int, repeats: int = 3) -> float:
     dist.all_reduce(buffer)  # connections set up outside the timing
     times = []
     for _ in range(repeats):
-        _settle(device)
+        sync(device)
         start = time.perf_counter()
         dist.all_reduce(buffer)
-        _settle(device)  # NCCL returns once the work is queued
+        sync(device)  # NCCL returns once the work is queued
         times.append(time.perf_counter() - start)
     wire_bytes = 2 * (world_size - 1) / world_size * PROBE_BYTES
     rate = torch.tensor([wire_bytes / statistics.median(times)], dtype=torch.float64, device=device)
     dist.broadcast(rate, src=0)
     return float(rate.item())
-
-
-def _settle(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def attach_tuner(

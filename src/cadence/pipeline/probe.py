@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from cadence.comm.cost import AlphaBeta
 from cadence.comm.ops import wire_device
+from cadence.profile.clock import sync
 
 PROBE_BYTES = 2 * 2**20
 MEDIUM_BYTES = 64 * 2**10
@@ -33,8 +34,7 @@ def _ping(peer: int, payload: torch.Tensor, echo: torch.Tensor, first: bool) -> 
     else:
         dist.recv(payload, peer)
         dist.send(echo, peer)
-    if echo.is_cuda:  # NCCL returns once the transfer is queued
-        torch.cuda.synchronize(echo.device)
+    sync(echo.device)  # NCCL returns once the transfer is queued
     return time.perf_counter() - start
 
 
