@@ -4,6 +4,7 @@ and how a row's ratios are formed from the rounds."""
 import json
 
 import pytest
+import torch
 
 from cadence.bench.dp_paired import (
     PairedDPConfig,
@@ -97,6 +98,8 @@ def test_dp_paired_times_every_variant_in_turns_and_writes_json_png_and_table(tm
         [a / b for a, b in zip(rounds["cadence-0.01mb"], rounds["cadence"], strict=True)]
     )
     assert "mlp @ none: cadence-0.01mb" in proc.stdout
+    # By default the workers flushed subnormal floats to zero (where the CPU can).
+    assert row["subnormals_flushed"] is torch.set_flush_denormal(False)
 
 
 def test_ratios_are_taken_within_each_round_then_the_median():
@@ -150,7 +153,7 @@ def test_dp_paired_autotunes_in_the_warm_up_round_only(tmp_path):
     proc = run_cadence(
         "bench", "dp-paired", "--models", "mlp", "--caps", "none", "--block-steps", "3",
         "--block-seconds", "0", "--rounds", "1", "--ddp-buckets-mb", "", "--autotune",
-        "guided", "--out", "out/tuned.json", cwd=tmp_path, timeout=300,
+        "guided", "--keep-subnormals", "--out", "out/tuned.json", cwd=tmp_path, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     (row,) = json.loads((tmp_path / "out" / "tuned.json").read_text())["rows"]
@@ -159,6 +162,8 @@ def test_dp_paired_autotunes_in_the_warm_up_round_only(tmp_path):
     assert row["tuned"]["cadence"]["method"] in ("hidden", "skipped", "guided")
     assert row["tuned"]["cadence"]["threshold_bytes"] > 0
     assert len(row["rounds_s"]["cadence"]) == 1
+    # --keep-subnormals: the workers' math kept them.
+    assert row["subnormals_flushed"] is False
 
 
 def test_each_size_given_twice_is_one_variant():

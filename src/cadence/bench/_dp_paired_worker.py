@@ -180,10 +180,18 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
+def subnormals_flushed() -> bool:
+    """Whether this thread's float math turns a subnormal float32 into zero (as after
+    `torch.set_flush_denormal(True)` on x86): one is made from a normal one and scaled."""
+    tiny = torch.tensor([torch.finfo(torch.float32).tiny])
+    return (tiny / 4).item() == 0.0
+
+
 def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.barrier) -> None:
     """Every round's turns; `barrier` starts each turn on every process at once (the process
     group's, unless the processes are not one group)."""
     torch.set_num_threads(config.threads)
+    torch.set_flush_denormal(not config.keep_subnormals)
     ctx = init_from_env()
     try:
         torch.manual_seed(0)
@@ -297,6 +305,7 @@ def run(config: PairedCase, result: Path, barrier: Callable[[], object] = dist.b
                 ),
                 "wire_runs_s": wire,
                 "wire_computing_runs_s": wire_computing,
+                "subnormals_flushed": subnormals_flushed(),
             }
             result.write_text(json.dumps(out, indent=1) + "\n")
         dist.barrier()  # leave together: no rank tears down while rank 0 still writes

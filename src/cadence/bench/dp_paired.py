@@ -72,6 +72,14 @@ class PairedSettings:
     ranks start them after their collective: ranks in step contend for the machine's memory
     at once, which free-running compute turns average out. Saved per round as
     `aligned_compute_rounds_s` (each phase's slowest rank) for `bench sim --paired-compute`."""
+    keep_subnormals: bool = False
+    """Let the workers' float math keep subnormal numbers as IEEE 754 has them. False (the
+    default): each worker flushes them to zero (`torch.set_flush_denormal`). The benchmark
+    trains every variant for thousands of steps on a 2048-sample synthetic set, which the
+    models memorise; cnn_lstm's LSTM gradients then turn subnormal after about 1000 steps
+    and its LSTM backward slows about 5x on x86 (each variant at its own pace; its whole
+    step 1.3-1.4x by 3000 steps: `results/subnormals_cnn_lstm.py`), a drift of the
+    benchmark's own making that the profile, taken from fresh weights, does not share."""
     twins: bool = False
     """Also time an identical second copy of DDP and of cadence-dp (`TWINS`) in the same
     rounds: an A/A check of how far this benchmark's medians move between variants that
@@ -267,6 +275,8 @@ def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
             name: statistics.median(values) for name, values in against_main.items()
         },
         **_twins(twin_rounds),
+        # Whether the workers' math flushed subnormal floats to zero (older files lack it).
+        **_present_bool("subnormals_flushed", measured.get("subnormals_flushed")),
     }
 
 
@@ -282,6 +292,10 @@ def _twins(rounds: dict[str, list[float]]) -> dict[str, Any]:
 
 def _present(key: str, value: Any) -> dict[str, Any]:
     return {} if not value else {key: value}
+
+
+def _present_bool(key: str, value: bool | None) -> dict[str, Any]:
+    return {} if value is None else {key: value}
 
 
 def _credit(credit_bytes: int | None) -> dict[str, Any]:
