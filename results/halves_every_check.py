@@ -175,6 +175,11 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "in turns tt (vgg16 10, small 20 rounds, aligned turns)": [
         "results/bench-dp-paired-small-20rounds-aligned-20261129tt.json",
         "results/bench-dp-paired-vgg16-400mbit-10rounds-aligned-20261129tt.json"],
+    # uu at d84f5f4's code (dp-paired's workers flush subnormal floats), after the rule in
+    # 577ffdd's parent (2026-11-30 00:45-01:25 UTC).
+    "in turns uu (vgg16 10, small 20 rounds, aligned turns, subnormals flushed)": [
+        "results/bench-dp-paired-small-20rounds-aligned-20261130uu.json",
+        "results/bench-dp-paired-vgg16-400mbit-10rounds-aligned-20261130uu.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
     "vgg16 long r (between the steps, ddp-heap)": [
         "results/bench-dp-vgg16-400mbit-heap-20261127r.json"],

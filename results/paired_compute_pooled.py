@@ -1,21 +1,25 @@
-"""The matrices timed with aligned compute turns (2026-11-29: kk-tt), each
+"""The matrices timed with aligned compute turns (2026-11-29: kk-tt; 2026-11-30: uu), each
 row's error priced from the free-running turns (lockstep, `bench sim`'s default) and from the
 aligned ones, per matrix and pooled: mean |error|, mean signed error, rows over 5% and over 10%,
 and the same per strategy. `results/paired-compute-pooled-20261129.txt` is the same for kk-oo,
-`results/paired-compute-pooled-20261129b.txt` for kk-qq, `...20261129c.txt` for kk-rr, `...20261129d.txt` for kk-ss.
+`results/paired-compute-pooled-20261129b.txt` for kk-qq, `...20261129c.txt` for kk-rr,
+`...20261129d.txt` for kk-ss, `...20261129e.txt` for kk-tt.
 
-    python results/paired_compute_pooled.py > results/paired-compute-pooled-20261129e.txt
+    python results/paired_compute_pooled.py > results/paired-compute-pooled-20261130.txt
 """
 
 import json
 import statistics as st
 
-MATRICES = ("kk", "ll", "mm", "nn", "oo", "pp", "qq", "rr", "ss", "tt")
+MATRICES = ("kk", "ll", "mm", "nn", "oo", "pp", "qq", "rr", "ss", "tt", "uu")
+DATES = {"uu": "20261130"}
+"""The day each matrix was scored where it is not 2026-11-29."""
 BASES = ("lockstep", "aligned")
 
 
 def errors(matrix: str, basis: str) -> list[tuple[str, float]]:
-    path = f"results/sim-bench-dp-paired-aligned-{matrix}-{basis}-20261129.json"
+    date = DATES.get(matrix, "20261129")
+    path = f"results/sim-bench-dp-paired-aligned-{matrix}-{basis}-{date}.json"
     return [(row["strategy"], row["error"]) for row in json.load(open(path))["rows"]]
 
 
