@@ -125,3 +125,20 @@ def test_a_bad_share_of_the_link_while_computing_is_one_line(
     assert exited.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "expected a number in (0, 1]" in err[0], err
+
+
+def test_a_zero_run_is_simulated_with_every_zero_setting_it_ran(tmp_path: Path) -> None:
+    profiles = {"cnn": zoo_profile("cnn")}
+
+    def zero_run(name: str, **settings: object) -> str:
+        path = Path(write_run(tmp_path / name, "zero", 1.0))
+        data = json.loads(path.read_text())
+        data["config"].update(zero_stage=1, **settings)
+        path.write_text(json.dumps(data))
+        return str(path)
+
+    fp32, bf16 = predict_runs(
+        [zero_run("fp32.json"), zero_run("bf16.json", gather_dtype="bf16")], profiles, 1.0
+    )
+    # At 1mbit the parameter all-gather is a large part of the step: half its bytes, less time.
+    assert bf16["predicted_s"] < fp32["predicted_s"]

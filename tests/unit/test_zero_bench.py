@@ -12,6 +12,12 @@ from cadence.zero.bench_worker import JobSpec, read_iface_bytes
 BASE = JobSpec(name="", kind="ddp", model="mlp", steps=20, window_start=6, freeze_steps=4)
 
 
+def test_a_job_cadence_zero_would_refuse_fails_at_its_name():
+    # bf16 gathers with every block replicated: no gathers left to make bf16.
+    with pytest.raises(UserError, match="replicated_update needs .* fp32 parameters"):
+        job_spec("zero2-onebit-bf16-replicated", BASE)
+
+
 def test_job_names_map_to_specs():
     assert job_spec("fsdp2", BASE).kind == "fsdp2"
     ds = job_spec("deepspeed-zero2", BASE)
@@ -147,10 +153,11 @@ def test_zero_bench_refuses_zero_repeats():
 def test_each_zero_job_is_simulated_as_its_config_runs_it():
     from cadence.zero.bench_predict import sim_plan
 
-    plan = sim_plan(job_spec("zero2-onebit-bf16-overlap-replicated30-front55", BASE))
-    assert (plan.stage, plan.compression, plan.gather_bytes_per_param) == (2, "onebit", 2)
-    assert plan.overlap_gather and plan.replicated_update
+    plan = sim_plan(job_spec("zero2-onebit-overlap-replicated30-front55-onelane", BASE))
+    assert (plan.stage, plan.compression, plan.gather_bytes_per_param) == (2, "onebit", 4)
+    assert plan.overlap_gather and plan.replicated_update and not plan.gather_lane
     assert (plan.replicated_share, plan.forward_gather_share) == (0.3, 0.55)
+    assert sim_plan(job_spec("zero1-onebit-bf16", BASE)).gather_bytes_per_param == 2
     plain = sim_plan(job_spec("zero3-none", BASE))
     assert (plain.stage, plain.compression, plain.gather_bytes_per_param) == (3, "none", 4)
     assert not (plain.overlap_gather or plain.replicated_update)

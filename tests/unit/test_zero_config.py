@@ -64,3 +64,26 @@ def test_good_zero_settings_round_trip_through_json():
     assert TrainConfig.from_json(config.to_json()) == config
     # Other strategies ignore the ZeRO fields: sgd + onebit is only refused under zero.
     TrainConfig(strategy="ddp", compression="onebit", optimizer="sgd")
+
+
+def test_train_settings_reach_the_zero_config_and_its_simulation_by_one_mapping():
+    from dataclasses import asdict, fields
+
+    from cadence.sim.zero_graph import ZeroSimPlan
+    from cadence.zero.config import TRAIN_SETTINGS, ZeroConfig
+
+    assert set(TRAIN_SETTINGS) <= {f.name for f in fields(TrainConfig)}
+    assert set(TRAIN_SETTINGS.values()) <= {f.name for f in fields(ZeroConfig)}
+    train = TrainConfig(
+        strategy="zero", zero_stage=1, compression="onebit", freeze_steps=7,
+        overlap_gather=True, replicated_update=True, replicated_share=0.3,
+    )  # fmt: skip
+    zero = ZeroConfig.from_train_settings(asdict(train))
+    assert (zero.stage, zero.compression, zero.freeze_steps) == (1, "onebit", 7)
+    assert zero.overlap_gather and zero.replicated_update and zero.replicated_share == 0.3
+    plan = ZeroSimPlan.from_config(zero)
+    assert (plan.stage, plan.compression, plan.gather_bytes_per_param) == (1, "onebit", 4)
+    assert plan.overlap_gather and plan.replicated_update and plan.replicated_share == 0.3
+    assert ZeroSimPlan.from_config(ZeroConfig(gather_dtype="bf16")).gather_bytes_per_param == 2
+    # A saved run's config from before a setting existed: that setting's default.
+    assert ZeroConfig.from_train_settings({"zero_stage": 3}) == ZeroConfig(stage=3)

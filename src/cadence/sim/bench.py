@@ -35,6 +35,7 @@ from cadence.sim.metrics import write_text
 from cadence.sim.options import SimOptions
 from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION, chosen_step_s
 from cadence.sim.zero_graph import ZeroSimPlan
+from cadence.zero.config import ZeroConfig
 
 PROBE_STEPS = 10
 """Steps each `--run` training run times of its own compute after its steps (as `cadence
@@ -162,9 +163,7 @@ def predict_runs(
         )
         zero = None
         if strategy == "zero":
-            zero = ZeroSimPlan(
-                stage=int(cfg.get("zero_stage", 2)), compression=cfg.get("compression", "none")
-            )
+            zero = ZeroSimPlan.from_config(ZeroConfig.from_train_settings(cfg))
         result, _ = run_strategy(
             # cadence-dp at its defaults, as `cadence train --strategy cadence-dp` runs it
             setup, strategy, None, None, DDP_BUCKET_BYTES,

@@ -45,7 +45,7 @@ from cadence.sim.estimates import state_bytes
 from cadence.sim.graph import LINK, STREAM, TaskGraph
 from cadence.sim.metrics import SimResult, analyse
 from cadence.zero.codec_cost import CodecCost, codec_work
-from cadence.zero.config import DEFAULT_FORWARD_GATHER_SHARE
+from cadence.zero.config import DEFAULT_FORWARD_GATHER_SHARE, ZeroConfig
 from cadence.zero.layout import front_blocks
 
 ONEBIT_RATIO = 32  # fp32 momentum -> one sign bit per element
@@ -75,6 +75,21 @@ class ZeroSimPlan:
     gather_lane: bool = True
     """Onebit at stages 1-2: the parameter gathers run on a thread and group of their own
     (`ZeroConfig.gather_lane`); False queues them behind the reductions on one thread."""
+
+    @classmethod
+    def from_config(cls, config: ZeroConfig) -> ZeroSimPlan:
+        """The plan of what the executor does with `config`: the one mapping from a job's
+        `ZeroConfig` to its simulation (the benchmarks' predictions and `bench sim` use it)."""
+        return cls(
+            stage=config.stage,
+            compression=config.compression,
+            gather_bytes_per_param=2 if config.gather_dtype == "bf16" else 4,
+            overlap_gather=config.overlap_gather,
+            replicated_update=config.replicated_update,
+            replicated_share=config.replicated_share,
+            forward_gather_share=config.forward_gather_share,
+            gather_lane=config.gather_lane,
+        )
 
     @property
     def updates_early(self) -> bool:

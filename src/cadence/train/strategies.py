@@ -8,7 +8,7 @@ pipeline) register here under the same interface.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Protocol, runtime_checkable
 
 import torch.distributed as dist
@@ -136,16 +136,7 @@ def _zero_for(config: TrainConfig) -> Wrap:
     ) -> tuple[nn.Module, Optimizer]:
         from cadence.zero import ZeroConfig, zero_from_config
 
-        zero_config = ZeroConfig(
-            stage=config.zero_stage,
-            optimizer=config.optimizer,
-            compression=config.compression,
-            freeze_steps=config.freeze_steps,
-            replicated_update=config.replicated_update,
-            replicated_share=config.replicated_share,
-            gather_dtype=config.gather_dtype,
-            overlap_gather=config.overlap_gather,
-        )
+        zero_config = ZeroConfig.from_train_settings(asdict(config))
         # The loop built the optimizer from the config; ZeRO builds its own over the shards.
         kwargs = {k: v for k, v in optimizer.defaults.items() if k in _ZERO_KWARGS}
         return zero_from_config(model, zero_config, **kwargs)

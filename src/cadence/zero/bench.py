@@ -75,7 +75,7 @@ def job_spec(name: str, base: JobSpec) -> JobSpec:
             "[-onelane][-replicated[<N>]] "
             f"or one of {', '.join(ALL_JOBS[:3])}"
         )
-    return replace(
+    spec = replace(
         base,
         name=name,
         kind="zero",
@@ -88,6 +88,8 @@ def job_spec(name: str, base: JobSpec) -> JobSpec:
         replicated_update=bool(replicas),
         replicated_share=replicas.popitem()[1] if replicas else JobSpec.replicated_share,
     )
+    spec.zero_config()  # a combination cadence.zero refuses fails here, before any run
+    return spec
 
 
 def _percent_options(options: set[str], prefix: str, bare: float | None = None) -> dict[str, float]:

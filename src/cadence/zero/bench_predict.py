@@ -23,16 +23,7 @@ def sim_plan(spec: JobSpec) -> ZeroSimPlan:
     """The `ZeroSimPlan` of a ZeRO job: what its `ZeroConfig` tells the executor to do."""
     from cadence.sim.zero_graph import ZeroSimPlan
 
-    return ZeroSimPlan(
-        stage=spec.stage,
-        compression=spec.compression,
-        gather_bytes_per_param=2 if spec.gather_dtype == "bf16" else 4,
-        overlap_gather=spec.overlap_gather,
-        replicated_update=spec.replicated_update,
-        replicated_share=spec.replicated_share,
-        forward_gather_share=spec.forward_gather_share,
-        gather_lane=spec.gather_lane,
-    )
+    return ZeroSimPlan.from_config(spec.zero_config())
 
 
 def predict_jobs(

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from cadence.zero.config import DEFAULT_FORWARD_GATHER_SHARE
+from cadence.zero.config import DEFAULT_FORWARD_GATHER_SHARE, ZeroConfig
 
 JOB_KINDS = ("ddp", "fsdp2", "deepspeed", "zero")
 
@@ -68,6 +68,21 @@ class JobSpec:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    def zero_config(self) -> ZeroConfig:
+        """The `ZeroConfig` a job of kind "zero" runs (and is simulated) with; a UserError
+        in one line for a combination cadence.zero refuses."""
+        return ZeroConfig(
+            stage=self.stage,
+            compression=self.compression,
+            freeze_steps=self.freeze_steps,
+            gather_dtype=self.gather_dtype,
+            overlap_gather=self.overlap_gather,
+            forward_gather_share=self.forward_gather_share,
+            gather_lane=self.gather_lane,
+            replicated_update=self.replicated_update,
+            replicated_share=self.replicated_share,
+        )
+
 
 def read_iface_bytes(iface: str) -> tuple[int, int]:
     """(rx, tx) bytes of `iface` in this process's network namespace, from /proc/net/dev."""
@@ -88,20 +103,7 @@ def _build_job(spec: JobSpec, model: Any, world_size: int) -> Any:
         return peers.wrap_fsdp2(model, spec.lr)
     if spec.kind == "deepspeed":
         return peers.wrap_deepspeed(model, spec.lr, spec.batch_size // world_size)
-    from cadence.zero import ZeroConfig
-
-    config = ZeroConfig(
-        stage=spec.stage,
-        compression=spec.compression,
-        freeze_steps=spec.freeze_steps,
-        gather_dtype=spec.gather_dtype,
-        overlap_gather=spec.overlap_gather,
-        forward_gather_share=spec.forward_gather_share,
-        gather_lane=spec.gather_lane,
-        replicated_update=spec.replicated_update,
-        replicated_share=spec.replicated_share,
-    )
-    return peers.wrap_zero(model, spec.lr, config)
+    return peers.wrap_zero(model, spec.lr, spec.zero_config())
 
 
 def run(spec: JobSpec, out_dir: Path) -> None:

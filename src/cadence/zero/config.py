@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from cadence.errors import UserError
 
@@ -13,6 +15,18 @@ STAGES = (1, 2, 3)
 COMPRESSIONS = ("none", "fp16", "onebit")
 ZERO_OPTIMIZERS = ("adam", "adamw", "sgd")
 GATHER_DTYPES = ("fp32", "bf16")
+
+TRAIN_SETTINGS = {
+    "zero_stage": "stage",
+    "optimizer": "optimizer",
+    "compression": "compression",
+    "freeze_steps": "freeze_steps",
+    "gather_dtype": "gather_dtype",
+    "overlap_gather": "overlap_gather",
+    "replicated_update": "replicated_update",
+    "replicated_share": "replicated_share",
+}
+"""`cadence train`'s ZeRO settings (`TrainConfig` fields) by the `ZeroConfig` field each sets."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +74,14 @@ class ZeroConfig:
     others are updated by their owners and all-gathered as usual. The front blocks' gathers
     are the ones the next forward waits for (their backward comes last), so a part of the
     memory buys most of the time. 1: the whole model."""
+
+    @classmethod
+    def from_train_settings(cls, settings: Mapping[str, Any]) -> ZeroConfig:
+        """What `cadence train --strategy zero` runs with `settings`: a `TrainConfig`'s
+        fields, or a saved run's config (a setting it lacks takes `ZeroConfig`'s default,
+        which is `TrainConfig`'s too)."""
+        given = {ours: settings[key] for key, ours in TRAIN_SETTINGS.items() if key in settings}
+        return cls(**given)
 
     @property
     def replicates_everything(self) -> bool:
