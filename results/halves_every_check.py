@@ -180,6 +180,10 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "in turns uu (vgg16 10, small 20 rounds, aligned turns, subnormals flushed)": [
         "results/bench-dp-paired-small-20rounds-aligned-20261130uu.json",
         "results/bench-dp-paired-vgg16-400mbit-10rounds-aligned-20261130uu.json"],
+    # And vv the same way at d67e36f's code, after the rule in bfefd89 (01:31-02:11 UTC).
+    "in turns vv (vgg16 10, small 20 rounds, aligned turns, subnormals flushed)": [
+        "results/bench-dp-paired-small-20rounds-aligned-20261130vv.json",
+        "results/bench-dp-paired-vgg16-400mbit-10rounds-aligned-20261130vv.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
     "vgg16 long r (between the steps, ddp-heap)": [
         "results/bench-dp-vgg16-400mbit-heap-20261127r.json"],
