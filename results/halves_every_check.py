@@ -184,6 +184,10 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "in turns vv (vgg16 10, small 20 rounds, aligned turns, subnormals flushed)": [
         "results/bench-dp-paired-small-20rounds-aligned-20261130vv.json",
         "results/bench-dp-paired-vgg16-400mbit-10rounds-aligned-20261130vv.json"],
+    # And ww the same way, after the rule in 5607f4b (02:26-03:06 UTC).
+    "in turns ww (vgg16 10, small 20 rounds, aligned turns, subnormals flushed)": [
+        "results/bench-dp-paired-small-20rounds-aligned-20261130ww.json",
+        "results/bench-dp-paired-vgg16-400mbit-10rounds-aligned-20261130ww.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
     "vgg16 long r (between the steps, ddp-heap)": [
         "results/bench-dp-vgg16-400mbit-heap-20261127r.json"],
