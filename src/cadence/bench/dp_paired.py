@@ -245,9 +245,9 @@ def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
         "block_steps": measured["block_steps"],
         "tuned": measured.get("tuned", {}),
         # cadence-dp's bytes in flight, as it ran (older files lack it).
-        **_credit(measured.get("credit_bytes", {}).get(CADENCE)),
+        **_given("cadence_credit_bytes", measured.get("credit_bytes", {}).get(CADENCE)),
         # cadence-dp's plan as it ran: chunks, threshold, the one-chunk probe (older files lack it).
-        **_plan(measured.get("plans", {}).get(CADENCE)),
+        **_given("cadence_plan", measured.get("plans", {}).get(CADENCE)),
         "compute_s": compute,
         "wire_s": wire_s,
         "bound_s": max(compute, wire_s),
@@ -276,7 +276,7 @@ def summarise(model: str, cap: str, measured: dict[str, Any]) -> dict[str, Any]:
         },
         **_twins(twin_rounds),
         # Whether the workers' math flushed subnormal floats to zero (older files lack it).
-        **_present_bool("subnormals_flushed", measured.get("subnormals_flushed")),
+        **_given("subnormals_flushed", measured.get("subnormals_flushed")),
     }
 
 
@@ -294,16 +294,10 @@ def _present(key: str, value: Any) -> dict[str, Any]:
     return {} if not value else {key: value}
 
 
-def _present_bool(key: str, value: bool | None) -> dict[str, Any]:
+def _given(key: str, value: Any) -> dict[str, Any]:
+    """`{key: value}` unless the worker recorded nothing (older files); unlike `_present`,
+    a recorded False or zero is kept."""
     return {} if value is None else {key: value}
-
-
-def _credit(credit_bytes: int | None) -> dict[str, Any]:
-    return {} if credit_bytes is None else {"cadence_credit_bytes": credit_bytes}
-
-
-def _plan(plan: dict[str, Any] | None) -> dict[str, Any]:
-    return {} if plan is None else {"cadence_plan": plan}
 
 
 def _lockstep(rounds: list[float] | None) -> dict[str, Any]:
