@@ -10,6 +10,7 @@ import pytest
 
 from cadence.bench.dp_wire import measure_wire
 from cadence.comm.cost import ring_allreduce_wire_s
+from cadence.netem._bandwidth import link_bucket_bytes
 from tests.cli_helpers import run_cadence
 from tests.conftest import needs_netem
 
@@ -60,9 +61,13 @@ def test_paired_capped_row_measures_the_wire_every_round(tmp_path: Path) -> None
     assert len(row["wire_runs_s"]) == 2
     # No faster than the line rate; mlp's 0.3 MB is short enough for latency to show on top.
     assert all(line < w < 3 * line for w in row["wire_runs_s"])
-    # The same all-reduce beside every rank's compute, each round: never faster than the line.
+    # The same all-reduce beside every rank's compute, each round. The compute leaves gaps in
+    # the sending that refill the link's token bucket, and over any stretch a bucket passes at
+    # most its size more than the line rate, so the floor is the line less one bucket's time
+    # (one run in six measured 0.96x the line here; an uncapped veth would take ~0.01x).
     assert len(row["wire_computing_runs_s"]) == 2
-    assert all(line < w for w in row["wire_computing_runs_s"])
+    floor = line - link_bucket_bytes(100e6) * 8 / 100e6
+    assert all(floor < w for w in row["wire_computing_runs_s"])
     assert row["bound_rounds_s"] == [
         max(c, w) for c, w in zip(row["rounds_s"]["compute"], row["wire_runs_s"], strict=True)
     ]
