@@ -13,7 +13,8 @@ rows over 5% and over 10%, and the same per strategy.
 import json
 import statistics as st
 
-MATRICES = ("kk", "ll", "mm", "nn", "oo", "pp", "qq", "rr", "ss", "tt", "uu", "vv", "ww", "xx", "yy")
+MATRICES = ("kk", "ll", "mm", "nn", "oo", "pp", "qq", "rr", "ss", "tt", "uu", "vv", "ww", "xx",
+            "yy")
 DATES = {"uu": "20261130", "vv": "20261130", "ww": "20261130", "xx": "20261201", "yy": "20261201"}
 """The day each matrix was scored where it is not 2026-11-29."""
 BASES = ("lockstep", "aligned")
