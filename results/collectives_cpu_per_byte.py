@@ -23,22 +23,18 @@ per-byte processor time of its own (1.56 ns/B on 2026-11-26, 2.21 on 2026-12-01)
 from __future__ import annotations
 
 import glob
-import json
 import sys
-from pathlib import Path
 
-from cadence.bench.collectives import CollectivesBenchConfig, build_rows, within_target
-from cadence.bench.collectives_fit import fit_run
+from collectives_reprice import ORIGINAL_COST, Cost, print_table
+
 from cadence.comm.cost import AlphaBeta, Terms
-from cadence.comm.local_copy import LocalCopyTimes
 
-ORIGINAL_COST = AlphaBeta._cost
 CS = (0.0, 0.5e-9, 1.0e-9, 1.5e-9, 2.21e-9, 3.0e-9)
 """Seconds of processor time per byte on the wire; 2.21 ns/B is the contention fit of
 `results/costs-20261201`."""
 
 
-def cpu_cost(c: float):  # noqa: ANN201 - a replacement for AlphaBeta._cost
+def cpu_cost(c: float) -> Cost:
     def cost(self: AlphaBeta, t: Terms) -> float:
         if not self.overlap or c == 0.0:
             return ORIGINAL_COST(self, t)
@@ -49,49 +45,8 @@ def cpu_cost(c: float):  # noqa: ANN201 - a replacement for AlphaBeta._cost
     return cost
 
 
-def eligible(path: str) -> dict | None:
-    data = json.loads(Path(path).read_text())
-    cal = data.get("calibration")
-    if not isinstance(cal, dict) or cal.get("link_model") != "token-bucket":
-        return None
-    if "local_copy" not in data:
-        return None
-    return data if data["config"].get("alpha_per_collective") else None
-
-
-def gloo_within(data: dict, c: float) -> tuple[int, int]:
-    AlphaBeta._cost = cpu_cost(c)  # type: ignore[method-assign]
-    try:
-        config = CollectivesBenchConfig.from_json_dict(data["config"])
-        local = LocalCopyTimes.from_dict(data["local_copy"])
-        fitted = fit_run(config, list(data["calibration"]["rows"]), local)
-        measured = [r for r in data["rows"] if r["implementation"] == "gloo"]
-        rows = build_rows(config, measured, fitted.models["token-bucket"], local,
-                          fitted.by_collective["token-bucket"])  # fmt: skip
-    finally:
-        AlphaBeta._cost = ORIGINAL_COST  # type: ignore[method-assign]
-    return sum(within_target(r.measured_over_predicted) for r in rows), len(rows)
-
-
 def main(paths: list[str]) -> None:
-    totals = {c: [0, 0] for c in CS}
-    print("| run | " + " | ".join(f"c={c * 1e9:g} ns/B" for c in CS) + " | saved |")
-    print("| --- |" + " --- |" * (len(CS) + 1))
-    for path in paths:
-        data = eligible(path)
-        if data is None:
-            continue
-        cells = []
-        for c in CS:
-            hit, n = gloo_within(data, c)
-            totals[c][0] += hit
-            totals[c][1] += n
-            cells.append(f"{hit}/{n}")
-        saved = data["accuracy"]
-        print(f"| {Path(path).name} | " + " | ".join(cells)
-              + f" | {saved.get('rows_within', '?')}/{saved.get('rows', '?')} |")
-    counts = (f"c={c * 1e9:g} ns/B {h} of {n}" for c, (h, n) in totals.items())
-    print("\nall runs: " + ", ".join(counts))
+    print_table(paths, {f"c={c * 1e9:g} ns/B": cpu_cost(c) for c in CS})
 
 
 if __name__ == "__main__":
