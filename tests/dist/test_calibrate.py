@@ -71,8 +71,28 @@ def test_overlap_fit_recovers_a_token_bucket_link():
     assert got.overlap
     assert math.isclose(got.alpha_s, truth.alpha_s, rel_tol=1e-6)
     assert math.isclose(got.beta_s_per_byte, truth.beta_s_per_byte, rel_tol=1e-6)
+    assert got.cpu_s_per_byte < 1e-12  # no slope in the data: none fitted
     with pytest.raises(ValueError, match="regimes"):
         fit(sizes, seconds, 4, "minimax", overlap=True)
+
+
+def test_overlap_fit_takes_processor_time_per_byte_from_the_latency_bound_slope():
+    # 4 hosts at 1gbit as `bench collectives` calibrates them (2 KB .. 32 MB): 2, 8 and 32 KB
+    # are latency-bound and grow by cpu x wire bytes; from 128 KB up the wire decides.
+    truth = AlphaBeta(0.2e-3, 8e-9, overlap=True, cpu_s_per_byte=1.5e-9)
+    sizes = [2048 * 4**i for i in range(8)]
+    seconds = [truth.time("allreduce", "ring", n, 4) for n in sizes]
+    got = fit(sizes, seconds, 4, overlap=True)
+    assert math.isclose(got.alpha_s, truth.alpha_s, rel_tol=1e-6)
+    assert math.isclose(got.cpu_s_per_byte, truth.cpu_s_per_byte, rel_tol=1e-6)
+    assert math.isclose(got.beta_s_per_byte, truth.beta_s_per_byte, rel_tol=1e-6)
+    # One latency-bound size has no slope: its time is all latency.
+    one = fit(sizes[:1] + sizes[3:], seconds[:1] + seconds[3:], 4, overlap=True)
+    assert one.cpu_s_per_byte == 0.0
+    assert math.isclose(6 * one.alpha_s, seconds[0], rel_tol=1e-9)
+    # A slope that runs down (noise) is no processor time either.
+    noisy = seconds[:3][::-1] + seconds[3:]
+    assert fit(sizes, noisy, 4, overlap=True).cpu_s_per_byte == 0.0
 
 
 def test_fit_clamps_to_non_negative():

@@ -89,6 +89,24 @@ def test_a_serialising_link_has_no_bucket():
         AlphaBeta(1e-4, 1e-8, overlap=True, burst_bytes=-1)
 
 
+def test_processor_time_per_byte_adds_to_latency_where_latency_decides():
+    # max(alpha * messages + cpu * wire, beta * wire): a ring all-reduce on 4 ranks has 6
+    # messages and 1.5 n on the wire.
+    a, b, c = 1e-4, 8e-9, 2e-9
+    link = AlphaBeta(a, b, overlap=True, cpu_s_per_byte=c)
+    plain = AlphaBeta(a, b, overlap=True)
+    small, big = 16384, 1 << 20
+    assert close(link.time("allreduce", "ring", small, 4), 6 * a + c * 1.5 * small)
+    assert close(plain.time("allreduce", "ring", small, 4), 6 * a)
+    # Where the wire decides, the processor time passes while the rank waits for tokens.
+    assert close(link.time("allreduce", "ring", big, 4), b * 1.5 * big)
+    assert close(link.time("allreduce", "ring", big, 4), plain.time("allreduce", "ring", big, 4))
+    with pytest.raises(ValueError, match="cpu_s_per_byte needs overlap=True"):
+        AlphaBeta(a, b, cpu_s_per_byte=c)
+    with pytest.raises(ValueError, match="cpu_s_per_byte must be finite"):
+        AlphaBeta(a, b, overlap=True, cpu_s_per_byte=-1e-9)
+
+
 @pytest.mark.parametrize("p", [2, 5])
 def test_linear_step_collectives(p):
     spread = (p - 1) / p * N

@@ -260,30 +260,66 @@ def _fit_regimes(
     A size near the floor counts for alpha only while the fitted wire term is at most half its
     time: an emulated link's token bucket passes mid sizes (16-64 KB at 400mbit) about as fast
     as the smallest, and taking their wire term off their time would leave alpha near zero.
-    With `overlap` (a token-bucket link, `AlphaBeta.overlap`) a size costs the larger term
-    alone, so nothing is taken off: alpha from the sizes whose wire term is below their
-    latency, beta from the bandwidth-bound ones.
+    With `overlap` see `_fit_token_bucket`.
     """
     floor = float(t.min())
     near_floor = t < 4 * floor
     bandwidth = t >= _BANDWIDTH_BOUND * floor
     if not near_floor.any() or not bandwidth.any():
         return None
+    if overlap:
+        return _fit_token_bucket(messages, wire, t, near_floor, bandwidth)
     smallest = t == floor
     alpha = beta = 0.0
     for _ in range(50):
-        if overlap:
-            latency = near_floor & (beta * wire <= alpha * messages) if alpha else near_floor
-        else:
-            latency = near_floor & (beta * wire <= 0.5 * t)
+        latency = near_floor & (beta * wire <= 0.5 * t)
         latency = latency if latency.any() else smallest
-        taken = 0.0 if overlap else beta
-        alpha = max(0.0, float(np.median((t - taken * wire)[latency] / messages[latency])))
+        alpha = max(0.0, float(np.median((t - beta * wire)[latency] / messages[latency])))
         # Total time over total bytes: the largest transfers, whose time alpha hardly
         # touches, weigh most.
-        rest = t[bandwidth].sum() - (0.0 if overlap else alpha * messages[bandwidth].sum())
+        rest = t[bandwidth].sum() - alpha * messages[bandwidth].sum()
         beta = max(0.0, float(rest / wire[bandwidth].sum()))
-    return AlphaBeta(alpha_s=alpha, beta_s_per_byte=beta, overlap=overlap)
+    return AlphaBeta(alpha_s=alpha, beta_s_per_byte=beta)
+
+
+def _fit_token_bucket(
+    messages: np.ndarray,
+    wire: np.ndarray,
+    t: np.ndarray,
+    near_floor: np.ndarray,
+    bandwidth: np.ndarray,
+) -> AlphaBeta:
+    """The `_fit_regimes` of a token-bucket link (`AlphaBeta.overlap`), where a size costs the
+    larger of its latency and its transfer. Beta is the bandwidth-bound sizes' total time
+    over their total bytes. Alpha and the processor time per byte (`AlphaBeta.cpu_s_per_byte`)
+    come from the near-floor sizes whose transfer is below their latency
+    (`_fit_latency_line`), starting from the smallest size's time as all latency: a size at
+    the crossing, where both terms are equal, then joins only if the line through the others
+    reaches it (from an empty start it would pull the line up to itself)."""
+    beta = max(0.0, float(t[bandwidth].sum() / wire[bandwidth].sum()))
+    smallest = t == t.min()
+    alpha, cpu = _fit_latency_line(messages[smallest], wire[smallest], t[smallest])
+    for _ in range(50):
+        latency = near_floor & (beta * wire < alpha * messages + cpu * wire)
+        latency = latency if latency.any() else smallest
+        alpha, cpu = _fit_latency_line(messages[latency], wire[latency], t[latency])
+    return AlphaBeta(alpha_s=alpha, beta_s_per_byte=beta, overlap=True, cpu_s_per_byte=cpu)
+
+
+def _fit_latency_line(
+    messages: np.ndarray, wire: np.ndarray, t: np.ndarray
+) -> tuple[float, float]:
+    """(alpha, cpu) >= 0 with t = alpha * messages + cpu * wire, least squares in relative
+    error over latency-bound calls; cpu = 0 and alpha their median time per message when
+    the calls span fewer than two sizes (no slope to take) or the slope comes out negative."""
+    plain = (max(0.0, float(np.median(t / messages))), 0.0)
+    if len(np.unique(wire)) < 2:
+        return plain
+    design = np.stack([messages, wire], axis=1) / t[:, None]
+    alpha, cpu = np.linalg.lstsq(design, np.ones_like(t), rcond=None)[0]
+    if cpu < 0 or alpha < 0:
+        return plain
+    return float(alpha), float(cpu)
 
 
 def fit(
@@ -357,9 +393,10 @@ def fit_latency(
     all-gathers (3 messages) took 0.83-0.87 ms where all-reduce's alpha (6 messages in 1.33-1.45
     ms) priced 0.70 ms, and broadcasts streamed from one root took 0.28-0.31 ms against 0.46
     (`results/bench-collectives-400mbit-4hosts-localcopy-20261125b.json`).
-    Alpha is the median, over `sizes`, of each call's time less its wire term (none on a
-    token-bucket link, where the larger term alone counts) over its message count; only sizes
-    whose wire term is at most half their time count (a ValueError if none is)."""
+    Alpha is the median, over `sizes`, of each call's time less its wire term (on a
+    token-bucket link, where the larger term alone counts, less its processor time per byte,
+    `AlphaBeta.cpu_s_per_byte`) over its message count; only sizes whose wire term is at most
+    half their time count (a ValueError if none is)."""
     if len(sizes) != len(seconds) or not sizes:
         raise ValueError(f"need one time per size, got {len(sizes)} sizes, {len(seconds)} times")
     per_message = []
@@ -367,7 +404,8 @@ def fit_latency(
         terms = model.terms(collective, algorithm, n, world_size)
         wire = model.beta_s_per_byte * terms.wire_bytes
         if terms.messages and wire <= 0.5 * t:
-            per_message.append((t - (0.0 if model.overlap else wire)) / terms.messages)
+            taken = model.cpu_s_per_byte * terms.wire_bytes if model.overlap else wire
+            per_message.append((t - taken) / terms.messages)
     if not per_message:
         raise ValueError(f"no latency-bound {collective} size in {list(sizes)}")
     return replace(model, alpha_s=max(0.0, float(np.median(per_message))))

@@ -120,6 +120,13 @@ class AlphaBeta:
     then forwards it (gloo's broadcast tree, "binomial_eager") sends up to this many bytes at
     once, from the tokens its link gathered while it waited. The call's first hop pays every
     byte: it starts on a busy link, as in a stream of calls or after a drain. 0: no bucket."""
+    cpu_s_per_byte: float = 0.0
+    """With `overlap`: processor seconds per byte on the wire that the link cannot hide (the
+    copies through each rank's socket layers). They add to the latency term, so a call costs
+    max(alpha * messages + cpu * wire, beta * wire): while the link is the bottleneck they pass
+    as a rank waits for tokens, while latency is they add to it. On 4 emulated hosts at 1gbit
+    16-64 KB calls, where the two terms are close, came out 1.11-1.22x slow without it. A
+    serialising link's fitted beta already holds this time. 0: none."""
     collective_alphas: tuple[tuple[str, float], ...] = ()
     """(collective, alpha in seconds) pairs that replace `alpha_s` for those collectives (names
     as in `ALGORITHMS`). A gloo call's fixed cost per message differs by collective (the
@@ -134,12 +141,15 @@ class AlphaBeta:
     alpha (`alpha_for`)."""
 
     def __post_init__(self) -> None:
-        for name in ("alpha_s", "beta_s_per_byte", "gamma_s_per_byte", "burst_bytes"):
+        fields = ("alpha_s", "beta_s_per_byte", "gamma_s_per_byte", "burst_bytes", "cpu_s_per_byte")
+        for name in fields:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be finite and >= 0, got {value}")
         if self.burst_bytes and not self.overlap:
             raise ValueError("burst_bytes needs overlap=True: a serialising link has no bucket")
+        if self.cpu_s_per_byte and not self.overlap:
+            raise ValueError("cpu_s_per_byte needs overlap=True: a serialising beta holds it")
         # Saved models come back from JSON as lists: keep the field hashable either way.
         pairs = tuple((str(c), float(a)) for c, a in self.collective_alphas)
         object.__setattr__(self, "collective_alphas", pairs)
@@ -244,7 +254,10 @@ class AlphaBeta:
 
     def _cost(self, t: Terms) -> float:
         latency, transfer = self.alpha_s * t.messages, self.beta_s_per_byte * t.wire_bytes
-        link = max(latency, transfer) if self.overlap else latency + transfer
+        if self.overlap:
+            link = max(latency + self.cpu_s_per_byte * t.wire_bytes, transfer)
+        else:
+            link = latency + transfer
         return link + self.gamma_s_per_byte * t.reduce_bytes
 
     def time(self, collective: str, algorithm: str, nbytes: int, world_size: int) -> float:
