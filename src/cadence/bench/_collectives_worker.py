@@ -113,8 +113,8 @@ class Timed:
 
 def timed_list(config: CollectivesBenchConfig, world_size: int) -> list[Timed]:
     """The benchmark's rows, then the calibration's points: gloo's all-reduce at
-    `calibration_sizes` and, with `alpha_per_collective`, the collectives of `LATENCY_FITTED`
-    at `LATENCY_SIZES`."""
+    `calibration_sizes` and, with `alpha_per_collective`, all-gather and broadcast at
+    `LATENCY_SIZES`."""
     rows = [Timed("row", v, elements(n, world_size))
             for n in config.sizes for v in config.variants()]  # fmt: skip
     fitted = [("all_reduce", n) for n in calibration_sizes(config.sizes)]

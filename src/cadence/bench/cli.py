@@ -84,9 +84,8 @@ def _add_collectives(bsub: Any) -> None:
         "--alpha",
         choices=("per-collective", "all-reduce"),
         default="per-collective",
-        help="latency of gloo's all-gather, broadcast and reduce-scatter: per-collective "
-        "(each fitted on calls of its own at 2 KB and 8 KB, sizes the default rows leave out) "
-        "or all-reduce "
+        help="latency of gloo's all-gather and broadcast: per-collective (each fitted on "
+        "calls of its own at 2 KB and 8 KB, sizes the default rows leave out) or all-reduce "
         "(every collective priced with the all-reduce fit's alpha)",
     )
     p.add_argument(

@@ -30,15 +30,13 @@ DEFAULT_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast"
 DEFAULT_SIZES: tuple[int, ...] = tuple(1024 * 4**i for i in range(9))  # 1 KB .. 64 MB
 MAX_BYTES = 1 << 30
 LATENCY_SIZES: tuple[int, ...] = (2048, 8192)
-"""Sizes at which the calibration times all-gather, broadcast and reduce-scatter for their own
-alpha (`CollectivesBenchConfig.alpha_per_collective`), between the default sizes, so no
-benchmark row is a fitted point. A size whose wire term is over half its time is left out of the fit
+"""Sizes at which the calibration times all-gather and broadcast for their own alpha
+(`CollectivesBenchConfig.alpha_per_collective`), between the default sizes, so no benchmark
+row is a fitted point. A size whose wire term is over half its time is left out of the fit
 (`cadence.comm.calibrate.fit_latency`): on 2 hosts at 400mbit, broadcast's 8 KB."""
 # gloo collectives whose latency the calibration fits on their own calls (`GLOO_ALGORITHMS` has
 # their cost-model names); the others take all-reduce's.
-# Reduce-scatter joined on 2026-12-01: gloo's costs 60-100 us a call more than an all-reduce of
-# the same input beyond its local copies (4 hosts at 1gbit, every size from 1 to 64 KB).
-LATENCY_FITTED = ("all_gather", "broadcast", "reduce_scatter")
+LATENCY_FITTED = ("all_gather", "broadcast")
 
 # cadence algorithm names per collective (cadence.comm.collectives.ALGORITHMS, repeated here so
 # the CLI validates input without importing torch).
@@ -126,10 +124,10 @@ class CollectivesBenchConfig:
     processors in turn, as a real host keeps its own (`_launch.run_workers`). False: the
     kernel places every host's threads, and small collectives scatter with where they land."""
     alpha_per_collective: bool = True
-    """Fit gloo's all-gather, broadcast and reduce-scatter latency (alpha) on calls of their
-    own, timed at `LATENCY_SIZES`, which the default sizes leave out, so every row stays a
-    prediction; beta comes from the all-reduce fit. False: every collective is priced with
-    all-reduce's alpha."""
+    """Fit gloo's all-gather and broadcast latency (alpha) on calls of their own, timed at
+    `LATENCY_SIZES`, which the default sizes leave out, so every row stays a prediction; beta
+    and reduce-scatter's alpha come from the all-reduce fit. False: every collective is
+    priced with all-reduce's alpha."""
     out: str = "results/bench-collectives.json"
     """JSON result file; the PNG goes next to it (same name, .png)."""
 
@@ -454,7 +452,6 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
     title = (
         f"{config.hosts} hosts at {format_bandwidth(config.bandwidth_bps)}, {kind} link model; "
         f"alpha {model.alpha_s * 1e6:.0f} us, 1/beta {rate_mb_s:.0f} MB/s"
-        + (f", processor {model.cpu_s_per_byte * 1e9:.2f} ns/B" if model.cpu_s_per_byte else "")
     )
     plot(rows, str(png), title)
     sizes = ", ".join(format_size(n) for n in fitted.all_reduce_sizes)
