@@ -80,16 +80,11 @@ def test_tiny_run_writes_sane_results(tmp_path: Path) -> None:
     assert local["sizes"] == [4096, 524288] and all(t >= 0 for t in local["fresh_s"])
     assert "gloo's local copies" in proc.stdout
     # The calibration: gloo's all-reduce between and beside the rows' sizes (never on one),
-    # and reduce-scatter at 2 and 8 KB for an alpha of its own, timed in the same rounds.
+    # timed in the same rounds; all-reduce's alpha prices reduce-scatter too.
     points = [(r["collective"], r["nbytes"]) for r in cal["rows"]]
-    assert points == [("all_reduce", 2040), ("all_reduce", 46332), ("all_reduce", 1048572),
-                      ("reduce_scatter", 2040), ("reduce_scatter", 8184)]  # fmt: skip
-    # Reduce-scatter's own alpha where a call of its own was latency-bound (2 KB on 3 hosts
-    # at 100mbit is: about 0.2 ms of wire in a call of four messages), printed with its sizes.
-    own = cal["alpha_s_by_collective"]
-    assert set(own) == {"all_reduce", "reduce_scatter"}
-    assert "reduce_scatter's own alpha, from its calls at 2KB, 8KB" in proc.stdout
-    assert cal["models"]["token-bucket"]["cpu_s_per_byte"] >= 0
+    assert points == [("all_reduce", 2040), ("all_reduce", 46332), ("all_reduce", 1048572)]
+    assert set(cal["alpha_s_by_collective"]) == {"all_reduce"}
+    assert "cpu_s_per_byte" in cal["models"]["token-bucket"]  # the processor time per byte fitted
     assert "calibrated on gloo all_reduce at 2.0KB, 45.2KB, 1024.0KB" in proc.stdout
     # The noise floor: each gloo row's odd round against its even round.
     noise = data["halves"]

@@ -9,12 +9,7 @@ from dataclasses import replace
 import pytest
 
 from cadence.bench._collectives_worker import Timed, schedule, timed_list
-from cadence.bench.collectives import (
-    DEFAULT_SIZES,
-    CollectivesBenchConfig,
-    build_rows,
-    gloo_local_s,
-)
+from cadence.bench.collectives import DEFAULT_SIZES, CollectivesBenchConfig, build_rows
 from cadence.bench.collectives_fit import calibration_sizes, fit_run
 from cadence.comm.calibrate import fit_latency
 from cadence.comm.cost import AlphaBeta
@@ -72,9 +67,6 @@ def test_the_calibration_is_timed_in_the_rounds_of_the_rows_at_sizes_of_its_own(
         ("all_reduce", 2048), ("all_reduce", 8192), ("broadcast", 2048), ("broadcast", 8192),
     ]  # fmt: skip
     # all-gather's own alpha only where all-gather is measured; none when switched off
-    every = [t.variant[0] for t in timed_list(CollectivesBenchConfig(), 4)
-             if t.role == "calibration" and 4 * t.elems == 2048]  # fmt: skip
-    assert every == ["all_reduce", "all_gather", "broadcast", "reduce_scatter"]
     off = timed_list(CollectivesBenchConfig(alpha_per_collective=False), 2)
     assert {t.variant[0] for t in off if t.role == "calibration"} == {"all_reduce"}
 
@@ -139,27 +131,3 @@ def test_a_collective_whose_calls_the_wire_decides_keeps_the_all_reduce_alpha() 
     fitted = fit_run(config, points, LocalCopyTimes.none())
     assert fitted.alphas("token-bucket") == {"all_reduce": fitted.models["token-bucket"].alpha_s}
 
-
-def test_reduce_scatter_gets_an_alpha_of_its_own_beyond_its_local_copies() -> None:
-    # gloo's reduce-scatter is a ring all-reduce of the whole input plus local copies, and
-    # costs more per call than the all-reduce (4 hosts at 1gbit, 2026-12-01): its own calls
-    # at 2 and 8 KB, less the copies the rows add back, give its alpha.
-    config = CollectivesBenchConfig(hosts=4, bandwidth_bps=1e9,
-                                    collectives=("all_reduce", "reduce_scatter"))  # fmt: skip
-    link = AlphaBeta(0.12e-3, 8e-9, overlap=True, cpu_s_per_byte=1e-9)
-    scatter = replace(link, alpha_s=0.135e-3)
-    local = LocalCopyTimes(sizes=(1024, 1 << 20), fresh_s=(2e-6, 100e-6), warm_s=(1e-6, 50e-6))
-    points: list[dict[str, object]] = [
-        {"collective": "all_reduce", "nbytes": n,
-         "measured_s": link.time("allreduce", "ring", n, 4)}
-        for n in calibration_sizes(DEFAULT_SIZES)
-    ]
-    for n in (2048, 8192):
-        copies = gloo_local_s("reduce_scatter", n, 4, local)
-        points.append({"collective": "reduce_scatter", "nbytes": n,
-                       "measured_s": scatter.time("allreduce", "ring", n, 4) + copies})  # fmt: skip
-    fitted = fit_run(config, points, local)
-    model = fitted.models["token-bucket"]
-    assert math.isclose(model.cpu_s_per_byte, 1e-9, rel_tol=1e-6)
-    assert math.isclose(fitted.alphas("token-bucket")["reduce_scatter"], 0.135e-3, rel_tol=1e-6)
-    assert math.isclose(fitted.alphas("token-bucket")["all_reduce"], 0.12e-3, rel_tol=1e-6)

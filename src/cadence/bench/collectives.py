@@ -452,6 +452,7 @@ def run_collectives_bench(config: CollectivesBenchConfig, command: str) -> dict[
     title = (
         f"{config.hosts} hosts at {format_bandwidth(config.bandwidth_bps)}, {kind} link model; "
         f"alpha {model.alpha_s * 1e6:.0f} us, 1/beta {rate_mb_s:.0f} MB/s"
+        + (f", processor {model.cpu_s_per_byte * 1e9:.2f} ns/B" if model.cpu_s_per_byte else "")
     )
     plot(rows, str(png), title)
     sizes = ", ".join(format_size(n) for n in fitted.all_reduce_sizes)

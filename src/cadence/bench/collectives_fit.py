@@ -3,8 +3,8 @@ gloo calls timed in the same rounds as the rows.
 
 Beta and all-reduce's alpha come from gloo's all-reduce at `calibration_sizes` (the midpoints
 of the rows' sizes), and on token-bucket links the processor time per byte
-(`AlphaBeta.cpu_s_per_byte`); all-gather, broadcast and reduce-scatter get an alpha of their own
-from their calls at `LATENCY_SIZES` when timed. No row is a point any model was fitted to.
+(`AlphaBeta.cpu_s_per_byte`); all-gather and broadcast get an alpha of their own from their
+calls at `LATENCY_SIZES` when timed. No row is a point any model was fitted to.
 """
 
 from __future__ import annotations
