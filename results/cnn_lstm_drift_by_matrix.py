@@ -1,7 +1,7 @@
-"""cnn_lstm's in-run drift in every 20-round matrix (nn-yy): steps per turn, the steps each
+"""cnn_lstm's in-run drift in every 20-round matrix (nn-zz): steps per turn, the steps each
 variant trained over the run (warm-up round included), and per variant the median of the last
 five rounds over the first five. Subnormals appear after about 1000 steps of training on the
-synthetic set (`results/subnormals_cnn_lstm.py`); uu-yy flushed them.
+synthetic set (`results/subnormals_cnn_lstm.py`); uu-zz flushed them.
 
     python results/cnn_lstm_drift_by_matrix.py > results/cnn-lstm-drift-by-matrix-20261201.txt
 """
@@ -10,7 +10,7 @@ import glob
 import json
 import statistics as st
 
-MATRICES = ("nn", "oo", "pp", "qq", "rr", "ss", "tt", "uu", "vv", "ww", "xx", "yy")
+MATRICES = ("nn", "oo", "pp", "qq", "rr", "ss", "tt", "uu", "vv", "ww", "xx", "yy", "zz")
 
 for matrix in MATRICES:
     (path,) = glob.glob(f"results/bench-dp-paired-small-20rounds-aligned-2026*{matrix}.json")

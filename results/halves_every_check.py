@@ -196,6 +196,10 @@ CHECKS = {  # name -> the benchmark files one `bench sim` call reads
     "in turns yy (vgg16 10, small 20 rounds, aligned turns, subnormals flushed)": [
         "results/bench-dp-paired-small-20rounds-aligned-20261201yy.json",
         "results/bench-dp-paired-vgg16-400mbit-10rounds-aligned-20261201yy.json"],
+    # And zz the same way, after the rule in 7470c12 (21:58-22:40 UTC).
+    "in turns zz (vgg16 10, small 20 rounds, aligned turns, subnormals flushed)": [
+        "results/bench-dp-paired-small-20rounds-aligned-20261201zz.json",
+        "results/bench-dp-paired-vgg16-400mbit-10rounds-aligned-20261201zz.json"],
     "vgg16 long": ["results/bench-dp-vgg16-long-defaults-20261126.json"],
     "vgg16 long r (between the steps, ddp-heap)": [
         "results/bench-dp-vgg16-400mbit-heap-20261127r.json"],
