@@ -16,46 +16,21 @@ from __future__ import annotations
 
 import glob
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from functools import partial
 
-import numpy as np
-from collectives_reprice import eligible
+from collectives_reprice import latency_line, no_slope, print_counts, refit_count
 
 import cadence.comm.calibrate as calibrate
-from cadence.bench.collectives import CollectivesBenchConfig, build_rows, within_target
-from cadence.bench.collectives_fit import fit_run
-from cadence.comm.local_copy import LocalCopyTimes
 
 FITTED_LINE = calibrate._fit_latency_line
 
 
-def _no_slope(messages: np.ndarray, wire: np.ndarray, t: np.ndarray) -> tuple[float, float]:
-    return max(0.0, float(np.median(t / messages))), 0.0
-
-
-@contextmanager
-def line(fitter: Callable[..., tuple[float, float]]) -> Iterator[None]:
-    calibrate._fit_latency_line = fitter  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        calibrate._fit_latency_line = FITTED_LINE  # type: ignore[assignment]
-
-
 def count(data: dict, cpu: bool, rs: bool) -> tuple[int, int]:
     """(gloo rows within 10%, gloo rows) of one run refitted with the changes named."""
-    config = CollectivesBenchConfig.from_json_dict(data["config"])
-    local = LocalCopyTimes.from_dict(data["local_copy"])
     points = [p for p in data["calibration"]["rows"]
               if rs or p["collective"] != "reduce_scatter"]  # fmt: skip
-    with line(FITTED_LINE if cpu else _no_slope):
-        fitted = fit_run(config, points, local)
-    measured = [r for r in data["rows"] if r["implementation"] == "gloo"]
-    rows = build_rows(config, measured, fitted.models["token-bucket"], local,
-                      fitted.by_collective["token-bucket"])  # fmt: skip
-    return sum(within_target(r.measured_over_predicted) for r in rows), len(rows)
+    with latency_line(FITTED_LINE if cpu else no_slope):
+        return refit_count(data, points)
 
 
 VARIANTS = {"before": (False, False), "cpu": (True, False), "rs": (False, True),
@@ -63,23 +38,8 @@ VARIANTS = {"before": (False, False), "cpu": (True, False), "rs": (False, True),
 
 
 def main(paths: list[str]) -> None:
-    totals = {label: [0, 0] for label in VARIANTS}
-    print("| run | " + " | ".join(VARIANTS) + " | saved |")
-    print("| --- |" + " --- |" * (len(VARIANTS) + 1))
-    for path in paths:
-        data = eligible(path)
-        if data is None:
-            continue
-        cells = []
-        for label, (cpu, rs) in VARIANTS.items():
-            hit, n = count(data, cpu, rs)
-            totals[label][0] += hit
-            totals[label][1] += n
-            cells.append(f"{hit}/{n}")
-        saved = data["accuracy"]
-        print(f"| {Path(path).name} | " + " | ".join(cells)
-              + f" | {saved['rows_within']}/{saved['rows']} |")
-    print("\nall runs: " + ", ".join(f"{k} {h} of {n}" for k, (h, n) in totals.items()))
+    print_counts(paths, {label: partial(count, cpu=cpu, rs=rs)
+                         for label, (cpu, rs) in VARIANTS.items()})  # fmt: skip
 
 
 if __name__ == "__main__":
