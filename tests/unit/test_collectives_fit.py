@@ -130,4 +130,3 @@ def test_a_collective_whose_calls_the_wire_decides_keeps_the_all_reduce_alpha() 
         points.append({"collective": "broadcast", "nbytes": n, "measured_s": 8e-6 * n})
     fitted = fit_run(config, points, LocalCopyTimes.none())
     assert fitted.alphas("token-bucket") == {"all_reduce": fitted.models["token-bucket"].alpha_s}
-

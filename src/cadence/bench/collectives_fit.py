@@ -19,7 +19,7 @@ from cadence.bench.collectives import (
     build_rows,
     gloo_local_s,
 )
-from cadence.comm.calibrate import fit, fit_latency
+from cadence.comm.calibrate import fit, with_collective_alphas
 from cadence.comm.cost import GLOO_ALGORITHMS, AlphaBeta
 from cadence.comm.local_copy import LocalCopyTimes
 
@@ -57,18 +57,16 @@ def latency_models(
     local: LocalCopyTimes | None = None,
 ) -> dict[str, AlphaBeta]:
     """gloo collective -> `model` with alpha fitted to that collective's own calls (`timed[c]`:
-    (bytes, the slowest rank's median seconds) pairs; `calibrate.fit_latency`), the
+    (bytes, the slowest rank's median seconds) pairs; `calibrate.with_collective_alphas`), the
     local copies gloo's binding adds (`gloo_local_s`) taken off first, as the rows add them
     back. A collective none of whose calls latency decides (a slow link) is left out: `model`
     prices it."""
     local = local or LocalCopyTimes.none()
-    fits = {}
-    for c, points in timed.items():
-        network = [(n, t - gloo_local_s(c, n, hosts, local)) for n, t in points]
-        with suppress(ValueError):  # no latency-bound call
-            fits[c] = fit_latency(model, *GLOO_ALGORITHMS[c], [n for n, _ in network],
-                                  [t for _, t in network], hosts)  # fmt: skip
-    return fits
+    network = {c: [(n, t - gloo_local_s(c, n, hosts, local)) for n, t in points]
+               for c, points in timed.items()}  # fmt: skip
+    own = dict(with_collective_alphas(model, network, hosts).collective_alphas)
+    return {c: replace(model, alpha_s=own[GLOO_ALGORITHMS[c][0]])
+            for c in timed if GLOO_ALGORITHMS[c][0] in own}  # fmt: skip
 
 
 @dataclass(frozen=True)
