@@ -1,13 +1,13 @@
-"""Score `cadence bench collectives` runs with each of the two changes of 2026-12-01 on and off:
-processor time per byte fitted from the calibration's latency-bound all-reduces
-(`AlphaBeta.cpu_s_per_byte`, `calibrate._fit_token_bucket`) and reduce-scatter's own alpha
-from its calls at 2 and 8 KB (`bench.collectives.LATENCY_FITTED`).
+"""Score `cadence bench collectives` runs with each of the two changes tried on 2026-12-01 on
+and off: processor time per byte fitted from the calibration's latency-bound all-reduces
+(`AlphaBeta.cpu_s_per_byte`, `calibrate._fit_token_bucket`; kept) and reduce-scatter's own
+alpha from its calls at 2 and 8 KB (undone in 628c8ad after it lost rows out of sample).
 
 Each run is refitted from its saved calibration calls four ways and its gloo rows counted
 within 10%: "before" (no processor time, reduce-scatter priced with all-reduce's alpha, the
-model as it was), "cpu" and "rs" (one change each), "both" (the package from 2026-12-01 on).
-Runs saved before reduce-scatter was timed in the calibration have no such calls, so there
-"rs" equals "before" and "both" equals "cpu".
+model as it was), "cpu" (the package since 628c8ad) and "rs" (one change each), "both". Only
+the runs of the first fresh pass (`...-fitted-20261201.json`) timed reduce-scatter calibration
+calls; elsewhere "rs" equals "before" and "both" equals "cpu".
 
     python results/collectives_fitted_cpu.py [RUN.json ...] > results/collectives-fitted-cpu-X.txt
 """

@@ -1,7 +1,7 @@
 """The matrices timed with aligned compute turns (2026-11-29: kk-tt; 2026-11-30: uu-ww;
-2026-12-01: xx, yy, zz), each row's error priced from the free-running turns (lockstep, `bench sim`'s
-default) and from the aligned ones, per matrix and pooled: mean |error|, mean signed error,
-rows over 5% and over 10%, and the same per strategy.
+2026-12-01: xx, yy, zz), each row's error priced from the free-running turns (lockstep,
+`bench sim`'s default) and from the aligned ones, per matrix and pooled: mean |error|, mean
+signed error, rows over 5% and over 10%, and the same per strategy.
 `results/paired-compute-pooled-20261129.txt` is the same for kk-oo,
 `results/paired-compute-pooled-20261129b.txt` for kk-qq, `...20261129c.txt` for kk-rr,
 `...20261129d.txt` for kk-ss, `...20261129e.txt` for kk-tt, `...20261130.txt` for kk-uu,
