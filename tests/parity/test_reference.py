@@ -1,0 +1,48 @@
+"""The matrix's own control: DDP with tiny buckets (another summation order and bucket layout)
+against DDP with its defaults. Every cell must agree within the tolerance the strategies are
+held to, or the tolerance is too tight for honest rounding differences."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from tests.parity.loop import HABITS, Wrapped
+from tests.parity.matrix import Cell, cell_id, check_cell, matrix_results
+from tests.parity.models import CASES
+
+
+def ddp_small_buckets(model: nn.Module, make_optimizer: Any) -> Wrapped:
+    wrapped = DistributedDataParallel(model, find_unused_parameters=True, bucket_cap_mb=0.001)
+    optimizer = make_optimizer(wrapped.parameters())
+    return Wrapped(
+        model=wrapped,
+        optimizer=optimizer,
+        module=model,
+        no_sync=wrapped.no_sync,
+        clip=lambda norm: torch.nn.utils.clip_grad_norm_(wrapped.parameters(), norm),
+    )
+
+
+STRATEGIES = {"ddp_small_buckets": ddp_small_buckets}
+CELLS: list[Cell] = [(m, h, "ddp_small_buckets") for m in CASES for h in HABITS]
+_cache: dict[int, list[dict]] = {}
+
+
+def _results(world_size: int) -> list[dict]:
+    if world_size not in _cache:
+        _cache[world_size] = matrix_results(__name__, CELLS, world_size)
+    return _cache[world_size]
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("cell", CELLS, ids=cell_id)
+def test_reference_agrees_with_itself(cell: Cell, world_size: int) -> None:
+    check_cell(_results(world_size), cell, refusals={})
+
+
