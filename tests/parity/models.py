@@ -43,8 +43,12 @@ def _labelled_tokens(gen: torch.Generator, n: int) -> tuple[Tensor, Tensor]:
     return ids, torch.randint(0, 3, (n,), generator=gen)
 
 
-def _images(gen: torch.Generator, n: int) -> tuple[Tensor, Tensor]:
-    return torch.randn(n, 3, 8, 8, generator=gen), torch.randint(0, 5, (n,), generator=gen)
+def _images(side: int) -> Callable[[torch.Generator, int], tuple[Tensor, Tensor]]:
+    def batch(gen: torch.Generator, n: int) -> tuple[Tensor, Tensor]:
+        images = torch.randn(n, 3, side, side, generator=gen)
+        return images, torch.randint(0, 5, (n,), generator=gen)
+
+    return batch
 
 
 def _gpt2() -> nn.Module:
@@ -155,7 +159,7 @@ CASES: dict[str, ModelCase] = {
         ModelCase(
             "resnet",
             _resnet,
-            _images,
+            _images(16),  # BatchNorm needs more than one value per channel at the last stage
             lambda m, x, y: F.cross_entropy(m(pixel_values=x).logits.float(), y),
             lambda m, x: m(pixel_values=x).logits,
             has_buffers=True,
@@ -177,7 +181,7 @@ CASES: dict[str, ModelCase] = {
         ModelCase(
             "smallnet",
             SmallNet,
-            _images,
+            _images(8),
             lambda m, x, y: F.cross_entropy(m(x).float(), y),
             _plain_logits,
             has_buffers=True,
