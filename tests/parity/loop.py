@@ -93,7 +93,10 @@ def _optimizer_factory(habit: str, model: nn.Module) -> MakeOptimizer:
                 {"params": [p for p in params if id(p) in decay], "weight_decay": 0.1},
                 {"params": [p for p in params if id(p) not in decay], "weight_decay": 0.0},
             ]
-            return torch.optim.AdamW([g for g in groups if g["params"]], lr=1e-3)
+            # eps well above float32 rounding noise: some gradients are exactly zero in theory
+            # (attention's key bias), and Adam would turn their summation-order noise into
+            # full-size steps of either sign, in DDP and every strategy alike.
+            return torch.optim.AdamW([g for g in groups if g["params"]], lr=1e-3, eps=1e-6)
 
         return adamw
     return lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9)
