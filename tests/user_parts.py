@@ -56,3 +56,24 @@ def per_sample_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 def smooth_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return nn.functional.cross_entropy(output, target, label_smoothing=0.1)
+
+
+def numpy_blobs() -> tuple[tuple[object, object], tuple[object, object]]:
+    """(inputs, targets) numpy arrays: not mistaken for a dataset of two items."""
+    (x, y), (tx, ty) = _blobs(40), _blobs(24)
+    return (x.numpy(), y.numpy()), (tx.numpy(), ty.numpy())
+
+
+def line() -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """Regression: float targets (N, 1)."""
+    x = torch.randn(96, FEATURES)
+    y = x.sum(dim=1, keepdim=True)
+    return (x[:64], y[:64]), (x[64:], y[64:])
+
+
+def mse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return nn.functional.mse_loss(output, target)
+
+
+def regressor() -> nn.Module:
+    return nn.Linear(FEATURES, 1)

@@ -63,6 +63,8 @@ def test_datasets_load_from_tensor_datasets_items_and_tensor_pairs() -> None:
     mixed = load_user_dataset(f"{P}:blob_pairs", 0)  # a list of items, a pair of tensors
     assert mixed.train_x.shape == (64, user_parts.FEATURES) and len(mixed.test_x) == 32
     assert mixed.train_y.dtype == torch.int64
+    arrays = load_user_dataset(f"{P}:numpy_blobs", 0)
+    assert arrays.train_x.shape == (40, user_parts.FEATURES) and arrays.test_y.shape == (24,)
 
 
 def test_a_dataset_factory_must_return_train_and_test() -> None:
@@ -180,3 +182,18 @@ def test_all_micro_batches_but_the_last_run_under_no_sync() -> None:
     model.passes.clear()
     forward_backward(model, x, y, load_loss(None), 1)
     assert model.passes == [False]
+
+
+def test_regression_is_scored_by_its_loss_alone() -> None:
+    import math
+
+    from cadence.comm import DistContext
+    from cadence.train.loop import evaluate
+
+    spec, data = model_and_data(f"{P}:regressor", f"{P}:line")
+    model, loss = spec.build(), load_loss(f"{P}:mse")
+    check_fits(model, data, loss, spec.name, torch.device("cpu"))
+    ctx = DistContext(0, 1, 0, "gloo", torch.device("cpu"))
+    test_loss, accuracy = evaluate(model, data, ctx, alone=True, loss=loss)
+    expected = loss(model(data.test_x), data.test_y).item()
+    assert test_loss == pytest.approx(expected, rel=1e-5) and math.isnan(accuracy)

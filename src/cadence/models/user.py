@@ -95,10 +95,8 @@ def load_user_dataset(ref: str, seed: int = 0) -> Dataset:
 
 def _tensors(split: Any, ref: str, which: str) -> tuple[Tensor, Tensor]:
     """(inputs, targets) of one split: a pair of tensors, or a dataset of (input, target)."""
-    if isinstance(split, tuple | list) and len(split) == 2 and all(
-        isinstance(t, Tensor) for t in split
-    ):
-        x, y = split
+    if isinstance(split, tuple | list) and len(split) == 2 and all(map(_is_array, split)):
+        x, y = (torch.as_tensor(t) for t in split)  # tensors, or numpy arrays
     elif isinstance(getattr(split, "tensors", None), tuple) and len(split.tensors) == 2:
         x, y = split.tensors  # TensorDataset: no need to stack its items one by one
     elif hasattr(split, "__len__") and hasattr(split, "__getitem__"):
@@ -121,6 +119,11 @@ def _tensors(split: Any, ref: str, which: str) -> tuple[Tensor, Tensor]:
             f"--dataset '{ref}': the {which} split has {len(x)} inputs and {len(y)} targets"
         )
     return x, y
+
+
+def _is_array(value: Any) -> bool:
+    """A tensor or an array (numpy's): many samples, unlike one (input, target) item."""
+    return isinstance(value, Tensor) or hasattr(value, "__array__")
 
 
 def _shapes(x: Tensor, y: Tensor) -> str:

@@ -210,8 +210,9 @@ def run_training(
             tested = (
                 ""  # not evaluated this epoch (eval_every_epoch off): say nothing, not "nan"
                 if math.isnan(test_loss)
-                else f"test loss {test_loss:.4f}  test acc {100 * test_acc:.2f}%  "
-            )
+                else f"test loss {test_loss:.4f}  "
+                + ("" if math.isnan(test_acc) else f"test acc {100 * test_acc:.2f}%  ")
+            )  # (no accuracy where the targets are not class labels)
             tqdm.write(
                 f"epoch {epoch}/{epochs_needed}  loss {record['train_loss']:.4f}  "
                 f"{tested}samples/s {record['samples_per_s']:.0f}"
