@@ -77,3 +77,19 @@ def mse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 def regressor() -> nn.Module:
     return nn.Linear(FEATURES, 1)
+
+
+class TwoTower(nn.Module):
+    """Not a Sequential: two branches added, as users' models often are."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.left = nn.Linear(FEATURES, CLASSES)
+        self.right = nn.Sequential(nn.Linear(FEATURES, 8), nn.ReLU(), nn.Linear(8, CLASSES))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.left(x) + self.right(x)
+
+
+def two_tower() -> nn.Module:
+    return TwoTower()
