@@ -1,6 +1,6 @@
-"""Gradient accumulation in the training loop: at world size 2, --grad-accum 2 trains the same
-model as --grad-accum 1 on the same global batch (the loss is a mean and the model has no
-BatchNorm, so they differ only by rounding), on a user's own model (`--model pkg.module:f`)."""
+"""Gradient accumulation in the training loop: at world sizes 2 and 4, --grad-accum 2 trains
+the same model as --grad-accum 1 on the same global batch (the loss is a mean and the model has
+no BatchNorm, so they differ only by rounding), on a user's own model (`--model pkg.module:f`)."""
 
 from pathlib import Path
 
@@ -17,12 +17,12 @@ STEPS = 6
 REFUSED = "refused"
 
 
-def _config(strategy: str, grad_accum: int) -> TrainConfig:
+def _config(strategy: str, grad_accum: int, workers: int) -> TrainConfig:
     return TrainConfig(
         model="tests.user_parts:small_net",
         dataset="tests.user_parts:blobs",
         strategy=strategy,
-        workers=2,
+        workers=workers,
         batch_size=32,
         grad_accum=grad_accum,
         steps=STEPS,
@@ -35,7 +35,8 @@ def _config(strategy: str, grad_accum: int) -> TrainConfig:
 def _train_rank(rank: int, world_size: int, out: str, strategy: str, grad_accum: int) -> object:
     ctx = init_from_env()
     try:
-        metrics = run_training(_config(strategy, grad_accum), ctx, Path(out) if rank == 0 else None)
+        config = _config(strategy, grad_accum, world_size)
+        metrics = run_training(config, ctx, Path(out) if rank == 0 else None)
     except UserError as exc:  # a strategy whose model has no no_sync() yet
         if "no_sync" in str(exc):
             return REFUSED
@@ -43,13 +44,15 @@ def _train_rank(rank: int, world_size: int, out: str, strategy: str, grad_accum:
     return metrics["step_loss"]
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "cadence-dp", "zero"])
-def test_two_micro_batches_equal_one_batch(tmp_path: Path, strategy: str) -> None:
+@pytest.mark.parametrize(
+    ("strategy", "world_size"), [("ddp", 2), ("ddp", 4), ("cadence-dp", 2), ("zero", 2)]
+)
+def test_two_micro_batches_equal_one_batch(tmp_path: Path, strategy: str, world_size: int) -> None:
     results = {}
     for n in (1, 2):
         out = tmp_path / f"accum{n}"
         out.mkdir()
-        losses = run_ranks(_train_rank, 2, str(out), strategy, n, timeout=180)
+        losses = run_ranks(_train_rank, world_size, str(out), strategy, n, timeout=180)
         if REFUSED in losses:
             pytest.skip(f"--strategy {strategy}'s model has no no_sync() on this branch")
         results[n] = (losses, torch.load(out / "checkpoint.pt")["model"])
