@@ -30,8 +30,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     config = TrainConfig(
         model=args.model,
         dataset=args.dataset,
+        loss=args.loss,
         workers=args.workers,
         batch_size=args.batch_size,
+        grad_accum=args.grad_accum,
         epochs=args.epochs,
         steps=args.steps,
         lr=args.lr,
@@ -204,12 +206,34 @@ def _add_train(sub: Any) -> None:
         help="train a model on local workers, under torchrun, or in an emulated cluster",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--model", default="cnn", help="model zoo name (see `cadence models`)")
     p.add_argument(
-        "--dataset", default=None, help="digits, stdlib-text or synthetic; default: the model's own"
+        "--model",
+        default="cnn",
+        help="model zoo name (see `cadence models`), or pkg.module:factory: factory() returns "
+        "your nn.Module (docs/your-model.md)",
+    )
+    p.add_argument(
+        "--dataset",
+        default=None,
+        help="digits, stdlib-text or synthetic (default: the zoo model's own), or "
+        "pkg.module:factory: factory() returns (train, test) of (input, target) samples",
+    )
+    p.add_argument(
+        "--loss",
+        default=None,
+        metavar="PKG.MODULE:FN",
+        help="fn(output, target) -> mean loss (default: cross entropy over the last dimension)",
     )
     p.add_argument("--workers", type=int, default=2, help="local worker processes")
     p.add_argument("--batch-size", type=int, default=64, help="global batch per step")
+    p.add_argument(
+        "--grad-accum",
+        type=int,
+        default=1,
+        metavar="N",
+        help="N micro-batches of --batch-size/N per optimizer step, gradients synced once "
+        "(ddp, cadence-dp, zero)",
+    )
     p.add_argument("--epochs", type=int, default=12)
     p.add_argument("--steps", type=int, default=None, help="run exactly this many steps instead")
     p.add_argument("--lr", type=float, default=2e-3)

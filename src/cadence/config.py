@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cadence.errors import UserError
+from cadence.models.refs import USER_ZOO_DATASETS, is_ref
 from cadence.placement import check_device
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
@@ -18,6 +19,14 @@ STRATEGY_NAMES = ("cadence-dp", "ddp", "pipeline", "ps", "zero")
 checks), and this copy lets the command line refuse an unknown one without loading torch."""
 _WHOLE_MODEL_STRATEGIES = ("ddp", "cadence-dp")
 """Strategies in which every rank computes the whole model on its share of the batch."""
+ACCUMULATING_STRATEGIES = ("ddp", "cadence-dp", "zero")
+"""Strategies whose wrapped model the loop trains with gradient accumulation (`grad_accum`):
+the loop runs the first micro-batches of a step under the model's `no_sync()`."""
+USER_MODEL_STRATEGIES = ("ddp", "cadence-dp", "zero", "ps")
+"""Strategies that train a user's own `--model pkg.module:factory`. The pipeline is not among
+them: it cuts a zoo `BlockModel` at its blocks and profiles it on the zoo's synthetic batches
+(`cadence.pipeline.train`); once it takes any `nn.Sequential`, add it here and let its wrap
+refuse other modules."""
 
 
 def check_strategy_name(name: str) -> None:
@@ -31,13 +40,22 @@ class TrainConfig:
     """Everything `cadence train` needs to run one job; the same object reaches every worker."""
 
     model: str = "cnn"
-    """Model zoo name (`cadence.models.model_names()`)."""
+    """Model zoo name (`cadence.models.model_names()`), or `pkg.module:factory`: a function
+    returning the user's own `nn.Module` (`cadence.models.user`)."""
     dataset: str | None = None
-    """Dataset name; None picks the model's default (digits for image models)."""
+    """Dataset name, or `pkg.module:factory` returning the user's (train, test) data; None
+    picks a zoo model's default (digits for image models)."""
+    loss: str | None = None
+    """`pkg.module:fn`, fn(output, target) returning the batch's mean loss; None: cross
+    entropy over the last dimension (the zoo's loss)."""
     workers: int = 2
     """Number of worker processes (ranks). Ignored under torchrun, which sets WORLD_SIZE."""
     batch_size: int = 64
     """Global batch size per step, split evenly across workers."""
+    grad_accum: int = 1
+    """Gradient accumulation: each optimizer step runs this many micro-batches of
+    batch_size / grad_accum samples (over all workers), each loss divided by grad_accum, the
+    gradients synchronised once, with the last micro-batch's backward."""
     epochs: int = 12
     """Passes over the training split."""
     steps: int | None = None
@@ -168,6 +186,8 @@ class TrainConfig:
                 f"--batch-size {self.batch_size} is not divisible by --workers {self.workers}: "
                 f"use a multiple of {self.workers}"
             )
+        self._check_accumulation()
+        self._check_user_parts()
         if self.epochs < 1:
             raise UserError(f"--epochs must be at least 1 (got {self.epochs})")
         if self.steps is not None and self.steps < 1:
@@ -199,6 +219,52 @@ class TrainConfig:
         self._check_zero()
         self._check_pipeline()
         self._check_ps()
+
+    def _check_accumulation(self) -> None:
+        n = self.grad_accum
+        if n < 1:
+            raise UserError(f"--grad-accum must be at least 1 (got {n})")
+        if n == 1:
+            return
+        if self.strategy == "pipeline":
+            raise UserError(
+                "--grad-accum is for ddp, cadence-dp and zero: a pipeline already accumulates "
+                "gradients over its micro-batches, raise --microbatches instead"
+            )
+        if self.strategy not in ACCUMULATING_STRATEGIES:
+            raise UserError(
+                f"--grad-accum is for {', '.join(ACCUMULATING_STRATEGIES)}, not --strategy "
+                f"{self.strategy}: use --grad-accum 1"
+            )
+        if self.batch_size % (self.workers * n):
+            raise UserError(
+                f"--batch-size {self.batch_size} does not split into {n} micro-batches on each "
+                f"of {self.workers} workers: use a multiple of {self.workers * n}"
+            )
+
+    def _check_user_parts(self) -> None:
+        """What a user's own model, dataset or loss (`pkg.module:name`) cannot be used with."""
+        if is_ref(self.model) and not (is_ref(self.dataset) or self.dataset in USER_ZOO_DATASETS):
+            raise UserError(
+                f"--model {self.model} needs --dataset {' or '.join(USER_ZOO_DATASETS)} or "
+                f"pkg.module:factory (your data), not {self.dataset or 'none'}"
+            )
+        if is_ref(self.model) and self.strategy not in USER_MODEL_STRATEGIES:
+            raise UserError(
+                f"--strategy {self.strategy} trains zoo models only (it cuts a BlockModel "
+                f"into stages): train --model {self.model} with --strategy "
+                f"{', '.join(USER_MODEL_STRATEGIES)}"
+            )
+        if is_ref(self.model) and self.autotune == "guided":
+            raise UserError(
+                "--autotune guided profiles a zoo model: use --autotune exhaustive with "
+                f"--model {self.model}"
+            )
+        if self.loss is not None and self.strategy in ("pipeline", "ps"):
+            raise UserError(
+                f"--strategy {self.strategy} computes cross entropy itself: --loss is for "
+                f"{', '.join(ACCUMULATING_STRATEGIES)}"
+            )
 
     def _check_ps(self) -> None:
         from cadence.ps.config import ps_config  # torch-free

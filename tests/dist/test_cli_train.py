@@ -110,3 +110,51 @@ def test_help_lists_commands(tmp_path):
     assert proc.returncode == 0
     for command in ("train", "netem", "models"):
         assert command in proc.stdout
+
+
+_USER_MODULE = '''
+import torch
+from torch import nn
+
+
+def build():
+    return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 3))
+
+
+def data():
+    y = torch.randint(0, 3, (384,))
+    x = torch.eye(3, 8)[y] * 3 + torch.randn(384, 8)
+    return (x[:256], y[:256]), (x[256:], y[256:])
+'''
+
+
+@pytest.mark.parametrize(("strategy", "grad_accum"), [("ddp", 2), ("ps", 1)])
+def test_trains_a_users_own_model_from_the_current_directory(tmp_path, strategy, grad_accum):
+    (tmp_path / "mynet.py").write_text(_USER_MODULE)
+    proc = run_cadence(
+        "train", "--model", "mynet:build", "--dataset", "mynet:data", "--steps", "24",
+        "--batch-size", "32", "--grad-accum", str(grad_accum), "--lr", "0.01",
+        "--strategy", strategy, "--out", "out", "--name", "mine", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    metrics = json.loads((tmp_path / "out" / "mine" / "metrics.json").read_text())
+    assert metrics["config"]["grad_accum"] == grad_accum and metrics["dataset"] == "mynet:data"
+    assert metrics["num_parameters"] == 8 * 16 + 16 + 16 * 3 + 3
+    assert metrics["step_loss"][-1] < metrics["step_loss"][0]
+    assert metrics["final_test_accuracy"] > 0.5
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--model", "nomodule:build", "--dataset", "digits"], "no module named 'nomodule'"),
+        (["--model", "mynet:missing", "--dataset", "digits"], "has no attribute 'missing'"),
+        (["--model", "mynet:build", "--dataset", "digits"], "cannot train on dataset 'digits'"),
+        (["--model", "mynet:build", "--dataset", "mynet:data", "--strategy", "pipeline"],
+         "trains zoo models only"),
+        (["--grad-accum", "2", "--strategy", "ps"], "--grad-accum is for ddp"),
+    ],
+)  # fmt: skip
+def test_a_users_model_that_cannot_train_is_one_line(tmp_path, args, needle):
+    (tmp_path / "mynet.py").write_text(_USER_MODULE)
+    assert_one_line_error(run_cadence("train", *args, cwd=tmp_path, timeout=60), needle)

@@ -27,7 +27,7 @@ class Dataset:
     """A train/test split held fully in memory."""
 
     name: str
-    """Dataset name, one of `DATASET_NAMES`."""
+    """Dataset name, one of `DATASET_NAMES`, or the `pkg.module:factory` that made it."""
     train_x: Tensor
     """Training inputs: float images (N, C, H, W) or int64 token ids (N, T)."""
     train_y: Tensor

@@ -19,19 +19,18 @@ def ps_wrap(
     model: nn.Module, optimizer: Optimizer, rank: int, world_size: int, train: Any
 ) -> tuple[nn.Module, Optimizer]:
     """Wrap for the training loop; the optimizer stays the user's (the servers rebuild it)."""
-    from cadence.models import get_model_spec, load_dataset
+    from cadence.models.user import model_and_data
     from cadence.ps.runtime import PSTrainer
     from cadence.train.sharding import steps_per_epoch
 
     config = ps_config(train, world_size)
-    spec = get_model_spec(train.model)
+    spec, data = model_and_data(train.model, train.dataset, train.seed)  # zoo or the user's
     example = None
     if config.order == "graph":  # a batch to trace and time the forward ops on
         per_worker = max(1, train.batch_size // world_size)
         example = spec.synthetic_batch(per_worker)[0]
     # The loop waits for every worker at each epoch end (and at the last step): backup
     # workers must say they pause there, or a straggler's steps would wait for them forever.
-    data = load_dataset(train.dataset or spec.datasets[0], spec, seed=train.seed)
     per_epoch = max(1, steps_per_epoch(len(data.train_x), train.batch_size))
     last = train.steps if train.steps is not None else per_epoch * train.epochs
 

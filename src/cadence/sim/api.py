@@ -126,7 +126,8 @@ def plan_dp(
         if one_chunk_warmup
         else build_plan(params, threshold_bytes, credit_bytes, reorder_k=reorder_k)
     )
-    one = dataclasses.replace(options, replicas=1, warmup_iterations=0)
+    # Ready times count from the backward's start: the one backward with gradient hooks.
+    one = dataclasses.replace(options, replicas=1, warmup_iterations=0, grad_accum=1)
     warm = simulate_dp(profile, initial, world_size, link, iterations=1, options=one)
     graph, schedule = warm.schedule.graph, warm.schedule
     backward_start = min(

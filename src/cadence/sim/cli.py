@@ -63,6 +63,14 @@ def _sim_arguments(p: Any, worker_list: bool = False) -> None:
         help="saved `cadence profile` JSON; default: profile the model now",
     )
     p.add_argument("--batch-size", type=int, default=32, help="per-worker batch when profiling")
+    p.add_argument(
+        "--grad-accum",
+        type=int,
+        default=1,
+        metavar="N",
+        help="gradient accumulation: N micro-batches (the profile's batch each) per step, one "
+        "gradient sync overlapping only the last backward",
+    )
     p.add_argument("--profile-iterations", type=int, default=5, help="when profiling now")
     p.add_argument("--bucket", default="25mib", help="DDP bucket size")
     p.add_argument(

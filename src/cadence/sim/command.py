@@ -232,6 +232,7 @@ def run_strategy(
             iterations,
             setup.update_s_per_byte,
             profile_codec(setup.profile) if zero.compression == "onebit" else None,
+            options.grad_accum,
         )
         return zero_result, None
     if strategy == "ddp":
@@ -421,10 +422,19 @@ def setup_from(args: Any, workers: int | None = None, bandwidth: str | None = No
     )
 
 
-def _options(args: Any) -> SimOptions:
+def sim_options(args: Any) -> SimOptions:
+    """The `SimOptions` the simulator commands' shared flags set."""
     if args.replicas < 1:
         raise UserError(f"--replicas must be >= 1, got {args.replicas}")
-    return SimOptions(replicas=args.replicas)
+    if args.grad_accum < 1:
+        raise UserError(f"--grad-accum must be >= 1, got {args.grad_accum}")
+    return SimOptions(replicas=args.replicas, grad_accum=args.grad_accum)
+
+
+def accumulation_note(options: SimOptions) -> str:
+    """For a setup's header line: the micro-batches per step, when there are several."""
+    n = options.grad_accum
+    return f", {n} micro-batches per step (gradient accumulation)" if n > 1 else ""
 
 
 def simulate_command(args: Any) -> int:
@@ -434,7 +444,7 @@ def simulate_command(args: Any) -> int:
     threshold = parse_size(args.threshold, "--threshold") if args.threshold else None
     credit = parse_size(args.credit, "--credit") if args.credit else None
     bucket = parse_size(args.bucket, "--bucket")
-    options = _options(args)
+    options = sim_options(args)
     setup = setup_from(args)
     reorder_k = parse_reorder_ks(args.reorder_k)[0]
     zero = ZeroSimPlan(stage=args.zero_stage, compression=args.compression)
@@ -444,7 +454,7 @@ def simulate_command(args: Any) -> int:
     shown = args.strategy
     if args.strategy == "zero":
         shown += f" stage {zero.stage}, {zero.compression}"
-    print(f"{shown}: {setup.description}")
+    print(f"{shown}: {setup.description}{accumulation_note(options)}")
     if plan is not None:
         n = len(plan.chunks)
         print(
@@ -474,11 +484,11 @@ def plan_command(args: Any) -> int:
     thresholds = [parse_size(t, "--thresholds") for t in args.thresholds.split(",") if t.strip()]
     if not thresholds:
         raise UserError("--thresholds needs at least one size, e.g. 1mib,4mib")
-    options = _options(args)
+    options = sim_options(args)
     setup = setup_from(args)
     ks = parse_reorder_ks(args.reorder_ks)
     rows = rank_dp(setup, thresholds, options, parse_size(args.bucket, "--bucket"), ks)
-    print(setup.description)
+    print(setup.description + accumulation_note(options))
     for line in table_lines(rows):
         print(line)
     print(why(rows))

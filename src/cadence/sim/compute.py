@@ -256,6 +256,48 @@ def add_input(
     )
 
 
+def add_accumulation(
+    graph: TaskGraph,
+    costs: BlockCosts,
+    *,
+    stream: int,
+    worker: int,
+    iteration: int,
+    after: int | None,
+    gates: Sequence[Sequence[int]],
+    passes: int,
+) -> tuple[int | None, int | None]:
+    """Gradient accumulation's first `passes` micro-batches of an iteration on `stream`, after
+    task `after`: input, forward (block b waiting for `gates[b]`, as the iteration's first
+    forward does), loss and backward each, with no communication. Returns (the first
+    forward, the last task); (None, `after`) for no passes. The iteration's last micro-batch
+    follows with `add_compute_iteration` (no gates left). Activations are allocated and freed;
+    the gradients are counted from the last micro-batch's backward, as without accumulation."""
+    first: int | None = None
+    prev = after
+    nb = len(costs.forward_s)
+
+    def add(name: str, kind: str, seconds: float, deps: list[int | None], mem: int) -> int:
+        return graph.add_work(
+            name, kind, stream, seconds, deps=deps, worker=worker, iteration=iteration,
+            mem_end=mem,
+        )  # fmt: skip
+
+    for m in range(passes):
+        prev = add_input(graph, costs, stream=stream, worker=worker, iteration=iteration,
+                         after=prev)  # fmt: skip
+        for b in range(nb):
+            own = gates[b] if m == 0 else ()
+            prev = add(f"F{b} m{m}", "forward", costs.forward_s[b], [prev, *own],
+                       costs.activation_bytes[b])  # fmt: skip
+            first = prev if first is None else first
+        prev = add(f"loss m{m}", "loss", costs.loss_s, [prev], 0)
+        for b in reversed(range(nb)):
+            seconds = costs.input_grad_s[b] + costs.weight_grad_s[b]
+            prev = add(f"B{b} m{m}", "weight_grad", seconds, [prev], -costs.activation_bytes[b])
+    return first, prev
+
+
 def add_compute_iteration(
     graph: TaskGraph,
     costs: BlockCosts,

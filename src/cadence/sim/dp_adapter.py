@@ -2,6 +2,9 @@
 
 Both follow what the executors do, step by step:
 
+- gradient accumulation (`SimOptions.grad_accum` N): each iteration's compute is N
+  micro-batches, the first N-1 with no communication (`no_sync`); everything below happens in
+  the last one, whose backward alone overlaps the gradients' synchronisation.
 - cadence-dp (`cadence/dp/runtime.py`): the communication thread walks `plan.issue_order`;
   before issuing a chunk it waits for the chunk's gradients and then, while the bytes in
   flight plus the chunk's would exceed `plan.credit_bytes`, completes the *oldest* in-flight
@@ -27,6 +30,7 @@ from cadence.comm.cost import AlphaBeta
 from cadence.dp.plan import DPPlan, ParamInfo, arrival_positions
 from cadence.sim.compute import (
     BlockCosts,
+    add_accumulation,
     add_compute_iteration,
     add_input,
     allreduce_flow,
@@ -291,24 +295,29 @@ def build_dp(
     starts: list[int] = []
     compute_prev: list[int | None] = [None] * options.replicas
     gates: list[list[list[int]]] = [[[] for _ in costs.forward_s] for _ in workers]
+    no_gates: list[list[int]] = [[] for _ in costs.forward_s]
     for it in range(total):
         grads_ready = []
         for w, (compute, _, _) in enumerate(workers):
+            first, after = add_accumulation(
+                graph, costs, stream=compute, worker=w, iteration=it, after=compute_prev[w],
+                gates=gates[w], passes=options.grad_accum - 1,
+            )  # fmt: skip
             done = add_compute_iteration(
                 graph,
                 costs,
                 stream=compute,
                 worker=w,
                 iteration=it,
-                after=compute_prev[w],
-                gates=gates[w],
+                after=after,
+                gates=gates[w] if first is None else no_gates,
                 steps=steps,
                 shares=points.shares,
             )
             compute_prev[w] = done.last
             grads_ready.append(done.ready)
             if w == 0:
-                starts.append(done.forward[0])
+                starts.append(done.forward[0] if first is None else first)
         comm.iteration, comm.flows, comm.cpu = it, {}, {}
         comm.gates = gates = [[[] for _ in costs.forward_s] for _ in workers]
 
@@ -445,21 +454,26 @@ def build_ddp(
         )  # fmt: skip
         gates += no_gates[len(gates) :]
         for w, (compute, _, _) in enumerate(workers):
+            # Under no_sync, DDP broadcasts the buffers before the first micro-batch only.
+            first, after = add_accumulation(
+                graph, costs, stream=compute, worker=w, iteration=it, after=prev[w],
+                gates=gates, passes=options.grad_accum - 1,
+            )  # fmt: skip
             done = add_compute_iteration(
                 graph,
                 costs,
                 stream=compute,
                 worker=w,
                 iteration=it,
-                after=prev[w],
-                gates=gates,
+                after=after,
+                gates=gates if first is None else no_gates,
                 steps=steps,
                 shares=points.shares,
             )
             prev[w] = done.last
             ready.append(done.ready)
             if w == 0:
-                starts.append(done.forward[0])
+                starts.append(done.forward[0] if first is None else first)
         launched: int | None = None
         flows = []
         for k, bucket in enumerate(buckets):

@@ -10,6 +10,10 @@ from dataclasses import dataclass
 class SimOptions:
     """How a simulation is set up beyond the plan, the profile and the link."""
 
+    grad_accum: int = 1
+    """Gradient accumulation: micro-batches (forward + backward of the profile's batch each)
+    per iteration and optimizer step; the gradients are synchronised once, starting in the
+    last micro-batch's backward, so only that one overlaps the communication."""
     replicas: int = 1
     """Workers simulated explicitly (each with its own compute, communication thread and NIC;
     collectives span all of them). Data-parallel workers run the same program on the same
@@ -55,6 +59,8 @@ class SimOptions:
     shares the link at once, as before 2026-11-29."""
 
     def __post_init__(self) -> None:
+        if self.grad_accum < 1:
+            raise ValueError(f"grad_accum must be >= 1, got {self.grad_accum}")
         if self.replicas < 1:
             raise ValueError(f"replicas must be >= 1, got {self.replicas}")
         if not (math.isfinite(self.update_s_per_byte) and self.update_s_per_byte >= 0):

@@ -1,9 +1,12 @@
 """Rank every strategy cadence runs for one model, cluster size and link: `cadence plan strategies`.
 
-All strategies are compared at the same global batch: `workers` x the profile's batch. Data
-parallel, ZeRO and the parameter server give each worker the profile's batch; a tensor-parallel
-group of t ranks computes t workers' batches split t ways; a pipeline of S stages runs the
-global batch through S workers. Data parallel and DDP are event-simulated (`cadence.sim`), the
+All strategies are compared at the same global batch: `workers` x the profile's batch x
+`SimOptions.grad_accum`. Data parallel, ZeRO and the parameter server give each worker the
+profile's batch (with gradient accumulation N: N of them per step, one gradient sync); a
+tensor-parallel group of t ranks computes t workers' batches split t ways; a pipeline of S
+stages runs the global batch through S workers (its micro-batches are its accumulation). With
+N > 1 the parameter server and tensor-parallel rows are left out: `cadence train` does not
+accumulate gradients under them. Data parallel and DDP are event-simulated (`cadence.sim`), the
 pipelines and ZeRO too; the parameter server and tensor parallelism are alpha-beta estimates
 (`cadence.sim.estimates`). Each row says which.
 
@@ -101,7 +104,7 @@ REPLICATED_FRONT = 0.3
 parameters, whose gathers the next forward waits for first."""
 
 
-def _zero(setup: Setup, costs: BlockCosts) -> list[Candidate]:
+def _zero(setup: Setup, costs: BlockCosts, grad_accum: int = 1) -> list[Candidate]:
     n, p = setup.world_size, sum(costs.param_bytes)
     rows = []
     largest = max(costs.param_bytes)
@@ -115,7 +118,9 @@ def _zero(setup: Setup, costs: BlockCosts) -> list[Candidate]:
         plan = ZeroSimPlan(stage=stage, compression=compression, replicated_update=share > 0,
                            replicated_share=share, overlap_gather=partial)  # fmt: skip
         # (the adapter prices the codec only where a plan has one: onebit)
-        result = simulate_zero(costs, plan, n, setup.link, 3, setup.update_s_per_byte, codec)
+        result = simulate_zero(
+            costs, plan, n, setup.link, 3, setup.update_s_per_byte, codec, grad_accum
+        )
         memory = state_bytes(p, 2, f"zero{stage}", n) + _activations(costs)
         if stage == 3:
             memory += 2 * largest  # a block gathered plus the next one prefetched
@@ -171,14 +176,17 @@ def _tensor(setup: Setup, costs: BlockCosts, update_s: float, model_name: str) -
     return rows
 
 
-def _pipeline(setup: Setup, costs: BlockCosts, memory_limit: int | None) -> list[Candidate]:
+def _pipeline(
+    setup: Setup, costs: BlockCosts, memory_limit: int | None, grad_accum: int = 1
+) -> list[Candidate]:
     """All workers as stages, and 2 stages x data parallel over the rest, each with the
     planner's pick (schedule and micro-batches); the replicas' all-reduce of a stage's
-    gradients starts once its last backward is done, so it is added whole."""
+    gradients starts once its last backward is done, so it is added whole. With gradient
+    accumulation N, each worker's share of the global batch is N profile batches."""
     from cadence.pipeline.planner import plan_pipeline
     from cadence.sim.pipeline_adapter import simulate_pipeline
 
-    n, batch = setup.world_size, setup.profile.batch_size
+    n, batch = setup.world_size, setup.profile.batch_size * grad_accum
     rows = []
     for stages in sorted({n, 2} if n >= 4 and n % 2 == 0 else {n}):
         if stages > len(costs.forward_s):
@@ -234,10 +242,11 @@ def rank_strategies(
     update_s = setup.update_s_per_byte * sum(costs.param_bytes)
     rows = _data_parallel(setup, costs, options)
     if setup.world_size > 1:
-        rows += _zero(setup, costs)
-        rows += _ps(setup, costs, update_s)
-        rows += _tensor(setup, costs, update_s, model_name)
-        rows += _pipeline(setup, costs, memory_limit)
+        rows += _zero(setup, costs, options.grad_accum)
+        if options.grad_accum == 1:
+            rows += _ps(setup, costs, update_s)
+            rows += _tensor(setup, costs, update_s, model_name)
+        rows += _pipeline(setup, costs, memory_limit, options.grad_accum)
     # Equal predicted times (all compute-bound, say): the one holding less memory first.
     return sorted(rows, key=lambda c: (round(c.iteration_s, 9), c.memory_bytes))
 

@@ -10,9 +10,8 @@ from typing import Any
 
 from cadence.comm.cost import AlphaBeta
 from cadence.errors import UserError
-from cadence.sim.command import setup_from
+from cadence.sim.command import accumulation_note, setup_from, sim_options
 from cadence.sim.metrics import write_text
-from cadence.sim.options import SimOptions
 from cadence.sim.strategies import Candidate, best_fitting, rank_strategies, why
 from cadence.sizes import parse_memory_limit
 
@@ -37,9 +36,10 @@ def table_lines(rows: Sequence[Candidate], memory_limit: int | None) -> list[str
 def plan_strategies_command(args: Any) -> int:
     """Rank every strategy for one model, cluster size and bandwidth; print and save."""
     limit = parse_memory_limit(args.memory_limit)
+    options = sim_options(args)
     setup = setup_from(args)
-    rows = rank_strategies(setup, args.model, SimOptions(), limit)
-    print(setup.description)
+    rows = rank_strategies(setup, args.model, options, limit)
+    print(setup.description + accumulation_note(options))
     for line in table_lines(rows, limit):
         print(line)
     print(why(rows, limit))
@@ -71,6 +71,7 @@ def plan_map_command(args: Any) -> int:
     from cadence.sim.parallelism_map import draw_map
 
     limit = parse_memory_limit(args.memory_limit)
+    options = sim_options(args)
     workers = _int_list(args.workers, "--workers")
     bandwidths = [b.strip() for b in args.bandwidths.split(",") if b.strip()]
     bps = [parse_bandwidth(b) for b in bandwidths]  # bad units: a one-line UserError
@@ -81,7 +82,7 @@ def plan_map_command(args: Any) -> int:
         for text, rate in zip(bandwidths, bps, strict=True):
             link = AlphaBeta.from_bandwidth(rate * args.payload_fraction, alpha_s=args.latency)
             setup = dataclasses.replace(base, world_size=n, link=link)
-            rows = rank_strategies(setup, args.model, SimOptions(), limit)
+            rows = rank_strategies(setup, args.model, options, limit)
             best = best_fitting(rows, limit)
             ddp = next(c for c in rows if c.strategy == "ddp")
             cell = {
@@ -99,6 +100,7 @@ def plan_map_command(args: Any) -> int:
         "model": args.model,
         "setup": base.description,
         "batch_per_worker": base.profile.batch_size,
+        "grad_accum": options.grad_accum,
         "memory_limit_bytes": limit,
         "cells": cells,
     }

@@ -244,9 +244,12 @@ def build_zero(
     update_s_per_byte: float = 0.0,
     warmup_iterations: int = 1,
     codec: CodecCost | None = None,
+    grad_accum: int = 1,
 ) -> Built:
     """Graph of `warmup_iterations + iterations` ZeRO iterations on worker 0; `codec` prices
-    1-bit Adam's encoding and decoding (None: free)."""
+    1-bit Adam's encoding and decoding (None: free); `grad_accum` micro-batches per
+    iteration, the gradients reduced in the last one's backward (stage 3 still gathers every
+    block's parameters for every micro-batch)."""
     graph = TaskGraph()
     w = _Worker(graph, link, world_size, codec)
     nb, pb = len(costs.forward_s), costs.param_bytes
@@ -259,42 +262,48 @@ def build_zero(
     starts: list[int] = []
     gates: list[list[int]] = [[] for _ in range(nb)]  # what each block's forward waits for
     for it in range(warmup_iterations + iterations):
-        fwd_gather: list[int | None] = [None] * nb
-        if plan.stage == 3:
-            fwd_gather[0] = w.collective("g0", "allgather", gather[0], gates[0], it)
-        if costs.input_s > 0:
-            w.work("input", "input", costs.input_s, [], it)
-        for b in range(nb):
-            before = w.last_compute  # block b starts once this and its gather are done
-            if plan.stage == 3 and b + 1 < nb:
-                nxt = gather[b + 1]
-                fwd_gather[b + 1] = w.collective(f"g{b + 1}", "allgather", nxt, [before], it)
-            deps = [fwd_gather[b], *gates[b]]
-            mem = costs.activation_bytes[b]
-            task = w.work(f"F{b}", "forward", costs.forward_s[b], deps, it, mem)
-            if b == 0:
-                starts.append(task)
-        w.work("loss", "loss", costs.loss_s, [], it)
         reductions: list[int] = []
         updated: list[int | None] = [None] * nb  # early updates (onebit, stages 1-2)
         gathered: list[int | None] = [None] * nb
-        bwd_gather: int | None = None
-        for b in reversed(range(nb)):
-            after, bwd_gather_next = bwd_gather, None
-            if plan.stage == 3 and b > 0:  # prefetch the next block's parameters
-                prev = [w.last_compute]
-                bwd_gather_next = w.collective(f"gb{b - 1}", "allgather", gather[b - 1], prev, it)
-            seconds = costs.input_grad_s[b] + costs.weight_grad_s[b]
-            done = w.work(f"B{b}", "weight_grad", seconds, [after], it, -costs.activation_bytes[b])
-            bwd_gather = bwd_gather_next
-            if (plan.stage > 1 or early) and pb[b]:
-                reductions.append(_reduce(w, plan, b, pb[b], [done], it, replicated[b]))
-                if early:  # updated right behind it (processor time: charged to the step)
-                    updated[b] = u = reductions[-1]
-                    if not (replicated[b] or later[b]):
-                        gathered[b] = w.collective(
-                            f"g{b}", "allgather", gather[b], [u], it, lane=gather_lane
-                        )
+        for micro in range(grad_accum):  # all but the last accumulate locally (no_sync)
+            sync = micro == grad_accum - 1
+            holds = gates if micro == 0 else [[] for _ in range(nb)]
+            fwd_gather: list[int | None] = [None] * nb
+            if plan.stage == 3:
+                fwd_gather[0] = w.collective("g0", "allgather", gather[0], holds[0], it)
+            if costs.input_s > 0:
+                w.work("input", "input", costs.input_s, [], it)
+            for b in range(nb):
+                before = w.last_compute  # block b starts once this and its gather are done
+                if plan.stage == 3 and b + 1 < nb:
+                    nxt = gather[b + 1]
+                    fwd_gather[b + 1] = w.collective(f"g{b + 1}", "allgather", nxt, [before], it)
+                deps = [fwd_gather[b], *holds[b]]
+                mem = costs.activation_bytes[b]
+                task = w.work(f"F{b}", "forward", costs.forward_s[b], deps, it, mem)
+                if b == 0 and micro == 0:
+                    starts.append(task)
+            w.work("loss", "loss", costs.loss_s, [], it)
+            bwd_gather: int | None = None
+            for b in reversed(range(nb)):
+                after, bwd_gather_next = bwd_gather, None
+                if plan.stage == 3 and b > 0:  # prefetch the next block's parameters
+                    prev = [w.last_compute]
+                    bwd_gather_next = w.collective(
+                        f"gb{b - 1}", "allgather", gather[b - 1], prev, it
+                    )
+                seconds = costs.input_grad_s[b] + costs.weight_grad_s[b]
+                freed = -costs.activation_bytes[b]
+                done = w.work(f"B{b}", "weight_grad", seconds, [after], it, freed)
+                bwd_gather = bwd_gather_next
+                if sync and (plan.stage > 1 or early) and pb[b]:
+                    reductions.append(_reduce(w, plan, b, pb[b], [done], it, replicated[b]))
+                    if early:  # updated right behind it (processor time: charged to the step)
+                        updated[b] = u = reductions[-1]
+                        if not (replicated[b] or later[b]):
+                            gathered[b] = w.collective(
+                                f"g{b}", "allgather", gather[b], [u], it, lane=gather_lane
+                            )
         if plan.stage == 1 and not early:
             backward = [w.last_compute]  # stage 1 reduces at the step, after backward
             reductions += [
@@ -341,17 +350,22 @@ def simulate_zero(
     iterations: int = 3,
     update_s_per_byte: float = 0.0,
     codec: CodecCost | None = None,
+    grad_accum: int = 1,
 ) -> SimResult:
     """Predict ZeRO `plan` on `world_size` ranks joined by `link` (an `AlphaBeta`, or
-    bytes/s), from a profile or its block costs; `update_s_per_byte` prices the step and
-    `codec` 1-bit Adam's encoding and decoding (None: free)."""
+    bytes/s), from a profile or its block costs; `update_s_per_byte` prices the step,
+    `codec` 1-bit Adam's encoding and decoding (None: free), `grad_accum` the micro-batches
+    of gradient accumulation per step."""
     if world_size < 1:
         raise UserError(f"workers must be >= 1, got {world_size}")
     if isinstance(costs, Profile):
         costs = block_costs(costs)
+    if grad_accum < 1:
+        raise UserError(f"grad_accum must be >= 1, got {grad_accum}")
     built = build_zero(
-        costs, plan, world_size, link_model(link), iterations, update_s_per_byte, codec=codec
-    )
+        costs, plan, world_size, link_model(link), iterations, update_s_per_byte, codec=codec,
+        grad_accum=grad_accum,
+    )  # fmt: skip
     base = state_bytes(sum(costs.param_bytes), 2, f"zero{plan.stage}", world_size)
     return analyse(built, run(built.graph), base)
 

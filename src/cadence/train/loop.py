@@ -21,7 +21,10 @@ from cadence.comm import DistContext, all_reduce_sum
 from cadence.comm.cost import ring_allreduce_wire_s
 from cadence.config import TrainConfig
 from cadence.errors import UserError
-from cadence.models import Dataset, get_model_spec, load_dataset, loss_fn
+from cadence.models import Dataset, loss_fn
+from cadence.models.refs import is_ref
+from cadence.models.user import LossFn, check_fits, load_loss, model_and_data
+from cadence.train.accumulate import check_accumulation, forward_backward
 from cadence.train.optim import build_optimizer
 from cadence.train.outputs import plot_training, save_checkpoint, write_json
 from cadence.train.sharding import batch_stream, epoch_batches, rank_slice, steps_per_epoch
@@ -49,10 +52,15 @@ def _injected_failure(rank: int) -> tuple[int, bool] | None:
 
 @torch.no_grad()
 def evaluate(
-    model: torch.nn.Module, data: Dataset, ctx: DistContext, alone: bool = False
+    model: torch.nn.Module,
+    data: Dataset,
+    ctx: DistContext,
+    alone: bool = False,
+    loss: LossFn = loss_fn,
 ) -> tuple[float, float]:
     """Mean loss and accuracy on the test split; each rank scores its share, then one sum
-    (`alone`: this rank scores all of it, no collective)."""
+    (`alone`: this rank scores all of it, no collective). Accuracy (argmax of the last
+    dimension against integer targets) is NaN where the targets are not class labels."""
     was_training = model.training
     model.eval()
     rank, world = (0, 1) if alone else (ctx.rank, ctx.world_size)
@@ -63,8 +71,9 @@ def evaluate(
         x = xs[start : start + EVAL_BATCH].to(ctx.device)
         y = ys[start : start + EVAL_BATCH].to(ctx.device)
         out = model(x)
-        totals[0] += loss_fn(out, y).item() * y.numel()
-        totals[1] += (out.argmax(dim=-1) == y).sum().item()
+        totals[0] += loss(out, y).item() * y.numel()
+        labels = out.shape[:-1] == y.shape and not y.is_floating_point()
+        totals[1] += (out.argmax(dim=-1) == y).sum().item() if labels else math.nan
         totals[2] += y.numel()
     if not alone:
         all_reduce_sum(totals)
@@ -81,14 +90,18 @@ def run_training(
 ) -> dict[str, Any]:
     """Train as configured; rank 0 writes outputs into `run_dir`. Returns the metrics summary."""
     torch.manual_seed(config.seed)
-    spec = get_model_spec(config.model)
-    data = load_dataset(config.dataset or spec.datasets[0], spec, seed=config.seed)
+    spec, data = model_and_data(config.model, config.dataset, config.seed)
+    train_loss = load_loss(config.loss)
     model: torch.nn.Module = spec.build().to(ctx.device)
+    if any(map(is_ref, (config.model, config.dataset, config.loss))):
+        check_fits(model, data, train_loss, config.model, ctx.device)
     optimizer = build_optimizer(model.parameters(), config)
     strategy = get_strategy(config.strategy)
     model, optimizer = strategy.wrap_for(config)(model, optimizer, ctx)
     plain = strategy.unwrap(model)
     owner = model if isinstance(model, OwnsStep) else None  # a strategy that runs the step
+    if owner is None:
+        check_accumulation(model, config.grad_accum, config.strategy, ctx.world_size)
     # A strategy that trains on when a worker dies (parameter server: asp, ssp, backup) must
     # not be stopped by the loop's own collectives: then each rank keeps its own figures and
     # rank 0 alone evaluates and reports.
@@ -156,8 +169,7 @@ def run_training(
                 loss = owner.train_step(x, y, optimizer)
             else:
                 optimizer.zero_grad(set_to_none=True)
-                loss = loss_fn(model(x), y)
-                loss.backward()
+                loss = forward_backward(model, x, y, train_loss, config.grad_accum)
                 optimizer.step()
             epoch_losses.append(loss.detach())
             if ctx.device.type == "cuda":
@@ -181,7 +193,7 @@ def run_training(
         if owner is not None:
             owner.sync()  # before evaluation and the checkpoint read `plain`
         if (config.eval_every_epoch or last_epoch) and (ctx.is_main or not alone):
-            test_loss, test_acc = evaluate(plain, data, ctx, alone)
+            test_loss, test_acc = evaluate(plain, data, ctx, alone, train_loss)
         else:
             test_loss, test_acc = math.nan, math.nan
         record = {
@@ -198,8 +210,9 @@ def run_training(
             tested = (
                 ""  # not evaluated this epoch (eval_every_epoch off): say nothing, not "nan"
                 if math.isnan(test_loss)
-                else f"test loss {test_loss:.4f}  test acc {100 * test_acc:.2f}%  "
-            )
+                else f"test loss {test_loss:.4f}  "
+                + ("" if math.isnan(test_acc) else f"test acc {100 * test_acc:.2f}%  ")
+            )  # (no accuracy where the targets are not class labels)
             tqdm.write(
                 f"epoch {epoch}/{epochs_needed}  loss {record['train_loss']:.4f}  "
                 f"{tested}samples/s {record['samples_per_s']:.0f}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from pathlib import Path
@@ -11,12 +12,22 @@ from cadence.config import TrainConfig, check_strategy_name
 from cadence.errors import UserError
 from cadence.launch import launch_local, torchrun_env_present
 from cadence.models import dataset_names, get_model_spec
+from cadence.models.refs import import_ref, is_ref
 
 
 def validate(config: TrainConfig) -> None:
-    """Name every problem the registries can see before any process starts."""
+    """Name every problem the registries can see before any process starts; a user's own
+    model, dataset and loss (`pkg.module:name`) are imported, not yet called (the workers
+    call them and check that they fit together)."""
+    check_strategy_name(config.strategy)
+    for flag, ref in (("--model", config.model), ("--dataset", config.dataset),
+                      ("--loss", config.loss)):  # fmt: skip
+        if ref is not None and (is_ref(ref) or flag == "--loss"):
+            import_ref(ref, flag)
+    if is_ref(config.model):  # its datasets: checked by the config
+        return
     spec = get_model_spec(config.model)
-    if config.dataset is not None:
+    if config.dataset is not None and not is_ref(config.dataset):
         if config.dataset not in dataset_names():
             raise UserError(
                 f"unknown dataset '{config.dataset}': choose one of {', '.join(dataset_names())}"
@@ -26,11 +37,11 @@ def validate(config: TrainConfig) -> None:
                 f"model '{spec.name}' cannot use dataset '{config.dataset}'; "
                 f"it accepts: {', '.join(spec.datasets)}"
             )
-    check_strategy_name(config.strategy)
 
 
 def make_run_dir(config: TrainConfig) -> Path:
-    name = config.name or f"{config.model}-{config.strategy}-{time.strftime('%Y%m%d-%H%M%S')}"
+    model = config.model.replace(":", "-")  # pkg.module:factory
+    name = config.name or f"{model}-{config.strategy}-{time.strftime('%Y%m%d-%H%M%S')}"
     out = Path(config.out)
     run_dir = out / name
     if config.name is None:  # never overwrite an earlier run that started in the same second
@@ -80,11 +91,16 @@ def train(config: TrainConfig) -> tuple[dict[str, Any], Path | None]:
 
 
 def summary_lines(metrics: dict[str, Any], run_dir: Path | None) -> list[str]:
+    accuracy = metrics["final_test_accuracy"]
+    scored = (
+        f"test loss {metrics['final_test_loss']:.4f}"  # targets that are not class labels
+        if math.isnan(accuracy)
+        else f"test accuracy {100 * accuracy:.2f}%"
+    )
     lines = [
         f"done: {len(metrics['epochs'])} epochs, {metrics['steps']} steps in "
         f"{metrics['total_seconds']:.1f} s on {metrics['world_size']} workers; "
-        f"test accuracy {100 * metrics['final_test_accuracy']:.2f}%; "
-        f"median iteration {metrics['median_iteration_s'] * 1000:.1f} ms"
+        f"{scored}; median iteration {metrics['median_iteration_s'] * 1000:.1f} ms"
     ]
     if "wire_bound_s" in metrics:
         from cadence.netem import format_bandwidth
