@@ -4,7 +4,6 @@ held to, or the tolerance is too tight for honest rounding differences."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import pytest
