@@ -1,8 +1,8 @@
 """`cadence bench ...`: one subcommand per benchmark.
 
 Adding a benchmark is one `_add_<name>(bsub)` function (its parser and a `func`) plus its name
-in `_BENCHES`; the data-parallel benchmarks' parsers live in `cadence.bench.cli_dp`. Command
-functions import their module lazily so `cadence --help` stays fast.
+in `_BENCHES` (`dp`'s parser lives in `cadence.bench.cli_dp`, `sim`'s in `cadence.sim.cli`).
+Command functions import their module lazily so `cadence --help` stays fast.
 """
 
 from __future__ import annotations
@@ -15,12 +15,6 @@ from cadence.bench.cli_args import add_host_cpus
 from cadence.bench.cli_args import command_line as _command_line
 from cadence.bench.cli_args import names as _names
 from cadence.bench.cli_dp import add_dp as _add_dp
-from cadence.bench.cli_dp import add_dp_autotune as _add_dp_autotune
-from cadence.bench.cli_dp import add_dp_paired as _add_dp_paired
-from cadence.bench.cli_dp import add_dp_timeline as _add_dp_timeline
-from cadence.bench.heap_cost import add_parser as _add_heap_cost
-from cadence.bench.runtime_cost import add_parser as _add_runtime_cost
-from cadence.bench.sim_costs import add_parser as _add_costs
 
 
 def _cmd_collectives(args: argparse.Namespace) -> int:
@@ -104,7 +98,7 @@ def _add_collectives(bsub: Any) -> None:
         "bucket, so no block rides tokens saved up during the small ones before it",
     )
     p.add_argument(
-        "--out", default="results/bench-collectives.json", help="JSON file; PNG next to it"
+        "--out", default="bench-out/bench-collectives.json", help="JSON file; PNG next to it"
     )
     p.set_defaults(func=_cmd_collectives)
 
@@ -148,7 +142,7 @@ def _add_zero(bsub: Any) -> None:
         help="rounds of every job, in alternating order; each job's figure is the median "
         "over rounds of its per-round median step",
     )
-    p.add_argument("--out", default="results/zero-bench", help="summary.json and PNGs here")
+    p.add_argument("--out", default="bench-out/zero-bench", help="summary.json and PNGs here")
     p.set_defaults(func=_cmd_zero)
 
 
@@ -191,7 +185,7 @@ def _add_pipeline(bsub: Any) -> None:
     )
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per candidate")
     p.add_argument("--rounds", type=int, default=12, help="timed steps per candidate")
-    p.add_argument("--out", default="results/bench-pipeline.json", help="JSON; PNG next to it")
+    p.add_argument("--out", default="bench-out/bench-pipeline.json", help="JSON; PNG next to it")
     p.set_defaults(func=_cmd_pipeline)
 
 
@@ -232,93 +226,16 @@ def _add_ps(bsub: Any) -> None:
     p.add_argument(
         "--straggler-model", default="resnet32", help="backup/ASP runs on this model ('' skips)"
     )
-    p.add_argument("--out", default="results/bench-ps.json", help="JSON; PNG next to it")
+    p.add_argument("--out", default="bench-out/bench-ps.json", help="JSON; PNG next to it")
     p.set_defaults(func=_cmd_ps)
-
-
-def _cmd_contention(args: argparse.Namespace) -> int:
-    from cadence.bench.collectives import parse_sizes
-    from cadence.bench.contention import DEFAULT_SIZES, ContentionConfig, run_contention_bench
-
-    config = ContentionConfig(
-        bandwidth=args.bandwidth,
-        hosts=args.hosts,
-        model=args.model,
-        batch_size=args.batch_size,
-        iterations=args.iterations,
-        rounds=args.rounds,
-        sizes=parse_sizes(args.sizes) if args.sizes else DEFAULT_SIZES,
-        threads=args.threads,
-        out=args.out,
-    )
-    run_contention_bench(config, _command_line())
-    return 0
-
-
-def _add_contention(bsub: Any) -> None:
-    p = bsub.add_parser(
-        "contention",
-        help="processor time that all-reduce traffic takes from compute on the same host "
-        "(fits the simulator's per-message and per-byte CPU charge)",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    p.add_argument("--bandwidth", default="400mbit", help="link cap per host")
-    p.add_argument("--hosts", type=int, default=2, help="emulated hosts, one rank each")
-    p.add_argument("--model", default="resnet32", help="zoo model whose training is the compute")
-    p.add_argument("--batch-size", type=int, default=16, help="per-rank batch of the compute")
-    p.add_argument("--iterations", type=int, default=6, help="forward+backward per window")
-    p.add_argument("--rounds", type=int, default=3, help="alone/with-traffic pairs per size")
-    p.add_argument("--sizes", default=None, help="message sizes (default 64KB,1MB,4MB,16MB)")
-    p.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
-    p.add_argument("--out", default="results/contention.json", help="JSON file")
-    p.set_defaults(func=_cmd_contention)
-
-
-def _cmd_steadiness(args: argparse.Namespace) -> int:
-    from cadence.bench.steadiness import SteadinessConfig, run_steadiness
-
-    config = SteadinessConfig(
-        model=args.model,
-        batch_size=args.batch_size,
-        windows=args.windows,
-        window_s=args.window_s,
-        processes=args.processes,
-        out=args.out,
-    )
-    run_steadiness(config, _command_line())
-    return 0
-
-
-def _add_steadiness(bsub: Any) -> None:
-    p = bsub.add_parser(
-        "steadiness",
-        help="the same training step, window after window: how much this machine's own speed "
-        "drifts (the noise floor of every timing comparison)",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    p.add_argument("--model", default="gpt_mini", help="zoo model whose step is the work")
-    p.add_argument("--batch-size", type=int, default=32, help="synthetic batch per step")
-    p.add_argument("--windows", type=int, default=8, help="consecutive timing windows")
-    p.add_argument("--window-s", type=float, default=5.0, help="seconds per window")
-    p.add_argument("--processes", type=int, default=1, help="copies running at once")
-    p.add_argument("--out", default="results/steadiness.json", help="JSON file; PNG next to it")
-    p.set_defaults(func=_cmd_steadiness)
 
 
 _BENCHES: tuple[Callable[[Any], None], ...] = (
     _add_collectives,
-    _add_contention,
-    _add_costs,
     _add_dp,
-    _add_dp_paired,
-    _add_dp_timeline,
     _add_pipeline,
-    _add_dp_autotune,
-    _add_heap_cost,
     _add_zero,
     _add_ps,
-    _add_runtime_cost,
-    _add_steadiness,
 )
 
 

@@ -128,7 +128,7 @@ class CollectivesBenchConfig:
     `LATENCY_SIZES`, which the default sizes leave out, so every row stays a prediction; beta
     and reduce-scatter's alpha come from the all-reduce fit. False: every collective is
     priced with all-reduce's alpha."""
-    out: str = "results/bench-collectives.json"
+    out: str = "bench-out/bench-collectives.json"
     """JSON result file; the PNG goes next to it (same name, .png)."""
 
     def __post_init__(self) -> None:

@@ -51,7 +51,7 @@ class PipelineBenchConfig:
     """Untimed steps of each candidate first."""
     rounds: int = 12
     """Timed steps of each candidate (one per round, alternating order)."""
-    out: str = "results/bench-pipeline.json"
+    out: str = "bench-out/bench-pipeline.json"
     """JSON output; the PNG goes next to it."""
 
     def __post_init__(self) -> None:

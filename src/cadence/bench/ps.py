@@ -54,7 +54,7 @@ class PSBenchConfig:
     """`--ps-priority` values compared."""
     straggler_model: str = "resnet32"
     """Model of the backup-worker and ASP runs ('' skips them)."""
-    out: str = "results/bench-ps.json"
+    out: str = "bench-out/bench-ps.json"
     """JSON output; the PNG goes next to it."""
     run_root: str = "/tmp/cadence-bench-ps"
     """Where the individual training runs keep their outputs."""
