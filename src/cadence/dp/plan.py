@@ -30,7 +30,7 @@ def default_threshold(gradient_bytes: int) -> int:
     """The threshold cadence-dp runs with unless told otherwise: a quarter of the model's
     gradient bytes, within 1-4 MiB. A fixed 4 MiB made a model with a few MB of gradients one
     chunk, sent only after the whole backward pass; smaller than 1 MiB, the chunks' own costs
-    showed where the link is fast (see the README's small-model results)."""
+    showed where the link is fast."""
     quarter = gradient_bytes // DEFAULT_CHUNKS
     return min(DEFAULT_THRESHOLD_MAX, max(DEFAULT_THRESHOLD_MIN, quarter))
 

@@ -9,7 +9,7 @@ Two costs, measured as the loop pays them:
 - the optimizer step on CUDA: timed alone (`cadence.profile.optimizer_step`) its kernels start
   on an idle device; inside the loop they queue behind the backward's and the host's time to
   launch them can land on the critical path. On an H100 resnet32's Adam step cost 0.96 ms alone
-  and 2.7 ms inside the loop (the README's "GPUs"). So on CUDA the step is the difference of
+  and 2.7 ms inside the loop. So on CUDA the step is the difference of
   whole loop steps with and without it, timed on the host's clock with a synchronise at each
   step's end, as the loop times them.
 """

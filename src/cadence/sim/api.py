@@ -28,8 +28,8 @@ a whole block's with `SimOptions.layer_ready_points` off), in arrival order: pri
 the tie, where the runtime's hooks see them one after another and its plan sends the first one
 ready first. With a block's gradients tied at its end and spaced (1e-9), vgg16's simulated plan
 started as the runtime's does, but its cadence-dp predictions moved 1.1-1.7 points lower over
-ten checks, further from the runs (mean |error| 2.6% -> 3.3% and 2.9% -> 3.0% in two calls;
-results/issue-order-effect-20261127*.txt), so it is off. With layer-by-layer ready points the
+ten checks, further from the runs (mean |error| 2.6% -> 3.3% and 2.9% -> 3.0% in two calls),
+so it is off. With layer-by-layer ready points the
 plan starts as the runtime's without it."""
 
 

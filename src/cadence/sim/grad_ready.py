@@ -11,7 +11,7 @@ same positions. Parameters of one layer (weight and bias) share its point.
 
 On vgg16 at 400mbit this moves the first chunk's start from the end of the last convolution
 block's backward (its norm's gradients waited for the convolution's) to its start, as traced
-runs show (`results/dp-timeline-vgg16-400mbit-20261128.json`).
+runs show.
 """
 
 from __future__ import annotations

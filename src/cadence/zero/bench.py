@@ -2,7 +2,7 @@
 DeepSpeed ZeRO-2, in one emulated cluster.
 
     cadence bench zero --model vgg16 --bandwidth 200mbit --steps 24 --freeze-steps 8 \\
-        --out results/zero-bench-vgg16-200mbit
+        --out bench-out/zero-vgg16-200mbit
 
 Every job runs `bench_worker.py`'s loop (same model, data, batch, seed, cap, threads); the
 iteration time is the median over the steps after 1-bit Adam's switch-over plus two (the same
