@@ -182,6 +182,9 @@ class TrainConfig:
                 raise UserError("--straggler is for --strategy ps")
             return
         ps_config(self, self.workers)  # validates; the workers build theirs the same way
+        from cadence.extras import require
+
+        require("zmq")  # before any worker starts: one line, not each worker's traceback
         if self.ps_priority.endswith("+net") and self.emulate_bandwidth in (None, "none"):
             raise UserError(
                 f"--ps-priority {self.ps_priority} sets priority classes on the emulated "

@@ -295,7 +295,9 @@ def run_ps_bench(
     config: PSBenchConfig, command: str, echo: Callable[[str], None] = print
 ) -> dict[str, Any]:
     from cadence.bench.dp import prepare_out
+    from cadence.extras import require
 
+    require("zmq")
     out = prepare_out(config.out, True)
     started = time.time()
     rows: list[dict[str, Any]] = []
