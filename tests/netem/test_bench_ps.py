@@ -46,7 +46,7 @@ def test_table_puts_ratios_next_to_the_published_ones(tmp_path: Path) -> None:
     [
         (["--orders", "graph,layer"], "--orders must include fifo"),
         (["--orders", "fifo,fast"], "unknown --ps-priority 'fast'"),
-        (["--cap", "none"], "--cap must be a bandwidth"),
+        (["--caps", "none"], "--caps must be a bandwidth"),
         (["--steps", "5"], "--steps must be at least 11"),
         (["--models", "nope"], "unknown model 'nope'"),
     ],

@@ -94,3 +94,21 @@ def test_a_zero_run_is_simulated_with_every_zero_setting_it_ran(tmp_path: Path) 
     )
     # At 1mbit the parameter all-gather is a large part of the step: half its bytes, less time.
     assert bf16["predicted_s"] < fp32["predicted_s"]
+
+
+def test_the_command_writes_json_and_png_and_prints_the_score(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cadence.cli import main
+
+    profile = tmp_path / "cnn.json"
+    zoo_profile("cnn").save(profile)
+    run = write_run(tmp_path / "run.json", "ddp", 1.0)
+    out = tmp_path / "out" / "sim.json"
+    assert main(["bench", "sim", run, "--profile", str(profile), "--optimizer-step", "0",
+                 "--out", str(out)]) == 0  # fmt: skip
+    data = json.loads(out.read_text())
+    assert data["command"].startswith("cadence ") and len(data["rows"]) == 1
+    assert data["worst_abs_error"] == pytest.approx(abs(data["rows"][0]["error"]))
+    assert out.with_suffix(".png").read_bytes().startswith(b"\x89PNG")
+    assert "mean |error|" in capsys.readouterr().out

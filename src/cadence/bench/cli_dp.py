@@ -7,9 +7,9 @@ import argparse
 from typing import Any
 
 from cadence.bench.cli_args import (
+    add_common,
     add_reorder_k,
     add_threshold,
-    add_world,
     command_line,
     names,
     numbers,
@@ -45,16 +45,12 @@ def add_dp(bsub: Any) -> None:
         "max(compute, wire), per model and link cap",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--models", default="vgg16,resnet32,cnn_lstm,gpt_mini")
-    p.add_argument(
-        "--caps",
-        default="none,1gbit,400mbit",
-        help="link caps; none = loopback; balanced = the cap where wire time = compute time",
-    )
-    add_world(p)
-    p.add_argument("--steps", type=int, default=12, help="steps per run (first excluded)")
-    p.add_argument(
-        "--repeats", type=int, default=3, help="runs per variant, alternating (odd: a median)"
+    add_common(
+        p,
+        models="vgg16,resnet32,cnn_lstm,gpt_mini",
+        caps="none,1gbit,400mbit",
+        caps_help="; none = loopback; balanced = the cap where wire time = compute time",
+        out="bench-out/bench-dp.json",
     )
     p.add_argument("--ddp-buckets-mb", default="5,100", help="buckets tried for DDP tuned")
     add_threshold(p)
@@ -66,5 +62,4 @@ def add_dp(bsub: Any) -> None:
         help="also run DDP with glibc's heap thresholds fixed as cadence-dp fixes them "
         "(variant ddp-heap): how much of cadence-dp's lead is that setting",
     )
-    p.add_argument("--out", default="bench-out/bench-dp.json", help="JSON; PNG next to it")
     p.set_defaults(func=_cmd_dp)

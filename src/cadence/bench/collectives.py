@@ -138,7 +138,7 @@ class CollectivesBenchConfig:
         if not self.sizes or min(self.sizes) < 4 or max(self.sizes) > MAX_BYTES:
             raise UserError(f"bad sizes {list(self.sizes)}: use 4 B to 1 GB")
         if not 2 <= self.hosts <= 16:
-            raise UserError(f"bad host count {self.hosts}: use 2 to 16")
+            raise UserError(f"bad --workers {self.hosts}: use 2 to 16 emulated hosts")
         if self.repeats < 1 or self.warmup < 0 or self.threads < 1:
             raise UserError("repeats and threads must be >= 1, warmup >= 0")
         if not (self.bandwidth_bps > 0 and math.isfinite(self.bandwidth_bps)):

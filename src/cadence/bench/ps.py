@@ -68,7 +68,7 @@ class PSBenchConfig:
             if model not in model_names():
                 raise UserError(f"unknown model '{model}': choose from {', '.join(model_names())}")
         if self.cap != BALANCED and parse_bandwidth(self.cap) == float("inf"):
-            raise UserError("--cap must be a bandwidth (e.g. 400mbit): the bench needs a cluster")
+            raise UserError("--caps must be a bandwidth (e.g. 400mbit): the bench needs a cluster")
         for order in self.orders:
             parse_priority(order)
         if "fifo" not in self.orders:

@@ -171,7 +171,7 @@ def run_emulated(
     try:  # before minutes of training, not after
         Path(out_dir).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UserError(f"cannot make --out-dir {out_dir}: {exc.strerror or exc}") from None
+        raise UserError(f"cannot make {out_dir}: {exc.strerror or exc}") from None
     files = []
     for cap in caps:
         for strategy in strategies:
@@ -209,15 +209,24 @@ def _bench_dp_models(path: str) -> list[tuple[str, int]]:
 def bench_sim_command(args: Any) -> int:
     """`cadence bench sim`: optionally train in the emulated cluster, then compare."""
     runs = list(args.runs)
+    out = Path(args.out)
+    try:  # before any training or profiling, not after
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot make {out.parent}: {exc.strerror or exc}") from None
     load_before = os.getloadavg()  # predictions assume a core per worker: record contention
     if args.run:
+        from cadence.bench.cli_args import one
+
+        model = one(args.models, "--models")
         caps = [c for c in args.caps.split(",") if c.strip()]
         strategies = [x for x in args.strategies.split(",") if x.strip()]
         for strategy in strategies:
             if strategy not in STRATEGIES:
                 raise UserError(f"unknown strategy {strategy!r}; accepted: {', '.join(STRATEGIES)}")
         runs += run_emulated(
-            args.model, caps, strategies, args.steps, args.out_dir, args.workers, args.batch_size
+            model, caps, strategies, args.steps, str(out.with_name(f"{out.stem}-runs")),
+            args.workers, args.batch_size,
         )
     bench_files = list(getattr(args, "from_bench_dp", []) or [])
     if not runs and not bench_files:
@@ -262,16 +271,41 @@ def bench_sim_command(args: Any) -> int:
         raise UserError("no run with a known link to predict")
     for line in table_lines(rows):
         print(line)
-    if args.json:
-        data = {
-            "command": "cadence " + shlex.join(sys.argv[1:]),
-            "rows": rows,
-            **summary(rows),
-            "profiles": sorted(args.profile or []),
-            "calibration": calibration,
-            "calibration_latency": calibration_latency if calibration else None,
-            "load_average_1m_before_after": [load_before[0], os.getloadavg()[0]],
-            "cpu_count": os.cpu_count(),
-        }
-        write_text(args.json, json.dumps(data, indent=2) + "\n")
+    data = {
+        "command": "cadence " + shlex.join(sys.argv[1:]),
+        "rows": rows,
+        **summary(rows),
+        "profiles": sorted(args.profile or []),
+        "calibration": calibration,
+        "calibration_latency": calibration_latency if calibration else None,
+        "load_average_1m_before_after": [load_before[0], os.getloadavg()[0]],
+        "cpu_count": os.cpu_count(),
+    }
+    write_text(out, json.dumps(data, indent=2) + "\n")
+    plot(rows, out.with_suffix(".png"))
+    print(f"wrote {out} and {out.with_suffix('.png')}")
     return 0
+
+
+def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
+    """Measured and predicted iteration time of every row, side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{Path(r['run']).name[:28]}\n{r['strategy']} {r['bandwidth']}" for r in rows]
+    x = range(len(rows))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(rows)), 4.5))
+    ax.bar([i - 0.2 for i in x], [r["measured_s"] for r in rows], 0.4, label="measured")
+    ax.bar([i + 0.2 for i in x], [r["predicted_s"] for r in rows], 0.4, label="predicted")
+    ax.set_xticks(list(x), labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("median iteration (s)")
+    s = summary(rows)
+    ax.set_title(
+        f"mean |error| {s['mean_abs_error'] * 100:.1f}%, worst {s['worst_abs_error'] * 100:.1f}%"
+    )
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -202,21 +202,24 @@ def add_bench_sim(bsub: Any) -> None:
         help="saved profiles, one per model (several after one --profile, or --profile "
         "repeated); default: profile now",
     )
-    p.add_argument("--run", action="store_true", help="first train in the emulated cluster")
-    p.add_argument("--model", default="vgg16", help="with --run: model")
-    p.add_argument("--caps", default="400mbit", help="with --run: caps, comma-separated")
+    p.add_argument(
+        "--run",
+        action="store_true",
+        help="first train --models at --caps in the emulated cluster (run JSONs next to --out)",
+    )
+    from cadence.bench.cli_args import add_common
+
+    add_common(
+        p, models="vgg16", caps="400mbit", steps=10, repeats=None, out="bench-out/bench-sim.json",
+        steps_help="with --run: steps per run",
+    )  # fmt: skip
     p.add_argument("--strategies", default="ddp,cadence-dp", help="with --run: strategies")
-    p.add_argument("--steps", type=int, default=10, help="with --run: steps per run")
-    p.add_argument("--workers", type=int, default=2, help="with --run: workers")
-    p.add_argument("--batch-size", type=int, default=64, help="with --run: global batch")
-    p.add_argument("--out-dir", default="bench-out/sim", help="with --run: where run JSONs go")
     p.add_argument(
         "--payload-fraction",
         type=float,
         default=1448 / 1514,
         help="share of the cap that carries data",
     )
-    p.add_argument("--json", default=None, metavar="FILE", help="write the table here")
     p.add_argument(
         "--optimizer-step",
         type=float,
