@@ -27,7 +27,7 @@ def test_measured_wire_is_the_line_rate_time_plus_framing() -> None:
 def test_capped_row_has_measured_and_line_rate_bounds(tmp_path: Path) -> None:
     proc = run_cadence(
         "bench", "dp", "--models", "mlp", "--caps", "100mbit", "--steps", "11", "--repeats",
-        "1", "--ddp-buckets-mb", "", "--probe-steps", "0", "--out", "out/bench.json",
+        "1", "--ddp-buckets-mb", "", "--out", "out/bench.json",
         cwd=tmp_path, timeout=400,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
