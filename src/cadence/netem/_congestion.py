@@ -1,7 +1,8 @@
 """TCP congestion control of the emulated hosts, and their restart of idle connections.
 
 A new network namespace takes the machine's default congestion control, so the same emulated
-cluster behaved differently from machine to machine (BBR on ours, cubic on a stock Linux).
+cluster behaved differently from machine to machine (BBR where the machine defaults to it,
+cubic on a stock Linux).
 Each host namespace gets one named explicitly: cubic, Linux's own default, unless told
 otherwise; and net.ipv4.tcp_slow_start_after_idle is off in every host unless told otherwise.
 
