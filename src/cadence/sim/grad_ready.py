@@ -32,11 +32,6 @@ class ReadyPoints:
     point: tuple[int, ...]
     """Per parameter (`ParamInfo.index`): the index in its block's `shares` of its point."""
 
-    @classmethod
-    def block_ends(cls, num_blocks: int, blocks: Sequence[int]) -> ReadyPoints:
-        """Every gradient ready at its block's end (one point per block)."""
-        return cls(((1.0,),) * num_blocks, (0,) * len(blocks))
-
 
 def ready_points(
     params: Sequence[ParamInfo], blocks: Sequence[int], num_blocks: int
@@ -126,11 +121,3 @@ def point_of(name: str, shares: Sequence[Sequence[float]]) -> tuple[int, int] | 
     return None
 
 
-def layer_points(
-    params: Sequence[ParamInfo], blocks: Sequence[int], num_blocks: int, by_layer: bool
-) -> ReadyPoints:
-    """`ready_points` where `by_layer` (`SimOptions.layer_ready_points`), else every gradient
-    at its block's end."""
-    if by_layer:
-        return ready_points(params, blocks, num_blocks)
-    return ReadyPoints.block_ends(num_blocks, blocks)

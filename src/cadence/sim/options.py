@@ -44,15 +44,6 @@ class SimOptions:
     warmup_iterations: int = 1
     """Iterations simulated before the measured ones (the first has no communication to wait
     for, so it is not steady state)."""
-    layer_ready_points: bool = True
-    """Gradients are ready layer by layer inside their block's backward (a norm's before the
-    convolution it follows; `cadence.sim.grad_ready`). False: all of a block's gradients at
-    its end."""
-    collectives_in_order: bool = True
-    """A process group runs its collectives one at a time, in the order they were issued
-    (gloo's pairs carry them over one connection each, NCCL on one stream): cadence-dp's chunks
-    and DDP's buckets queue on the link rather than share it. False: every issued collective
-    shares the link at once."""
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
