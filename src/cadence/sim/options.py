@@ -27,7 +27,7 @@ class SimOptions:
     """Processor seconds each all-reduce call takes from its worker's compute (gloo's send,
     receive and reduce, the kernel's TCP work, the issuing thread), whatever its size; charged
     on the compute beside the transfer, so compute slows while messages are in flight. 0: the
-    worker has spare cores for communication. Measured by `cadence bench contention`."""
+    worker has spare cores for communication."""
     comm_cpu_s_per_byte: float = 0.0
     """Processor seconds per all-reduced byte taken from the worker's compute (as above)."""
     comm_rate_while_computing: float = 1.0
