@@ -1,7 +1,7 @@
 """`cadence bench ps`: its table and picture from result rows, and bad input as one line.
 
 A real run takes minutes (every order is a full emulated-cluster training run), so it is the
-benchmark itself (results/bench-ps-*.json), not a test."""
+benchmark itself (benchmarks/baselines/bench-ps-resnet32.json), not a test."""
 
 from __future__ import annotations
 
