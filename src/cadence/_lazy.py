@@ -15,6 +15,15 @@ def lazy_names(package: str, homes: dict[str, str]) -> Callable[[str], Any]:
     def __getattr__(name: str) -> Any:
         if name not in homes:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        return getattr(importlib.import_module(homes[name]), name)
+        try:
+            module = importlib.import_module(homes[name])
+        except ModuleNotFoundError as exc:  # an optional package (pyzmq, ...): one line
+            from cadence.extras import user_error_for
+
+            error = user_error_for(exc)
+            if error is None:
+                raise
+            raise error from None
+        return getattr(module, name)
 
     return __getattr__

@@ -193,7 +193,7 @@ def _add_profile(sub: Any) -> None:
         default=DEFAULT_BLOCK_TIMING,
         help="in-iteration (each block's share of whole iterations), separate (each block's "
         "forward and gradients in calls of their own), or auto (in-iteration on CUDA, separate "
-        "on the CPU: the default before 2026-11-28)",
+        "on the CPU, as the pipeline planners profile)",
     )
     p.add_argument("--out", default=None, help="save the profile JSON here")
     p.add_argument("--json", default=None, metavar="FILE", help="same as --out")

@@ -17,8 +17,6 @@ AUTOTUNE_METHODS = ("off", "exhaustive", "guided")
 STRATEGY_NAMES = ("cadence-dp", "ddp", "pipeline", "ps", "zero")
 """Every `--strategy`, sorted; `cadence.train.strategies` registers one of each (a unit test
 checks), and this copy lets the command line refuse an unknown one without loading torch."""
-_WHOLE_MODEL_STRATEGIES = ("ddp", "cadence-dp")
-"""Strategies in which every rank computes the whole model on its share of the batch."""
 ACCUMULATING_STRATEGIES = ("ddp", "cadence-dp", "zero")
 """Strategies whose wrapped model the loop trains with gradient accumulation (`grad_accum`):
 the loop runs the first micro-batches of a step under the model's `no_sync()`."""
@@ -87,16 +85,6 @@ class TrainConfig:
     """Rendezvous port for local launches; None picks a free one."""
     eval_every_epoch: bool = True
     """Evaluate on the test split after every epoch (always done once at the end)."""
-    compute_probe_steps: int = 0
-    """After training, time this many steps of compute alone (each rank trains a fresh copy
-    of the model, no communication, all ranks at once) and record them in the metrics as
-    `compute_probe`: the run's own compute speed, for comparing the run with a simulation of
-    it (`cadence bench dp`); 0: none."""
-    interleaved_probe_every: int = 0
-    """During training, after every this many steps (not after the last), flush the run's
-    reductions and time two steps of compute alone as `compute_probe_steps` does; recorded
-    as `interleaved_compute_probe`, and the step after each block is left out of the median
-    iteration. 0: none."""
     # --- data parallel (--strategy ddp / cadence-dp) ---
     ddp_bucket_mb: float = 25.0
     """DDP's gradient bucket size in MB (torch's default is 25)."""
@@ -200,18 +188,6 @@ class TrainConfig:
             )
         if self.threads is not None and self.threads < 1:
             raise UserError(f"--threads must be at least 1 (got {self.threads})")
-        if self.compute_probe_steps < 0:
-            raise UserError(f"compute_probe_steps must be >= 0 (got {self.compute_probe_steps})")
-        if self.interleaved_probe_every < 0:
-            raise UserError(
-                f"interleaved_probe_every must be >= 0 (got {self.interleaved_probe_every})"
-            )
-        probing = self.compute_probe_steps or self.interleaved_probe_every
-        if probing and self.strategy not in _WHOLE_MODEL_STRATEGIES:
-            raise UserError(
-                "the compute probe times the whole model on each rank's share of the batch: "
-                f"it is for --strategy {', '.join(_WHOLE_MODEL_STRATEGIES)}, not {self.strategy}"
-            )
         check_device(self.device)
         if self.master_port is not None and not 0 < self.master_port < 65536:
             raise UserError(f"--master-port must be in 1..65535 (got {self.master_port})")
@@ -274,6 +250,9 @@ class TrainConfig:
                 raise UserError("--straggler is for --strategy ps")
             return
         ps_config(self, self.workers)  # validates; the workers build theirs the same way
+        from cadence.extras import require
+
+        require("zmq")  # before any worker starts: one line, not each worker's traceback
         if self.ps_priority.endswith("+net") and self.emulate_bandwidth in (None, "none"):
             raise UserError(
                 f"--ps-priority {self.ps_priority} sets priority classes on the emulated "
@@ -294,9 +273,6 @@ class TrainConfig:
                 f"unknown --autotune '{self.autotune}': choose one of "
                 f"{', '.join(AUTOTUNE_METHODS)}"
             )
-        if self.interleaved_probe_every and self.autotune != "off":
-            # Its blocks would land inside the tuner's timed trials.
-            raise UserError("an interleaved compute probe needs --autotune off")
 
     def _check_pipeline(self) -> None:
         from cadence.pipeline.schedule import build_schedule  # torch-free

@@ -16,7 +16,7 @@ def test_bench_pipeline_times_every_candidate_and_writes_json_png_and_table(
 ) -> None:
     proc = run_cadence(
         "bench", "pipeline", "--models", "mlp", "--batch-size", "8", "--microbatches", "2",
-        "--warmup", "1", "--rounds", "10", "--contention", "off", "--out", "out/b.json",
+        "--warmup", "1", "--steps", "10", "--contention", "off", "--out", "out/b.json",
         cwd=tmp_path, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -51,7 +51,8 @@ def test_kendall_tau() -> None:
     ("args", "needle"),
     [
         (["--models", "alexnet"], "unknown model 'alexnet'"),
-        (["--rounds", "5"], "--rounds must be at least 10"),
+        (["--steps", "5"], "--steps must be at least 10"),
+        (["--caps", "1gbit,400mbit"], "--caps takes one value"),
         (["--microbatches", "5"], "--microbatches 5 does not divide --batch-size 16: use one of"),
         (["--memory-limit", "lots"], "bad --memory-limit 'lots'"),
     ],

@@ -50,8 +50,8 @@ def test_regimes_fit_keeps_the_link_rate_under_noisy_small_sizes():
 
 
 def test_regimes_fit_takes_alpha_from_sizes_the_wire_term_does_not_decide():
-    # The shape measured on 2 emulated hosts at 400mbit with steady small collectives
-    # (2026-11-25): 1-16 KB all take ~0.4 ms because the token bucket passes 16 KB at once,
+    # The shape measured on 2 emulated hosts at 400mbit with steady small collectives:
+    # 1-16 KB all take ~0.4 ms because the token bucket passes 16 KB at once,
     # and 64 KB, still under 4x the floor, is mostly wire. Alpha must come from 1-4 KB.
     truth = AlphaBeta(0.2e-3, 20e-9)
     sizes = [1024 * 4**i for i in range(9)]

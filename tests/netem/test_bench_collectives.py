@@ -21,7 +21,7 @@ def test_tiny_run_writes_sane_results(tmp_path: Path) -> None:
     # 3 hosts (not a power of two) at 100mbit: 512KB all-reduces take ~56 ms on the wire.
     proc = run_cadence(
         "bench", "collectives", "--sizes", "4KB,512KB", "--collectives",
-        "all_reduce,reduce_scatter", "--hosts", "3", "--bandwidth", "100mbit", "--repeats", "2",
+        "all_reduce,reduce_scatter", "--workers", "3", "--caps", "100mbit", "--repeats", "2",
         "--warmup", "0", "--out", "out/b.json",
         cwd=tmp_path, timeout=240,
     )  # fmt: skip
@@ -99,8 +99,8 @@ def test_tiny_run_writes_sane_results(tmp_path: Path) -> None:
     [
         (["--sizes", "4XB"], "bad size '4XB'"),
         (["--collectives", "all_reduce,allreduce"], "bad collectives ['allreduce']"),
-        (["--hosts", "1"], "bad host count 1"),
-        (["--bandwidth", "10mbps"], "mbps"),
+        (["--workers", "1"], "bad --workers 1"),
+        (["--caps", "10mbps"], "mbps"),
         (["--out", "/proc/no/such.json"], "cannot write --out file '/proc/no/such.json'"),
     ],
 )
@@ -116,4 +116,4 @@ def test_without_iproute2_is_one_line_exit_2(tmp_path: Path) -> None:
     env = {"PATH": str(Path(sys.executable).parent)}  # hides ip and tc
     proc = run_cadence("bench", "collectives", "--sizes", "4KB", cwd=tmp_path, env=env, timeout=60)
     assert_one_line_error(proc, "needs root and iproute2")
-    assert not list((tmp_path / "results").iterdir())  # the write test left nothing behind
+    assert not list((tmp_path / "bench-out").iterdir())  # the write test left nothing behind

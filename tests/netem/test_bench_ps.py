@@ -1,7 +1,7 @@
 """`cadence bench ps`: its table and picture from result rows, and bad input as one line.
 
 A real run takes minutes (every order is a full emulated-cluster training run), so it is the
-benchmark itself (results/bench-ps-*.json), not a test."""
+benchmark itself (benchmarks/baselines/bench-ps-resnet32.json), not a test."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_table_puts_ratios_next_to_the_published_ones(tmp_path: Path) -> None:
     [
         (["--orders", "graph,layer"], "--orders must include fifo"),
         (["--orders", "fifo,fast"], "unknown --ps-priority 'fast'"),
-        (["--cap", "none"], "--cap must be a bandwidth"),
+        (["--caps", "none"], "--caps must be a bandwidth"),
         (["--steps", "5"], "--steps must be at least 11"),
         (["--models", "nope"], "unknown model 'nope'"),
     ],

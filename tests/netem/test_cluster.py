@@ -277,8 +277,8 @@ def test_congestion_control_missing_from_the_allowed_list_is_added() -> None:
 
 def test_per_peer_port_queues_split_a_port_evenly_under_cubic() -> None:
     """The late probe of the background-load test, under cubic: a FIFO port gave it 0.17-0.36
-    over 1-3 s in the runs of `results/shared_port_congestion_control.py`; per-peer queues
-    give it half (0.478 of the cap is half of what TCP's payload can fill)."""
+    over 1-3 s; per-peer queues give it half (0.478 of the cap is half of what TCP's payload
+    can fill)."""
     with EmulatedCluster(3, 200e6, congestion_control="cubic", port_queue="per-peer") as cluster:
         load = start_background_load(cluster, 2, 1)
         try:

@@ -10,14 +10,12 @@ import pytest
 import torch
 from torch import nn
 
-import cadence.sim.api
 from cadence.dp.layers import gradient_arrival_order, model_layout
 from cadence.dp.plan import DPPlan, ParamInfo, build_plan
 from cadence.models.loss import loss_fn
-from cadence.sim.api import plan_dp, spaced_in_arrival_order
+from cadence.sim.api import plan_dp
 from cadence.sim.command import make_setup, model_params, zoo_arrival_order
 from cadence.sim.dp_adapter import ddp_buckets
-from cadence.sim.options import SimOptions
 from tests.unit.test_sim_cli import zoo_profile
 
 
@@ -98,36 +96,17 @@ def test_simulate_setup_carries_the_zoo_arrival_order(tmp_path: Path) -> None:
     assert setup.arrival_order == zoo_arrival_order("cnn_lstm")
 
 
-def test_spacing_keeps_block_times_and_orders_ties_by_arrival() -> None:
-    params = [ParamInfo(i, f"p{i}", 10, 4, 0) for i in range(3)]
-    spaced = spaced_in_arrival_order([1.0, 1.0, 0.5], params, (2, 1, 0), 1e-9)
-    assert sorted(range(3), key=lambda i: spaced[i]) == [2, 1, 0]
-    assert spaced == pytest.approx([1.0, 1.0, 0.5], abs=1e-8)
-
-
-def test_vgg16_classifier_chunk_goes_first_as_the_runtime_sends_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_vgg16_classifier_chunk_goes_first_as_the_runtime_sends_it() -> None:
     # The runtime's hooks see the classifier's and conv13's BatchNorm gradients before
-    # conv13's weight, so the runtime sends the chunk holding them first
-    # (results/vgg16_issue_order_replay.py on recorded dp-timeline runs). With each layer's
-    # gradients ready at its own point in the block (the default) the plan starts the same
-    # way. With a block's gradients tied at its end, the front-most of the block's chunks wins
-    # on priority, conv13's weight first, unless the ties are spaced in arrival order.
+    # conv13's weight, so the runtime sends the chunk holding them first. With each layer's
+    # gradients ready at its own point in the block the plan starts the same way.
     profile = zoo_profile("vgg16")
     params = model_params("vgg16")
     order = zoo_arrival_order("vgg16")
     names = {p.index: p.name for p in params}
-    tied_options = SimOptions(layer_ready_points=False)
 
     def chunk_names(plan: DPPlan, position: int) -> set[str]:
         return {names[s.param] for s in plan.chunks[plan.issue_order[position]].segments}
 
     by_layer = plan_dp(profile, params, 4 << 20, 16 << 20, 2, 50e6, arrival_order=order)
     assert {"head.weight", "conv13.1.weight"} <= chunk_names(by_layer, 0)
-    tied = plan_dp(profile, params, 4 << 20, 16 << 20, 2, 50e6, tied_options, arrival_order=order)
-    assert chunk_names(tied, 0) == {"conv13.0.weight"}
-    monkeypatch.setattr(cadence.sim.api, "HOOK_SPACING_S", 1e-9)
-    spaced = plan_dp(profile, params, 4 << 20, 16 << 20, 2, 50e6, tied_options, arrival_order=order)
-    assert [c.segments for c in spaced.chunks] == [c.segments for c in tied.chunks]
-    assert {"head.weight", "conv13.1.weight"} <= chunk_names(spaced, 0)

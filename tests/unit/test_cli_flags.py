@@ -19,8 +19,8 @@ from cadence.cli import main
             "cadence bench pipeline: error: argument --contention: invalid choice: 'maybe'",
         ),
         (
-            ["bench", "dp-paired", "--host-cpus", "all"],
-            "cadence bench dp-paired: error: argument --host-cpus: invalid choice: 'all'",
+            ["bench", "collectives", "--workers", "all"],
+            "cadence bench collectives: error: argument --workers: invalid int value: 'all'",
         ),
         (["plan", "--workers", "x"], "cadence plan strategies: error: argument --workers"),
         (["frobnicate"], "cadence: error: argument COMMAND: invalid choice: 'frobnicate'"),

@@ -29,7 +29,7 @@ print("torch" in sys.modules, code)
         ["train", "--strategy", "horovod"],
         ["train", "--workers", "3"],
         ["train", "--model", "gpt_mini", "--dataset", "digits"],
-        ["bench", "dp-paired", "--models", "alexnet"],
+        ["bench", "dp", "--models", "alexnet"],
         ["bench", "collectives", "--sizes", "1XB"],
     ],
 )

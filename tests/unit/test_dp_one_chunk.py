@@ -10,7 +10,6 @@ from cadence.comm.cost import AlphaBeta
 from cadence.dp import DPConfig
 from cadence.dp.plan import DEFAULT_ONE_CHUNK_WIRE_SHARE, hideable_share, one_chunk_suffices
 from cadence.profile import BlockProfile, Profile
-from cadence.sim.bench_dp_records import recorded_default_plan
 from cadence.sim.command import Setup, last_allreduce_s, run_strategy
 from cadence.sim.compute import block_costs, block_params
 from cadence.sim.options import SimOptions
@@ -74,20 +73,5 @@ def test_a_runs_recorded_choice_is_simulated_as_it_ran() -> None:
     assert plan is not None and len(plan.chunks) > 1
     _, plan = run_strategy(slow, "cadence-dp", None, None, 25 * MB, opts, default_plan="one chunk")
     assert plan is not None and len(plan.chunks) == 1
-    # Files from before the runtime chose: chunks from the first iteration, whatever the link.
-    _, plan = run_strategy(fast, "cadence-dp", None, None, 25 * MB, opts, default_plan="unprobed")
-    assert plan is not None and len(plan.chunks) > 1
     with pytest.raises(ValueError, match="default_plan"):
         run_strategy(fast, "cadence-dp", None, None, 25 * MB, opts, default_plan="maybe")
-
-
-def test_the_recorded_choice_is_read_from_either_benchmark() -> None:
-    def plan(one_chunk: bool | None) -> dict:
-        probe = None if one_chunk is None else {"one_chunk": one_chunk}
-        return {"chunks": 1 if one_chunk else 4, "one_chunk_probe": probe}
-
-    assert recorded_default_plan({}) == "unprobed"  # files from before the choice
-    assert recorded_default_plan({"cadence_plan": plan(True)}) == "one chunk"  # dp-paired
-    assert recorded_default_plan({"cadence_plan": plan(None)}) == "unprobed"  # threshold given
-    runs = [plan(True), plan(False), plan(False)]  # dp: one per run, the majority counts
-    assert recorded_default_plan({"cadence_plans": runs}) == "chunked"

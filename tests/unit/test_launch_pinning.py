@@ -43,7 +43,7 @@ def test_unpinned_workers_keep_every_processor(tmp_path: Path) -> None:
 
 
 def test_workers_on_the_loopback_link_pin_when_asked(tmp_path: Path) -> None:
-    # `cadence bench dp-paired --host-cpus pinned` reaches the launcher through this call.
+    # The same pinning `cadence bench collectives` asks `run_workers` for, through this call.
     out = tmp_path / "seen"
     out.mkdir()
     run_workers_on_link(None, 2, WORKER, [str(out)], tmp_path, 1, 60, pin_hosts=True)

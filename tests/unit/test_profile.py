@@ -120,7 +120,7 @@ def test_command_prints_table_and_saves(tmp_path, capsys):
 
 def test_the_command_times_with_the_heap_fixed_as_training_processes_run(monkeypatch):
     # A fresh process's dynamic heap faulted Adam's temporaries in on every step (vgg16's step
-    # about 2x what the runs timed; results/profile-step-heap-20261128.txt), so the thresholds
+    # about 2x what the runs timed), so the thresholds
     # are fixed before anything is timed.
     import cadence.profile.command as command
 

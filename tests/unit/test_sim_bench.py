@@ -62,69 +62,21 @@ def test_runs_that_cannot_be_predicted_are_user_errors(tmp_path: Path) -> None:
         predict_runs([write_run(tmp_path / "a.json", "ddp", 1.0)], {"cnn": half})
 
 
-def test_a_run_that_timed_its_own_compute_is_predicted_from_it(tmp_path: Path) -> None:
-    profiles = {"cnn": zoo_profile("cnn")}
-    path = Path(write_run(tmp_path / "a.json", "ddp", 0.5, cap="100gbit"))
-    plain = predict_runs([str(path)], profiles, payload_fraction=1.0, optimizer_step_s=0.0)
-    assert plain[0]["compute_basis"] == "profile"
-    data = json.loads(path.read_text())
-    data["compute_probe"] = {"lockstep_median_s": 0.5, "slowest_rank_median_s": 0.5, "steps": 10}
-    path.write_text(json.dumps(data))
-    # On a 100 Gbit link compute decides: the step is the compute the run timed.
-    rows = predict_runs([str(path)], profiles, payload_fraction=1.0, optimizer_step_s=0.0)
-    assert rows[0]["compute_basis"] == "in-run"
-    assert rows[0]["predicted_s"] == pytest.approx(0.5, rel=0.02)
-    # The runtime's own cost multiplies that compute; the profile basis ignores the probe.
-    slowed = predict_runs(
-        [str(path)], profiles, payload_fraction=1.0, optimizer_step_s=0.0,
-        runtime_slowdowns={"cnn": {"ddp": 1.2, "cadence-dp": 2.0}},
-    )  # fmt: skip
-    assert slowed[0]["predicted_s"] == pytest.approx(0.6, rel=0.02)
-    profile_basis = predict_runs(
-        [str(path)], profiles, payload_fraction=1.0, optimizer_step_s=0.0, in_run_compute=False
-    )
-    assert profile_basis[0]["predicted_s"] == pytest.approx(plain[0]["predicted_s"])
-    with pytest.raises(UserError, match="no runtime cost of 'cnn'"):
-        predict_runs([str(path)], profiles, runtime_slowdowns={"vgg16": {"ddp": 1.0}})
-    with pytest.raises(UserError, match="timed no compute of its own"):
-        bare = write_run(tmp_path / "b.json", "ddp", 0.5)
-        predict_runs([bare], profiles, in_run_compute=True)
+def test_on_a_fast_link_the_profiles_compute_decides(tmp_path: Path) -> None:
+    profile = zoo_profile("cnn")
+    path = write_run(tmp_path / "a.json", "ddp", 0.5, cap="100gbit")
+    (row,) = predict_runs([path], {"cnn": profile}, payload_fraction=1.0, optimizer_step_s=0.0)
+    assert row["predicted_s"] == pytest.approx(row["compute_s"], rel=0.05)
+    assert row["compute_s"] == pytest.approx(profile.iteration_s, rel=0.05)
 
 
-def test_the_interleaved_basis_takes_a_cadence_dp_runs_blocks_and_a_ddp_runs_probe_after(
-    tmp_path: Path,
-) -> None:
-    profiles = {"cnn": zoo_profile("cnn")}
-    probes = {
-        "compute_probe": {"lockstep_median_s": 0.5, "slowest_rank_median_s": 0.5, "steps": 10},
-        "interleaved_compute_probe": {"lockstep_median_s": 0.8, "steps": 10},
-    }
-    for strategy, compute, basis in (
-        ("cadence-dp", 0.8, "in-run, interleaved"),
-        ("ddp", 0.5, "in-run"),  # DDP's processes leave the heap dynamic: its blocks are off
-    ):
-        path = Path(write_run(tmp_path / f"{strategy}.json", strategy, 0.5, cap="100gbit"))
-        path.write_text(json.dumps(json.loads(path.read_text()) | probes))
-        (row,) = predict_runs(
-            [str(path)], profiles, payload_fraction=1.0, optimizer_step_s=0.0,
-            in_run_compute=True, probe="interleaved",
-        )  # fmt: skip
-        # On a 100 Gbit link compute decides: the step is the compute the run timed.
-        assert row["compute_basis"] == basis
-        assert row["predicted_s"] == pytest.approx(compute, rel=0.02)
-
-
-@pytest.mark.parametrize("share", ["0", "1.2", "fast"])
-def test_a_bad_share_of_the_link_while_computing_is_one_line(
-    share: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_the_removed_charges_are_not_flags(capsys: pytest.CaptureFixture[str]) -> None:
     from cadence.cli import main
 
     with pytest.raises(SystemExit) as exited:
-        main(["bench", "sim", "--comm-rate-while-computing", share, "x.json"])
+        main(["bench", "sim", "--heap-cost", "x.json", "run.json"])
     assert exited.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "expected a number in (0, 1]" in err[0], err
+    assert "unrecognized arguments: --heap-cost" in capsys.readouterr().err
 
 
 def test_a_zero_run_is_simulated_with_every_zero_setting_it_ran(tmp_path: Path) -> None:
@@ -142,3 +94,21 @@ def test_a_zero_run_is_simulated_with_every_zero_setting_it_ran(tmp_path: Path) 
     )
     # At 1mbit the parameter all-gather is a large part of the step: half its bytes, less time.
     assert bf16["predicted_s"] < fp32["predicted_s"]
+
+
+def test_the_command_writes_json_and_png_and_prints_the_score(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cadence.cli import main
+
+    profile = tmp_path / "cnn.json"
+    zoo_profile("cnn").save(profile)
+    run = write_run(tmp_path / "run.json", "ddp", 1.0)
+    out = tmp_path / "out" / "sim.json"
+    assert main(["bench", "sim", run, "--profile", str(profile), "--optimizer-step", "0",
+                 "--out", str(out)]) == 0  # fmt: skip
+    data = json.loads(out.read_text())
+    assert data["command"].startswith("cadence ") and len(data["rows"]) == 1
+    assert data["worst_abs_error"] == pytest.approx(abs(data["rows"][0]["error"]))
+    assert out.with_suffix(".png").read_bytes().startswith(b"\x89PNG")
+    assert "mean |error|" in capsys.readouterr().out

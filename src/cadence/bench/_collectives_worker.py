@@ -36,8 +36,8 @@ from cadence.launch.errors import exit_worker, worker_entry
 
 # A round repeats a call until ~1 MB has moved (1 to 64 calls): single calls of small
 # messages are too short for the clock, and the median of several drops scheduler hiccups
-# (with at most 8, before 2026-11-25, 1-16 KB all-reduces came out ~10% slower than the
-# calibration's 64 on 4 hosts).
+# (with at most 8, 1-16 KB all-reduces came out ~10% slower than the calibration's 64 on 4
+# hosts).
 _BLOCK_BYTES = 1 << 20
 _MAX_CALLS = 64
 # A round visits the short entries this many times, between slices of the long ones; an
@@ -147,12 +147,11 @@ def measure(config: CollectivesBenchConfig, timed: list[Timed]) -> list[dict[str
 
     Rounds interleave every entry (A/B side by side), calibration points included, so load
     from elsewhere on the machine lands on the fit and on the rows it predicts alike instead
-    of on whichever ran last: with the calibration timed in rounds of its own before the rows
-    (until 2026-11-25), the same 1-16 KB all-reduce timed by both agreed within 10% in only 28
-    of 45 cases over 15 runs. Small calls get a block in each of the round's passes
+    of on whichever ran last: with the calibration timed in rounds of its own before the rows,
+    the same 1-16 KB all-reduce timed by both agreed within 10% in only 28 of 45 cases over 15
+    runs. Small calls get a block in each of the round's passes
     (`schedule`): on 2 emulated hosts at 400mbit, blocks of 64 1-4 KB all-reduces had median
-    calls of 0.19-0.34 ms, moving from one block to the next
-    (`results/collectives-block-modes-20261125.txt`), so a median over one block per round
+    calls of 0.19-0.34 ms, moving from one block to the next, so a median over one block per round
     moves with where its few blocks land.
     """
     p = dist.get_world_size()

@@ -96,7 +96,7 @@ def run_workers(
     of all hosts on any processor, and small collectives scatter with where they land: on 2
     emulated hosts at 400mbit a 1 KB gloo all-reduce took 0.36-0.40 ms at the median (90th
     percentile 0.49-0.53 ms) unpinned, 0.19-0.22 ms (0.23-0.28 ms) pinned, in three runs of
-    each (`results/pinned-hosts-latency.txt`).
+    each.
     """
     logs = run_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)

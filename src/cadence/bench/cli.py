@@ -1,8 +1,8 @@
 """`cadence bench ...`: one subcommand per benchmark.
 
 Adding a benchmark is one `_add_<name>(bsub)` function (its parser and a `func`) plus its name
-in `_BENCHES`; the data-parallel benchmarks' parsers live in `cadence.bench.cli_dp`. Command
-functions import their module lazily so `cadence --help` stays fast.
+in `_BENCHES` (`dp`'s parser lives in `cadence.bench.cli_dp`, `sim`'s in `cadence.sim.cli`).
+Command functions import their module lazily so `cadence --help` stays fast.
 """
 
 from __future__ import annotations
@@ -11,16 +11,11 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from cadence.bench.cli_args import add_host_cpus
+from cadence.bench.cli_args import add_common as _add_common
 from cadence.bench.cli_args import command_line as _command_line
 from cadence.bench.cli_args import names as _names
+from cadence.bench.cli_args import one as _one
 from cadence.bench.cli_dp import add_dp as _add_dp
-from cadence.bench.cli_dp import add_dp_autotune as _add_dp_autotune
-from cadence.bench.cli_dp import add_dp_paired as _add_dp_paired
-from cadence.bench.cli_dp import add_dp_timeline as _add_dp_timeline
-from cadence.bench.heap_cost import add_parser as _add_heap_cost
-from cadence.bench.runtime_cost import add_parser as _add_runtime_cost
-from cadence.bench.sim_costs import add_parser as _add_costs
 
 
 def _cmd_collectives(args: argparse.Namespace) -> int:
@@ -36,16 +31,11 @@ def _cmd_collectives(args: argparse.Namespace) -> int:
     config = CollectivesBenchConfig(
         sizes=parse_sizes(args.sizes) if args.sizes else CollectivesBenchConfig().sizes,
         collectives=collectives or DEFAULT_COLLECTIVES,
-        hosts=args.hosts,
-        bandwidth_bps=parse_bandwidth(args.bandwidth),
+        hosts=args.workers,
+        bandwidth_bps=parse_bandwidth(_one(args.caps, "--caps")),
         repeats=args.repeats,
         warmup=args.warmup,
         threads=args.threads,
-        frame_bucket=args.link_bucket == "frames",
-        yield_io_thread=args.gloo_io_thread == "idle",
-        pin_hosts=args.host_cpus == "pinned",
-        drain_bucket=args.drain_bucket == "yes",
-        alpha_per_collective=args.alpha == "per-collective",
         out=args.out,
     )
     run_collectives_bench(config, _command_line())
@@ -59,6 +49,10 @@ def _add_collectives(bsub: Any) -> None:
         "with the calibrated alpha-beta prediction next to each",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
+    _add_common(
+        p, models=None, caps="1gbit", workers=4, batch_size=None, steps=None, repeats=5,
+        out="bench-out/bench-collectives.json",
+    )  # fmt: skip
     p.add_argument(
         "--sizes", default=None, help="comma-separated message sizes (default 1KB to 64MB, x4)"
     )
@@ -67,45 +61,8 @@ def _add_collectives(bsub: Any) -> None:
         default="all_reduce,reduce_scatter,all_gather,broadcast",
         help="comma-separated; also all_to_all",
     )
-    p.add_argument("--hosts", type=int, default=4, help="emulated hosts, one rank each")
-    p.add_argument("--bandwidth", default="1gbit", help="link cap per host, e.g. 400mbit")
-    p.add_argument("--repeats", type=int, default=5, help="timed rounds (medians reported)")
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per worker")
-    p.add_argument(
-        "--link-bucket",
-        choices=("5ms", "frames"),
-        default="5ms",
-        help="token bucket of each capped link: 5ms (the other benchmarks' bucket, which "
-        "passes smaller transfers at once) or frames (two frames, GSO off: every byte "
-        "serialised at the cap, at a processor cost per frame)",
-    )
-    p.add_argument(
-        "--alpha",
-        choices=("per-collective", "all-reduce"),
-        default="per-collective",
-        help="latency of gloo's all-gather and broadcast: per-collective (each fitted on "
-        "calls of its own at 2 KB and 8 KB, sizes the default rows leave out) or all-reduce "
-        "(every collective priced with the all-reduce fit's alpha)",
-    )
-    p.add_argument(
-        "--gloo-io-thread",
-        choices=("idle", "normal"),
-        default="idle",
-        help="scheduling of gloo's polling I/O thread while timing: idle (SCHED_IDLE, so "
-        "small collectives do not wait out its time slice) or normal (left as is)",
-    )
-    add_host_cpus(p, default="pinned")
-    p.add_argument(
-        "--drain-bucket",
-        choices=("yes", "no"),
-        default="yes",
-        help="before each timed block, an untimed all-reduce of twice the links' token "
-        "bucket, so no block rides tokens saved up during the small ones before it",
-    )
-    p.add_argument(
-        "--out", default="results/bench-collectives.json", help="JSON file; PNG next to it"
-    )
     p.set_defaults(func=_cmd_collectives)
 
 
@@ -115,9 +72,9 @@ def _cmd_zero(args: argparse.Namespace) -> int:
     from cadence.zero.bench import run_bench
 
     run_bench(
-        args.model, args.bandwidth, args.steps, args.freeze_steps, args.workers, Path(args.out),
-        jobs=_names(args.jobs), batch_size=args.batch_size, repeats=args.repeats,
-        command=_command_line(),
+        _one(args.models, "--models"), _one(args.caps, "--caps"), args.steps, args.freeze_steps,
+        args.workers, Path(args.out), jobs=_names(args.jobs), batch_size=args.batch_size,
+        repeats=args.repeats, command=_command_line(),
     )  # fmt: skip
     return 0
 
@@ -129,26 +86,17 @@ def _add_zero(bsub: Any) -> None:
         "DeepSpeed ZeRO-2 in an emulated cluster (iteration time, bytes at the interface)",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--model", default="gpt_mini")
-    p.add_argument("--bandwidth", default="200mbit", help="link cap")
-    p.add_argument("--steps", type=int, default=30, help="timed: the last steps-freeze-2")
+    _add_common(
+        p, models="gpt_mini", caps="200mbit", steps=30, repeats=1, out="bench-out/bench-zero.json",
+        steps_help="steps per run; timed: the last steps - freeze-steps - 2",
+    )  # fmt: skip
     p.add_argument("--freeze-steps", type=int, default=8, help="1-bit Adam warm-up steps")
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=64, help="global batch, every job")
     p.add_argument(
         "--jobs",
         default="",
         help="comma-separated (default: all): ddp, fsdp2, deepspeed-zero2, "
         "zero<1|2|3>-<none|fp16|onebit>[-bf16][-overlap][-backorder|-fwdorder][-onelane]",
     )
-    p.add_argument(
-        "--repeats",
-        type=int,
-        default=1,
-        help="rounds of every job, in alternating order; each job's figure is the median "
-        "over rounds of its per-round median step",
-    )
-    p.add_argument("--out", default="results/zero-bench", help="summary.json and PNGs here")
     p.set_defaults(func=_cmd_zero)
 
 
@@ -158,13 +106,13 @@ def _cmd_pipeline(args: argparse.Namespace) -> int:
 
     config = PipelineBenchConfig(
         models=_names(args.models),
-        cap=args.cap,
+        cap=_one(args.caps, "--caps"),
         contention=(False, True) if args.contention == "both" else (args.contention == "on",),
         batch_size=args.batch_size,
         microbatches=args.microbatches,
         memory_limit=parse_memory_limit(args.memory_limit),
         warmup=args.warmup,
-        rounds=args.rounds,
+        rounds=args.steps,
         out=args.out,
     )
     run_pipeline_bench(config, _command_line())
@@ -178,10 +126,12 @@ def _add_pipeline(bsub: Any) -> None:
         "with contention, against the planner's predictions and pick",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--models", default="gpt_mini,vgg16", help="comma-separated zoo models")
-    p.add_argument("--cap", default="200mbit", help="link cap between the hosts")
+    _add_common(
+        p, models="gpt_mini,vgg16", caps="200mbit", workers=None, batch_size=16, steps=12,
+        repeats=None, out="bench-out/bench-pipeline.json",
+        steps_help="timed steps per candidate, after --warmup untimed ones",
+    )  # fmt: skip
     p.add_argument("--contention", default="both", choices=("off", "on", "both"))
-    p.add_argument("--batch-size", type=int, default=16, help="samples per step")
     p.add_argument("--microbatches", type=int, default=8, help="M at which schedules are timed")
     p.add_argument(
         "--memory-limit",
@@ -190,8 +140,6 @@ def _add_pipeline(bsub: Any) -> None:
         "smallest and largest simulated peak at M)",
     )
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per candidate")
-    p.add_argument("--rounds", type=int, default=12, help="timed steps per candidate")
-    p.add_argument("--out", default="results/bench-pipeline.json", help="JSON; PNG next to it")
     p.set_defaults(func=_cmd_pipeline)
 
 
@@ -200,7 +148,7 @@ def _cmd_ps(args: argparse.Namespace) -> int:
 
     config = PSBenchConfig(
         models=_names(args.models),
-        cap=args.cap,
+        cap=_one(args.caps, "--caps"),
         workers=args.workers,
         batch_size=args.batch_size,
         steps=args.steps,
@@ -220,105 +168,23 @@ def _add_ps(bsub: Any) -> None:
         "priority classes vs the published ratios; backup workers with a straggler; ASP",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--models", default="vgg16,resnet32,cnn_lstm", help="comma-separated")
-    p.add_argument(
-        "--cap", default="balanced", help="link cap; balanced = per model, wire time = compute"
-    )
-    p.add_argument("--workers", type=int, default=2, help="workers (one server, beside rank 0)")
-    p.add_argument("--batch-size", type=int, default=32, help="global batch")
-    p.add_argument("--steps", type=int, default=12, help="steps per run (first excluded)")
-    p.add_argument("--repeats", type=int, default=2, help="rounds over the orders, alternating")
+    _add_common(
+        p, models="vgg16,resnet32,cnn_lstm", caps="balanced", batch_size=32, repeats=2,
+        out="bench-out/bench-ps.json", caps_help="; balanced = per model, wire time = compute",
+    )  # fmt: skip
     p.add_argument("--orders", default="fifo,layer,graph,graph+net", help="--ps-priority values")
     p.add_argument(
         "--straggler-model", default="resnet32", help="backup/ASP runs on this model ('' skips)"
     )
-    p.add_argument("--out", default="results/bench-ps.json", help="JSON; PNG next to it")
     p.set_defaults(func=_cmd_ps)
-
-
-def _cmd_contention(args: argparse.Namespace) -> int:
-    from cadence.bench.collectives import parse_sizes
-    from cadence.bench.contention import DEFAULT_SIZES, ContentionConfig, run_contention_bench
-
-    config = ContentionConfig(
-        bandwidth=args.bandwidth,
-        hosts=args.hosts,
-        model=args.model,
-        batch_size=args.batch_size,
-        iterations=args.iterations,
-        rounds=args.rounds,
-        sizes=parse_sizes(args.sizes) if args.sizes else DEFAULT_SIZES,
-        threads=args.threads,
-        out=args.out,
-    )
-    run_contention_bench(config, _command_line())
-    return 0
-
-
-def _add_contention(bsub: Any) -> None:
-    p = bsub.add_parser(
-        "contention",
-        help="processor time that all-reduce traffic takes from compute on the same host "
-        "(fits the simulator's per-message and per-byte CPU charge)",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    p.add_argument("--bandwidth", default="400mbit", help="link cap per host")
-    p.add_argument("--hosts", type=int, default=2, help="emulated hosts, one rank each")
-    p.add_argument("--model", default="resnet32", help="zoo model whose training is the compute")
-    p.add_argument("--batch-size", type=int, default=16, help="per-rank batch of the compute")
-    p.add_argument("--iterations", type=int, default=6, help="forward+backward per window")
-    p.add_argument("--rounds", type=int, default=3, help="alone/with-traffic pairs per size")
-    p.add_argument("--sizes", default=None, help="message sizes (default 64KB,1MB,4MB,16MB)")
-    p.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
-    p.add_argument("--out", default="results/contention.json", help="JSON file")
-    p.set_defaults(func=_cmd_contention)
-
-
-def _cmd_steadiness(args: argparse.Namespace) -> int:
-    from cadence.bench.steadiness import SteadinessConfig, run_steadiness
-
-    config = SteadinessConfig(
-        model=args.model,
-        batch_size=args.batch_size,
-        windows=args.windows,
-        window_s=args.window_s,
-        processes=args.processes,
-        out=args.out,
-    )
-    run_steadiness(config, _command_line())
-    return 0
-
-
-def _add_steadiness(bsub: Any) -> None:
-    p = bsub.add_parser(
-        "steadiness",
-        help="the same training step, window after window: how much this machine's own speed "
-        "drifts (the noise floor of every timing comparison)",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    p.add_argument("--model", default="gpt_mini", help="zoo model whose step is the work")
-    p.add_argument("--batch-size", type=int, default=32, help="synthetic batch per step")
-    p.add_argument("--windows", type=int, default=8, help="consecutive timing windows")
-    p.add_argument("--window-s", type=float, default=5.0, help="seconds per window")
-    p.add_argument("--processes", type=int, default=1, help="copies running at once")
-    p.add_argument("--out", default="results/steadiness.json", help="JSON file; PNG next to it")
-    p.set_defaults(func=_cmd_steadiness)
 
 
 _BENCHES: tuple[Callable[[Any], None], ...] = (
     _add_collectives,
-    _add_contention,
-    _add_costs,
     _add_dp,
-    _add_dp_paired,
-    _add_dp_timeline,
     _add_pipeline,
-    _add_dp_autotune,
-    _add_heap_cost,
     _add_zero,
     _add_ps,
-    _add_runtime_cost,
-    _add_steadiness,
 )
 
 

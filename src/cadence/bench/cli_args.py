@@ -28,22 +28,52 @@ def numbers(text: str, flag: str) -> tuple[float, ...]:
         raise UserError(f"{flag} must be numbers, got '{text}'") from None
 
 
-def add_host_cpus(parser: Any, default: str) -> None:
-    """`--host-cpus pinned|shared`, as the benchmarks that run emulated hosts take it;
-    `args.host_cpus == "pinned"` is their `pin_hosts`."""
-    parser.add_argument(
-        "--host-cpus",
-        choices=("pinned", "shared"),
-        default=default,
-        help="processors of the emulated hosts: pinned (each host's threads on one "
-        "processor, the hosts taking them in turn) or shared (the kernel places them)",
-    )
+def add_common(
+    parser: Any,
+    *,
+    models: str | None,
+    caps: str | None,
+    out: str,
+    workers: int | None = 2,
+    batch_size: int | None = 64,
+    steps: int | None = 12,
+    repeats: int | None = 3,
+    steps_help: str = "steps per run (the first is not timed)",
+    caps_help: str = "",
+) -> None:
+    """The options every `cadence bench` benchmark takes, with the same names and meaning:
+    `--models` and `--caps` (comma-separated), `--workers`, `--batch-size` (global),
+    `--steps`, `--repeats` and `--out` (the JSON; the PNG goes next to it). A benchmark that
+    has no use for one passes None for its default and does not get it."""
+    if models is not None:
+        parser.add_argument("--models", default=models, help="comma-separated zoo models")
+    if caps is not None:
+        parser.add_argument(
+            "--caps",
+            default=caps,
+            help="comma-separated link caps of the emulated cluster, e.g. 400mbit" + caps_help,
+        )
+    if workers is not None:
+        parser.add_argument("--workers", type=int, default=workers, help="ranks (emulated hosts)")
+    if batch_size is not None:
+        parser.add_argument("--batch-size", type=int, default=batch_size, help="global batch")
+    if steps is not None:
+        parser.add_argument("--steps", type=int, default=steps, help=steps_help)
+    if repeats is not None:
+        parser.add_argument(
+            "--repeats", type=int, default=repeats, help="rounds of every variant, alternating"
+        )
+    parser.add_argument("--out", default=out, help="JSON file; the PNG goes next to it")
 
 
-def add_world(parser: Any) -> None:
-    """`--workers` and `--batch-size` (global), as the data-parallel benchmarks take them."""
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=64, help="global batch")
+def one(text: str, flag: str) -> str:
+    """The single item of a comma-separated flag value, or a one-line error naming `flag`."""
+    items = names(text)
+    if len(items) != 1:
+        from cadence.errors import UserError
+
+        raise UserError(f"{flag} takes one value for this benchmark, got '{text}'")
+    return items[0]
 
 
 def add_threshold(parser: Any) -> None:

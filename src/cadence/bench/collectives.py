@@ -128,7 +128,7 @@ class CollectivesBenchConfig:
     `LATENCY_SIZES`, which the default sizes leave out, so every row stays a prediction; beta
     and reduce-scatter's alpha come from the all-reduce fit. False: every collective is
     priced with all-reduce's alpha."""
-    out: str = "results/bench-collectives.json"
+    out: str = "bench-out/bench-collectives.json"
     """JSON result file; the PNG goes next to it (same name, .png)."""
 
     def __post_init__(self) -> None:
@@ -138,7 +138,7 @@ class CollectivesBenchConfig:
         if not self.sizes or min(self.sizes) < 4 or max(self.sizes) > MAX_BYTES:
             raise UserError(f"bad sizes {list(self.sizes)}: use 4 B to 1 GB")
         if not 2 <= self.hosts <= 16:
-            raise UserError(f"bad host count {self.hosts}: use 2 to 16")
+            raise UserError(f"bad --workers {self.hosts}: use 2 to 16 emulated hosts")
         if self.repeats < 1 or self.warmup < 0 or self.threads < 1:
             raise UserError("repeats and threads must be >= 1, warmup >= 0")
         if not (self.bandwidth_bps > 0 and math.isfinite(self.bandwidth_bps)):

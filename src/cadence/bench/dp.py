@@ -49,8 +49,7 @@ class DPBenchConfig:
     """Steps per run; the first is excluded, so at least 10 are timed."""
     repeats: int = 3
     """Runs per variant, in alternating order; the median over them is reported. Odd by
-    default: with two, the median is their mean and one stalled run moves it (resnet32 1.36x
-    DDP at no cap from one 0.43 s run beside a 0.235 s one, 0.99x over 4 rounds)."""
+    default: with two, the median is their mean and one stalled run moves it."""
     ddp_buckets_mb: tuple[float, ...] = (5.0, 100.0)
     """Bucket sizes tried for "DDP tuned" (its default 25 MB is always measured too)."""
     threshold_mb: float | None = None
@@ -60,27 +59,12 @@ class DPBenchConfig:
     """cadence-dp reorder point."""
     autotune: str = "off"
     """cadence-dp autotuning for its runs: off, exhaustive or guided."""
-    probe_steps: int = 10
-    """After its steps, each DDP and cadence-dp run times this many steps of compute alone in
-    its own processes, all ranks at once (`TrainConfig.compute_probe_steps`): the compute that
-    `cadence bench sim --compute-basis in-run` replays each run with (`variant_compute_runs_s`,
-    and the optimizer step it timed, `variant_step_runs_s`); 0: none."""
-    interleaved_probe_every: int = 0
-    """Each cadence-dp run (and `ddp-heap`'s, `ddp_fixed_heap`) also times compute in two-step
-    blocks after every this many of its steps (`TrainConfig.interleaved_probe_every`): the
-    same moments as the steps it prices (`variant_interleaved_compute_runs_s`,
-    `cadence bench sim --compute-basis interleaved`); the step after each block is left out
-    of the run's median. Not DDP's own runs: their processes leave glibc's heap thresholds
-    dynamic, and there a model's steps between another model's time 1.10-1.43x slower than
-    the same steps after them (cnn_lstm, 2026-11-27; level once the thresholds are fixed as
-    cadence-dp fixes them). 0: none."""
     ddp_fixed_heap: bool = False
     """Also run DDP (25 MB buckets) in processes whose glibc malloc trim and mmap thresholds
     are fixed as cadence-dp fixes its own (`cadence.dp.heap.FIXED_HEAP_ENV`): variant
     `ddp-heap`, and `cadence_over_ddp_heap` in each row, so the table shows how much of
-    cadence-dp's lead over DDP is that setting. It is not one of the "DDP tuned" buckets.
-    With `interleaved_probe_every` its runs time blocks too: its heap is cadence-dp's."""
-    out: str = "results/bench-dp.json"
+    cadence-dp's lead over DDP is that setting. It is not one of the "DDP tuned" buckets."""
+    out: str = "bench-out/bench-dp.json"
     """JSON output; the PNG goes next to it."""
     run_root: str = "/tmp/cadence-bench-dp"
     """Where the individual training runs keep their outputs."""
@@ -99,12 +83,6 @@ class DPBenchConfig:
             raise UserError(f"--steps must be at least 11 (10 timed), got {self.steps}")
         if self.repeats < 1 or self.workers < 2:
             raise UserError("--repeats must be >= 1 and --workers >= 2")
-        if self.probe_steps < 0:
-            raise UserError(f"--probe-steps must be >= 0, got {self.probe_steps}")
-        if self.interleaved_probe_every < 0:
-            raise UserError(
-                f"--interleaved-probe-every must be >= 0, got {self.interleaved_probe_every}"
-            )
         if self.batch_size % self.workers:
             raise UserError(f"--batch-size {self.batch_size} must divide by --workers")
 
@@ -156,11 +134,10 @@ def variants(config: DPBenchConfig) -> list[Variant]:
 
 
 def train_variant(
-    model: str, cap: str, variant: Variant, workers: int, config: DPBenchConfig,
-    probe_steps: int = 0, interleaved_every: int = 0,
-) -> dict[str, Any]:  # fmt: skip
+    model: str, cap: str, variant: Variant, workers: int, config: DPBenchConfig
+) -> dict[str, Any]:
     """One training run of `variant` (its strategy, settings and environment) on `model` at
-    `cap`, as the benchmark times it: rank 0's metrics, with the compute probes asked for."""
+    `cap`, as the benchmark times it: rank 0's metrics."""
     from cadence.bench._env import child_environment
     from cadence.bench._train import train_for_bench
     from cadence.config import TrainConfig
@@ -175,8 +152,6 @@ def train_variant(
         out=config.run_root,
         eval_every_epoch=False,
         threads=1,
-        compute_probe_steps=probe_steps,
-        interleaved_probe_every=interleaved_every,
         **variant.settings,
     )
     with child_environment(variant.env):
@@ -227,17 +202,6 @@ def measure_case(
     from cadence.netem import parse_bandwidth
 
     runs: dict[str, list[float]] = {}
-    # Each variant run's own compute (its probe's lockstep median), run by run.
-    run_computes: dict[str, list[float]] = {}
-    # And the optimizer step each probe timed (the slowest rank's median), run by run.
-    run_steps: dict[str, list[float]] = {}
-    # The same two from the blocks spread across each run (`interleaved_probe_every`).
-    interleaved_computes: dict[str, list[float]] = {}
-    interleaved_steps: dict[str, list[float]] = {}
-    probes = {  # a run's metrics key -> where its figures go
-        "compute_probe": (run_computes, run_steps),
-        "interleaved_compute_probe": (interleaved_computes, interleaved_steps),
-    }
     plans: list[dict[str, Any]] = []  # cadence-dp's plan in each of its runs
     wire_runs: list[float] = []
     compute_runs: list[float] = []
@@ -254,16 +218,8 @@ def measure_case(
         sequence = order if repeat % 2 == 0 else list(reversed(order))
         for variant in sequence:
             echo(f"  {model} @ {cap}: {variant.name} (run {repeat + 1}/{config.repeats})")
-            between = config.interleaved_probe_every if variant.fixed_heap else 0
-            metrics = train_variant(
-                model, cap, variant, config.workers, config, config.probe_steps, between
-            )
+            metrics = train_variant(model, cap, variant, config.workers, config)
             runs.setdefault(variant.name, []).append(metrics["median_iteration_s"])
-            for key, (computes, steps) in probes.items():
-                if key in metrics:
-                    probe = metrics[key]
-                    computes.setdefault(variant.name, []).append(probe["lockstep_median_s"])
-                    steps.setdefault(variant.name, []).append(probe["optimizer_step_median_s"])
             if "dp_chunks" in metrics:
                 plans.append(_plan(metrics))
     # Without a cap the link is the loopback, limited by the processors: no wire time.
@@ -292,13 +248,6 @@ def measure_case(
         "cadence_plans": plans,
         "compute_s": compute_s,
         "compute_runs_s": compute_runs,
-        # Compute timed inside each variant's runs, after their steps (`probe_steps`).
-        "variant_compute_s": {k: statistics.median(v) for k, v in run_computes.items()},
-        "variant_compute_runs_s": run_computes,
-        "variant_step_runs_s": run_steps,
-        # And timed in blocks between their steps (`interleaved_probe_every`).
-        "variant_interleaved_compute_runs_s": interleaved_computes,
-        "variant_interleaved_step_runs_s": interleaved_steps,
         "model_compute_s": model_compute_s,
         "wire_s": wire,
         "wire_runs_s": wire_runs,
@@ -313,9 +262,7 @@ def measure_case(
         "cadence_over_bound": cadence / bound,
         "ddp_over_bound": medians["ddp"] / bound,
         "cadence_over_line_bound": cadence / line_bound,
-        # Which variants' processes ran with glibc's heap thresholds fixed: the simulator
-        # prices those from their blocks between the steps
-        # (`cadence.sim.bench_dp_records.heap_kept`).
+        # Which variants' processes ran with glibc's heap thresholds fixed.
         "fixed_heap_variants": [v.name for v in order if v.fixed_heap],
         **same_heap,
     }

@@ -51,7 +51,7 @@ class PipelineBenchConfig:
     """Untimed steps of each candidate first."""
     rounds: int = 12
     """Timed steps of each candidate (one per round, alternating order)."""
-    out: str = "results/bench-pipeline.json"
+    out: str = "bench-out/bench-pipeline.json"
     """JSON output; the PNG goes next to it."""
 
     def __post_init__(self) -> None:
@@ -63,7 +63,7 @@ class PipelineBenchConfig:
                 raise UserError(f"unknown model '{model}': choose from {', '.join(model_names())}")
         parse_bandwidth(self.cap)
         if self.rounds < 10:
-            raise UserError(f"--rounds must be at least 10 (timed steps), got {self.rounds}")
+            raise UserError(f"--steps must be at least 10 (timed steps), got {self.rounds}")
         if self.warmup < 1:
             raise UserError(f"--warmup must be at least 1, got {self.warmup}")
         if self.microbatches < 1 or self.batch_size % self.microbatches:

@@ -54,7 +54,7 @@ class PSBenchConfig:
     """`--ps-priority` values compared."""
     straggler_model: str = "resnet32"
     """Model of the backup-worker and ASP runs ('' skips them)."""
-    out: str = "results/bench-ps.json"
+    out: str = "bench-out/bench-ps.json"
     """JSON output; the PNG goes next to it."""
     run_root: str = "/tmp/cadence-bench-ps"
     """Where the individual training runs keep their outputs."""
@@ -68,7 +68,7 @@ class PSBenchConfig:
             if model not in model_names():
                 raise UserError(f"unknown model '{model}': choose from {', '.join(model_names())}")
         if self.cap != BALANCED and parse_bandwidth(self.cap) == float("inf"):
-            raise UserError("--cap must be a bandwidth (e.g. 400mbit): the bench needs a cluster")
+            raise UserError("--caps must be a bandwidth (e.g. 400mbit): the bench needs a cluster")
         for order in self.orders:
             parse_priority(order)
         if "fifo" not in self.orders:
@@ -295,7 +295,9 @@ def run_ps_bench(
     config: PSBenchConfig, command: str, echo: Callable[[str], None] = print
 ) -> dict[str, Any]:
     from cadence.bench.dp import prepare_out
+    from cadence.extras import require
 
+    require("zmq")
     out = prepare_out(config.out, True)
     started = time.time()
     rows: list[dict[str, Any]] = []

@@ -125,8 +125,7 @@ class Calibration:
         them), so an alpha fitted on the small calls does not leak into it. On 2 emulated
         hosts at 400mbit four calibrations timed 1-16 KB calls at 0.6-3.5 ms and fitted alphas
         of 294-1414 us, while their calls from 64 KB up agree within 3.1% (from 256 KB up,
-        0.11%) and leave 0-90 us a message
-        (`results/calibration-latency-by-size-20261126.txt`)."""
+        0.11%) and leave 0-90 us a message."""
         if self.model.overlap:
             raise ValueError("a token-bucket (overlap) fit has no per-size latency to take")
         rows = sorted((r for r in self.rows if r.collective == FITTED), key=lambda r: r.nbytes)
@@ -391,8 +390,7 @@ def fit_latency(
     fixed cost differs by collective (the software around the messages, and on shared cores
     how many threads each of its steps wakes): on 4 emulated hosts at 400mbit, 1-16 KB
     all-gathers (3 messages) took 0.83-0.87 ms where all-reduce's alpha (6 messages in 1.33-1.45
-    ms) priced 0.70 ms, and broadcasts streamed from one root took 0.28-0.31 ms against 0.46
-    (`results/bench-collectives-400mbit-4hosts-localcopy-20261125b.json`).
+    ms) priced 0.70 ms, and broadcasts streamed from one root took 0.28-0.31 ms against 0.46.
     Alpha is the median, over `sizes`, of each call's time less its wire term (on a
     token-bucket link, where the larger term alone counts, less its processor time per byte,
     `AlphaBeta.cpu_s_per_byte`) over its message count; only sizes whose wire term is at most

@@ -11,13 +11,12 @@ processor time per call.
 
 Under ``SCHED_IDLE`` the poller still gets every otherwise idle moment, but any woken normal
 thread preempts it at once: 0.31-0.42 ms at the median, 0.44-0.57 ms at the 90th percentile,
-0.07-0.13 ms of I/O-thread time per call (`results/gloo-io-thread-latency.txt`). Real-time
-priority is the wrong fix: a real-time thread that polls keeps its core until the kernel
-throttles it, ~1 s (README, "Why small collectives scatter here").
+0.07-0.13 ms of I/O-thread time per call. Real-time priority is the wrong fix: a real-time
+thread that polls keeps its core until the kernel throttles it, ~1 s.
 
 The risk in training: a rank whose cores are all busy computing would leave its I/O thread
-no time, and communication would stop overlapping computation. One throwaway check at 400mbit
-(README, "What holds small collectives back") saw neither harm nor gain, so cadence applies it
+no time, and communication would stop overlapping computation. One check at 400mbit saw
+neither harm nor gain, so cadence applies it
 only where collectives are timed on their own (`cadence bench collectives`, calibration
 included), not to training.
 """

@@ -6,7 +6,7 @@ output (ProcessGroupGloo.cpp). Neither is link time, so the alpha-beta model lea
 They matter at the largest sizes: a tensor above glibc's mmap threshold (32 MB at most) is new
 memory on every call, and each of its pages faults in. On 4 emulated hosts at 1gbit, gloo's
 64 MB reduce-scatter took 921 ms against 843 ms for the all-reduce of the same vector, and a
-64 MB clone alone took 70 ms with every rank cloning at once (throwaway probe, 2026-11-25).
+64 MB clone alone took 70 ms with every rank cloning at once.
 
 `measure_local_copy()` times both kinds of copy at each size, with every rank copying at
 once as they do inside a collective (ranks of one machine share its processors and memory
@@ -115,7 +115,7 @@ def measure_local_copy(
     The rank's own time alone misses the ranks' stagger: on 4 emulated hosts on 2 processors,
     a 64 MB clone took 36 ms on every rank, but 70 ms from barrier to barrier, and an
     all-reduce started right after the clone took 41 ms more than one started after a
-    barrier (probe, 2026-11-25). Sizes are interleaved round by round, like the
+    barrier. Sizes are interleaved round by round, like the
     calibration's."""
     if not sizes or min(sizes) <= 0 or repeats < 1 or calls < 1:
         raise ValueError("need positive sizes, repeats >= 1 and calls >= 1")

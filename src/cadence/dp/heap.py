@@ -5,8 +5,8 @@ and serves allocations above an mmap threshold with fresh mappings; both thresho
 the sizes it has seen freed. A training step frees its activations at the end of the backward
 pass; when that leaves more than the threshold free at the top, the next forward faults its
 activations in again, page by page. Whether it happens depends on the order of the process's
-allocations. Measured on resnet32 at batch 32 per worker, two workers on this machine's 2
-cores, every variant in one process: cadence-dp took 8,600 page faults per step and 220 ms,
+allocations. Measured on resnet32 at batch 32 per worker, two workers sharing 2 cores, every
+variant in one process: cadence-dp took 8,600 page faults per step and 220 ms,
 DDP 480 and 202 ms (in another run of the same, DDP 6,000 and 229 ms); with the thresholds
 fixed, none for either, 203 ms each.
 """

@@ -30,7 +30,7 @@ def default_threshold(gradient_bytes: int) -> int:
     """The threshold cadence-dp runs with unless told otherwise: a quarter of the model's
     gradient bytes, within 1-4 MiB. A fixed 4 MiB made a model with a few MB of gradients one
     chunk, sent only after the whole backward pass; smaller than 1 MiB, the chunks' own costs
-    showed where the link is fast (see the README's small-model results)."""
+    showed where the link is fast."""
     quarter = gradient_bytes // DEFAULT_CHUNKS
     return min(DEFAULT_THRESHOLD_MAX, max(DEFAULT_THRESHOLD_MIN, quarter))
 
@@ -71,7 +71,7 @@ def one_chunk_suffices(wire_s: float, iteration_s: float, chunks: int, share: fl
     """Whether a model whose gradients all-reduce in `wire_s`, in iterations of `iteration_s`,
     is best left one chunk rather than cut into `chunks`: when what they could hide is under
     `share` of the iteration. Every chunk handed to the communication thread waits for a core's
-    turn on a busy host (on this 2-core machine's loopback gpt_mini's four chunks cost 5-6% of a
+    turn on a busy host (two ranks on 2 cores: gpt_mini's four chunks cost 5-6% of a
     step against one chunk, which its all-reduce, 3-6% of the step, could not repay)."""
     return share > 0 and hideable_share(wire_s, iteration_s, chunks) < share
 

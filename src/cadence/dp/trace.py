@@ -1,6 +1,5 @@
 """Timestamps of one training iteration: forward and backward per layer, gradient
-communication, optimizer updates. Off unless a `Recorder` is attached; the timeline picture of
-`cadence bench dp-timeline` is drawn from these events.
+communication, optimizer updates. Off unless a `Recorder` is attached.
 
 - Forward: a pre-hook and a hook on every layer give exact spans.
 - Backward: autograd has no per-module "done" signal that tolerates in-place ops, so a layer's

@@ -1,7 +1,7 @@
 """The digits train/test split, cached on disk so a worker need not import scikit-learn.
 
 Importing scikit-learn (for `load_digits` and its stratified `train_test_split`) takes 2-3.5 s
-of one core, in every worker of every run: on a 2-core machine it was a quarter of a short
+of one core, in every worker of every run: with two workers on 2 cores, a quarter of a short
 training run's wall time. The split is computed once per seed and scikit-learn version and
 kept as a `.npz` file; later runs read the same arrays back (bit for bit the same split).
 A cache that cannot be read or written is rebuilt or skipped, never an error.

@@ -1,24 +1,24 @@
 """TCP congestion control of the emulated hosts, and their restart of idle connections.
 
 A new network namespace takes the machine's default congestion control, so the same emulated
-cluster behaved differently from machine to machine (BBR on ours, cubic on a stock Linux).
+cluster behaved differently from machine to machine (BBR where the machine defaults to it,
+cubic on a stock Linux).
 Each host namespace gets one named explicitly: cubic, Linux's own default, unless told
 otherwise; and net.ipv4.tcp_slow_start_after_idle is off in every host unless told otherwise.
 
-Why (measured 2026-11-26, `cadence.netem.fair` has the port side): the capped ports split
-evenly between peers (per-peer queues, the default since 2026-11-26), so cubic no longer
+Why (`cadence.netem.fair` has the port side): the capped ports split evenly between peers
+(per-peer queues, the default), so cubic does not
 needs BBR to share a port; and BBR's PROBE_RTT holds a long flow's window at 4 packets for
 ~200 ms every 10 s, which stalled one link of gloo's ring in 7 of 40 64 MB all-gathers on 4
-hosts at 400mbit (up to 1.21x the link time; cubic with per-peer queues: 0 of 40 over 1.1x,
-`results/allgather-congestion-control*.txt`). A training step's communication comes in bursts
+hosts at 400mbit (up to 1.21x the link time; cubic with per-peer queues: 0 of 40 over
+1.1x). A training step's communication comes in bursts
 between stretches of compute; with idle restarts on (Linux's default) cubic began each burst
 from its initial window, and resnet32's cadence-dp at 1gbit ran 1.13x DDP where under BBR it
-ran 0.94-0.99x. Off, as a long-running training job's hosts are usually tuned, two long
-separate-run matrices (README, "Cubic and per-peer port queues") ran cadence-dp against DDP as
-under BBR, and the simulator met its accuracy target on them.
+ran 0.94-0.99x. Off, as a long-running training job's hosts are usually tuned, cadence-dp
+ran against DDP as under BBR.
 
 `--congestion-control bbr --port-queue fifo --slow-start-after-idle` (or the environment
-variables below) builds the network every figure in the README before 2026-11-26 ran on.
+variables below) builds a network with BBR, one FIFO per port and idle restarts.
 """
 
 from __future__ import annotations
@@ -74,8 +74,8 @@ def set_slow_start_after_idle(namespace: str, on: bool) -> None:
 
     On, a connection idle for longer than its retransmission timeout starts again from its
     initial window; a training step's communication comes in bursts between stretches of
-    compute, so under cubic that can cost every step a slow start (the README's "Cubic and
-    per-peer port queues"). BBR keeps its rate estimate either way.
+    compute, so under cubic that can cost every step a slow start. BBR keeps its rate estimate
+    either way.
     """
     _iproute.run(["ip", "netns", "exec", namespace, "sysctl", "-q", "-w",
                   f"net.ipv4.tcp_slow_start_after_idle={int(on)}"])  # fmt: skip

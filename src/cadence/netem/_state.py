@@ -64,8 +64,8 @@ class ClusterInfo:
     """TCP congestion control of every host (empty: the machine's default, as in state files
     written before the cluster set one)."""
     slow_start_after_idle: bool = True
-    """net.ipv4.tcp_slow_start_after_idle of every host (on in state files from before the
-    setting was recorded; off by default since 2026-11-26)."""
+    """net.ipv4.tcp_slow_start_after_idle of every host (on where a state file does not
+    record it; a new cluster turns it off unless told otherwise)."""
     port_queue: str = "fifo"
     """How every capped port queues: "fifo" (one tbf) or "per-peer" (`cadence.netem.fair`)."""
     present_namespaces: tuple[str, ...] = field(default=())

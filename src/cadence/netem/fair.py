@@ -2,12 +2,12 @@
 
 A plain port is one tbf: one FIFO queue, so flows through it share it as their congestion
 controls negotiate. Under cubic a flow joining one that already fills the queue got 0.17-0.21
-of the port for seconds (`results/shared-port-congestion-control.txt`), where the simulator and
+of the port for seconds, where the simulator and
 the cost model share a port evenly; BBR shares it evenly but stalls a long flow for ~200 ms
 every 10 s (PROBE_RTT). A real host spreads its flows over fair queues (fq_codel, fq), which
 this kernel lacks (fq, fq_codel, sfq, drr and the `flow` classifier are all unknown to it).
 
-Per-peer queues (the default since 2026-11-26; `--port-queue fifo` for one FIFO) are the
+Per-peer queues (the default; `--port-queue fifo` for one FIFO) are the
 nearest thing this kernel can build. The port keeps its tbf, so the link's rate and token
 bucket are exactly those of a FIFO port (and what the cost model and `cadence calibrate`'s
 bucket drain assume); under it, as the tbf's child, an htb tree decides

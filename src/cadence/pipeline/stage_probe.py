@@ -5,9 +5,8 @@ the whole iteration. The executor runs something else: one stage module per rank
 micro-batch's forward as one call (the last stage adds the loss) and its backward as one
 `autograd.backward` from the received gradient, next to the other stages doing the same on
 the same host. They differ most at small micro-batches: gpt_mini's first stage at 1 sample,
-under the bench's allocator setting, 4.1-4.3 ms profiled and 5.4-5.8 ms as a stage in two runs
-(`results/bench-pipeline-v3-stage-costs.txt`), an error the simulator carries into every
-action of a many-micro-batch schedule.
+under the bench's allocator setting, 4.1-4.3 ms profiled and 5.4-5.8 ms as a stage, an error
+the simulator carries into every action of a many-micro-batch schedule.
 
 So, like the link probe, every stage rank times its own stage at every micro-batch size the
 planner tries, all ranks at the same time (each size after a barrier), on a real input (the

@@ -18,10 +18,8 @@ from cadence.profile.record import Profile
 
 PIPELINE_BLOCK_TIMING = "auto"
 """How the pipeline's planners profile blocks (`cadence.profile.profile_model`): inside whole
-iterations on CUDA, in calls of their own on the CPU. The profiler's default moved to inside
-whole iterations everywhere on 2026-11-28, on the data-parallel benchmark's evidence; the
-pipeline planner and `cadence bench pipeline` were validated on the CPU with blocks timed in
-calls of their own and have not been measured the other way yet."""
+iterations on CUDA, in calls of their own on the CPU: the pipeline planner and `cadence bench
+pipeline` were validated on the CPU with blocks timed in calls of their own."""
 
 
 def balance(costs: Sequence[float], num_stages: int) -> tuple[tuple[int, int], ...]:
@@ -94,7 +92,7 @@ class StagePlan:
     workspace_bytes: tuple[int, ...] = ()
     """Per stage, what a kernel allocates besides its output while one of the stage's blocks
     runs forward or backward: on CPU, oneDNN convolutions repack the weight on every call
-    (measured: one weight-sized copy in each pass, results/bench-pipeline-memory-terms.txt), so
+    (measured: one weight-sized copy in each pass), so
     the largest block's parameter bytes; linear-only stages are over-counted by as much
     (empty: not counted)."""
 

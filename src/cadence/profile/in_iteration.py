@@ -2,13 +2,13 @@
 
 Timed in calls of their own, a block's forward and each of its two gradients pay the host's
 cost of starting the work (an autograd traversal, kernel launches) while the device waits. On
-a fast GPU that cost is most of a block's time: on an H100 the separate calls of vgg16's,
-resnet32's and gpt_mini's blocks added up to 1.4-2.0x a measured iteration. Here one
+a fast GPU that cost is most of a block's time: the separate calls of vgg16's, resnet32's and
+gpt_mini's blocks added up to 1.4-2.0x a measured iteration. Here one
 iteration runs as training runs it, and marks at block boundaries split it: one after each
 block's forward, and one from a gradient hook on each block's output, which fires when the
 backward reaches that block. On CUDA the marks are events in the stream, so the host runs
-ahead as it does in training. The marks' own host time still shows (see the README's GPU
-figures); the simulator scales block times to the measured iteration (`cadence.sim.compute`).
+ahead as it does in training. The marks' own host time still shows; the simulator scales
+block times to the measured iteration (`cadence.sim.compute`).
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ Two costs, measured as the loop pays them:
   synchronise.
 - the optimizer step on CUDA: timed alone (`cadence.profile.optimizer_step`) its kernels start
   on an idle device; inside the loop they queue behind the backward's and the host's time to
-  launch them can land on the critical path. On an H100 resnet32's Adam step cost 0.96 ms alone
-  and 2.7 ms inside the loop (the README's "GPUs"). So on CUDA the step is the difference of
+  launch them can land on the critical path (resnet32's Adam step took 0.96 ms alone and 2.7 ms
+  inside the loop on one GPU). So on CUDA the step is the difference of
   whole loop steps with and without it, timed on the host's clock with a synchronise at each
   step's end, as the loop times them.
 """
@@ -30,8 +30,8 @@ from cadence.train.optim import build_optimizer
 
 WARM_UP_S = 1.0
 """Seconds of whole iterations run before the loop's steps are timed on a GPU: a GPU and its
-host start slow and speed up under load (on a lent H200, gpt_mini's first profile iteration
-of 7.2 ms against 5.9 ms for the training run right after it)."""
+host start slow and speed up under load (gpt_mini's first profile iteration took 7.2 ms against
+5.9 ms for the training run right after it)."""
 LOOP_STEPS_CUDA = 50
 """Steps of each kind timed on a GPU at least (a GPU step takes milliseconds; the host's speed
 moves them by more than the step of an optimizer)."""

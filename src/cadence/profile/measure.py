@@ -156,8 +156,8 @@ def profile_model(
     forward and two gradients are timed in calls of their own. With `block_timing`
     "in-iteration" (the default) the times recorded are the block's share of whole iterations,
     each block's backward split between its two gradients as its own calls split it; with
-    "separate", the own calls' times; "auto" is in-iteration on CUDA and separate on the CPU,
-    the default before 2026-11-28 (`Profile.block_timing`). With
+    "separate", the own calls' times; "auto" is in-iteration on CUDA and separate on the CPU
+    (`Profile.block_timing`). With
     `optimizer_steps`, each optimizer's step is timed too, on copies of the parameters: alone,
     or on CUDA inside whole training steps (`cadence.profile.in_loop`), and so is 1-bit Adam's
     codec per element (`cadence.zero.codec_cost`). The batch's way from
@@ -175,10 +175,9 @@ def profile_model(
     x, y = (t.to(device) for t in batch)
     model.train()
     acts, outs, peaks = _memory_pass(model, x, device)
-    # "in-iteration" is the default on every device since 2026-11-28: scored against every
-    # benchmark check, such profiles predicted better than separate calls made in the same
-    # session (README, "Blocks timed inside whole iterations on the CPU too"). "auto" keeps the
-    # device-dependent choice of before, which the pipeline planners were validated with.
+    # "in-iteration" is the default: such profiles predict the data-parallel benchmarks better
+    # than blocks timed in calls of their own. "auto" is the device-dependent choice the
+    # pipeline planners were validated with.
     in_iteration = block_timing == "in-iteration" or (
         block_timing == "auto" and device.type == "cuda"
     )

@@ -14,8 +14,8 @@ VERSION = 1
 PEAK_KINDS = ("cuda_max_allocated", "cpu_accounted")
 BLOCK_TIMINGS = ("separate", "in-iteration")
 DEFAULT_BLOCK_TIMING = "in-iteration"
-"""How `cadence profile` and `profile_model` time blocks unless told (on every device since
-2026-11-28; "auto" keeps the older choice: in-iteration on CUDA, separate on the CPU)."""
+"""How `cadence profile` and `profile_model` time blocks unless told ("auto": in-iteration on
+CUDA, separate on the CPU, as the pipeline planners profile)."""
 STEP_TIMINGS = ("alone", "in-loop")
 
 

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from cadence.comm.cost import AlphaBeta
-from cadence.dp.plan import DPPlan, ParamInfo, arrival_positions, build_plan
+from cadence.dp.plan import DPPlan, ParamInfo, build_plan
 from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.compute import (
@@ -17,22 +17,11 @@ from cadence.sim.compute import (
 )
 from cadence.sim.dp_adapter import build_ddp, build_dp
 from cadence.sim.engine import run
-from cadence.sim.grad_ready import layer_points, point_of
+from cadence.sim.grad_ready import point_of, ready_points
 from cadence.sim.metrics import SimResult, analyse
 from cadence.sim.options import SimOptions
 
 DDP_BUCKET_BYTES = 25 * 2**20
-HOOK_SPACING_S = 0.0
-"""Seconds between planned ready times of gradients the simulator times alike (one layer's;
-a whole block's with `SimOptions.layer_ready_points` off), in arrival order: priority breaks
-the tie, where the runtime's hooks see them one after another and its plan sends the first one
-ready first. With a block's gradients tied at its end and spaced (1e-9), vgg16's simulated plan
-started as the runtime's does, but its cadence-dp predictions moved 1.1-1.7 points lower over
-ten checks, further from the runs (mean |error| 2.6% -> 3.3% and 2.9% -> 3.0% in two calls;
-results/issue-order-effect-20261127*.txt), so it is off. With layer-by-layer ready points the
-plan starts as the runtime's without it."""
-
-
 def _check(world_size: int, iterations: int) -> None:
     if world_size < 1:
         raise UserError(f"workers must be >= 1, got {world_size}")
@@ -133,7 +122,7 @@ def plan_dp(
     backward_start = min(
         schedule.start_s[t.id] for t in graph.tasks if t.kind in ("input_grad", "weight_grad")
     )
-    points = layer_points(params, blocks, len(costs.forward_s), options.layer_ready_points)
+    points = ready_points(params, blocks, len(costs.forward_s))
     # Pieces that end at no gradient point (input-gradient pieces between points) are left out.
     ends = (
         (point_of(t.name, points.shares), schedule.end_s[t.id] - backward_start)
@@ -144,8 +133,6 @@ def plan_dp(
     ready = [0.0] * len(params)
     for p in params:
         ready[p.index] = grads_done[blocks[p.index], points.point[p.index]]
-    if arrival_order is not None and HOOK_SPACING_S > 0:
-        ready = spaced_in_arrival_order(ready, params, arrival_order, HOOK_SPACING_S)
     first = backward_start + min(ready, default=0.0)  # the first gradient wakes the thread
     last = max(
         (schedule.end_s[t.id] for t in graph.tasks if t.kind in ("complete", "update")),
@@ -158,16 +145,3 @@ def plan_dp(
     return build_plan(
         params, threshold_bytes, credit_bytes, ready, rate, reorder_k, arrival_order
     )
-
-
-def spaced_in_arrival_order(
-    ready_s: Sequence[float],
-    params: Sequence[ParamInfo],
-    arrival_order: Sequence[int],
-    spacing_s: float,
-) -> list[float]:
-    """`ready_s` (by parameter index) with each gradient `spacing_s` later than the one before
-    it in `arrival_order`: the simulator's ties (one block's gradients) become the order the
-    runtime's hooks measure (see `HOOK_SPACING_S` for why plans do not by default)."""
-    position = arrival_positions(params, arrival_order)
-    return [r + spacing_s * position[i] for i, r in enumerate(ready_s)]

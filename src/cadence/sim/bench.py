@@ -3,6 +3,8 @@
 Each measured run is a `cadence train --json` file: its config names the model, workers,
 global batch, strategy, optimizer and bandwidth cap, and it holds the median iteration. The
 simulator predicts the same setting from a profile at the run's per-worker batch.
+`--from-bench-dp` adds the DDP and cadence-dp rows of `cadence bench dp` files
+(`cadence.sim.bench_dp`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import statistics
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -19,8 +22,6 @@ from cadence.comm.cost import AlphaBeta
 from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.api import DDP_BUCKET_BYTES
-from cadence.sim.bench_halves import error_score, halves_line, halves_summary
-from cadence.sim.bench_twins import twins_line, twins_summary
 from cadence.sim.command import (
     STRATEGIES,
     Setup,
@@ -30,16 +31,12 @@ from cadence.sim.command import (
     zoo_buffer_broadcasts,
     zoo_layout,
 )
-from cadence.sim.compute import cap_link, emulated_options
+from cadence.sim.compute import cap_link
 from cadence.sim.metrics import write_text
 from cadence.sim.options import SimOptions
 from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION, chosen_step_s
 from cadence.sim.zero_graph import ZeroSimPlan
 from cadence.zero.config import ZeroConfig
-
-PROBE_STEPS = 10
-"""Steps each `--run` training run times of its own compute after its steps (as `cadence
-bench dp` does)."""
 
 
 def _read_run(path: str) -> dict[str, Any]:
@@ -62,34 +59,11 @@ def predict_runs(
     payload_fraction: float = TCP_PAYLOAD_FRACTION,
     options: SimOptions | None = None,
     optimizer_step_s: float | None = None,
-    co_run_slowdown: float = 1.0,
     calibrated: AlphaBeta | None = None,
-    runtime_slowdowns: dict[str, dict[str, float]] | None = None,
-    in_run_compute: bool | None = None,
-    link_bucket: bool = False,
-    probe: str = "after",
-    step_shares: dict[str, float] | None = None,
-    heap_factors: dict[str, dict[float, float]] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per run: measured and predicted median iteration and the relative error.
-    `co_run_slowdown` scales the (one-worker) profile's times for workers sharing a host;
-    `calibrated` gives the links their alphas (`cap_link`); `runtime_slowdowns` (model ->
-    strategy -> factor, `cadence bench runtime-cost`) slows a strategy's compute by its
-    runtime's own cost. `in_run_compute`: scale the compute to the one the run timed in its
-    own processes after its steps (`compute_probe`; an error where a run lacks it) instead
-    of the profile's; None: where the run has it. `link_bucket`: price the emulated links'
-    token bucket (`emulated_options`). `probe`: "interleaved" takes the compute a run of
-    `HEAP_KEPT_STRATEGIES` timed in blocks between its steps (`interleaved_compute_probe`)
-    instead ("auto" and "after" do not). `step_shares` (model -> share of Adam's step,
-    `cadence.sim.step_share`): an Adam run with in-run compute prices the optimizer step as
-    that share of it, not at the profile's or one timed now. `heap_factors` (model -> cap in
-    bit/s -> factor, `cadence bench heap-cost`) slows the compute of DDP runs by the nearest
-    cap's: `cadence train` leaves DDP's processes' glibc heap thresholds dynamic."""
-    from cadence.bench.heap_cost import factor_at
-    from cadence.bench.runtime_cost import STRATEGIES as RUNTIME_COSTED
+    `calibrated` gives the links their alphas (`cap_link`)."""
     from cadence.netem import parse_bandwidth
-    from cadence.sim.bench_dp import compute_scale, scaled_profile
-    from cadence.sim.bench_dp_records import HEAP_KEPT_STRATEGIES
 
     options = options or SimOptions()
     steps: dict[tuple[str, str], float] = {}
@@ -113,52 +87,19 @@ def predict_runs(
         params, buffer_bytes = zoo_layout(model)
         gradient_bytes = sum(p.nbytes for p in params)
         bps = parse_bandwidth(cfg["emulate_bandwidth"])
-        slowdown = 1.0
-        if runtime_slowdowns is not None and strategy in RUNTIME_COSTED.values():
-            if model not in runtime_slowdowns:
-                raise UserError(f"run {path}: no runtime cost of {model!r} given")
-            slowdown = runtime_slowdowns[model].get(strategy, 1.0)
-        if heap_factors is not None and strategy == "ddp":
-            if model not in heap_factors:
-                raise UserError(f"run {path}: no heap cost of {model!r} given")
-            slowdown *= factor_at(heap_factors[model], bps)
-        between = probe == "interleaved" and strategy in HEAP_KEPT_STRATEGIES
-        probe_key = "interleaved_compute_probe" if between else "compute_probe"
-        probed = data.get(probe_key)
-        if in_run_compute and not probed:
-            raise UserError(
-                f"run {path} timed no compute of its own (`{probe_key}`): use "
-                "--compute-basis beside"
-            )
-        in_run = bool(probed) and in_run_compute is not False
-        compute_s = float(probed["lockstep_median_s"]) * slowdown if probed and in_run else 0.0
         key = (model, cfg.get("optimizer", "adam"))
-        # The shares are of Adam's step, the one `cadence bench dp` trains with.
-        shared = key[1] == "adam" and optimizer_step_s is None and model in (step_shares or {})
-        if in_run and shared and step_shares:
-            step_s = step_shares[model] * compute_s  # at the speed of the run's compute
-            update_s_per_byte = step_s / max(1, gradient_bytes)
-        else:
-            if key not in steps:
-                chosen = chosen_step_s(key[1], optimizer_step_s, profile.optimizer_step_s)
-                steps[key] = step_cost(model, key[1], chosen, params)
-            update_s_per_byte = steps[key]
-            step_s = update_s_per_byte * gradient_bytes
-        if in_run:
-            # Profile + optimizer step = the run's own step without communication.
-            factor = compute_scale(profile, compute_s, step_s)
-            basis = "in-run, interleaved" if between else "in-run"
-        else:
-            factor, basis = co_run_slowdown * slowdown, "profile"
+        if key not in steps:
+            chosen = chosen_step_s(key[1], optimizer_step_s, profile.optimizer_step_s)
+            steps[key] = step_cost(model, key[1], chosen, params)
         setup = Setup(
-            profile=scaled_profile(profile, factor),
+            profile=profile,
             params=params,
             buffer_bytes=buffer_bytes,
             buffer_broadcasts=zoo_buffer_broadcasts(model),
             world_size=workers,
             link=cap_link(bps, payload_fraction, calibrated),
             description=f"{model} {cfg['emulate_bandwidth']}",
-            update_s_per_byte=update_s_per_byte,
+            update_s_per_byte=steps[key],
             arrival_order=zoo_arrival_order(model),
         )
         zero = None
@@ -166,9 +107,8 @@ def predict_runs(
             zero = ZeroSimPlan.from_config(ZeroConfig.from_train_settings(cfg))
         result, _ = run_strategy(
             # cadence-dp at its defaults, as `cadence train --strategy cadence-dp` runs it
-            setup, strategy, None, None, DDP_BUCKET_BYTES,
-            emulated_options(options, bps, payload_fraction, link_bucket), zero=zero,
-        )
+            setup, strategy, None, None, DDP_BUCKET_BYTES, options, zero=zero,
+        )  # fmt: skip
         measured = float(data["median_iteration_s"])
         rows.append(
             {
@@ -180,9 +120,8 @@ def predict_runs(
                 "measured_s": measured,
                 "predicted_s": result.iteration_s,
                 "error": (result.iteration_s - measured) / measured,
-                "optimizer_step_s": step_s,
+                "optimizer_step_s": steps[key] * gradient_bytes,
                 "compute_s": result.compute_s,
-                "compute_basis": basis,
                 "wire_s": result.wire_s,
             }
         )
@@ -190,7 +129,9 @@ def predict_runs(
 
 
 def summary(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
-    return error_score([r["error"] for r in rows])
+    """The mean and the worst absolute error: how a check is scored."""
+    magnitudes = [abs(r["error"]) for r in rows]
+    return {"mean_abs_error": statistics.fmean(magnitudes), "worst_abs_error": max(magnitudes)}
 
 
 def table_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -199,18 +140,11 @@ def table_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
         f"{'opt step':>10}"
     ]
     for r in rows:
-        shown = r.get("variant", r["strategy"])  # `ddp-heap` beside DDP's own rows
         lines.append(
-            f"{Path(r['run']).name[:43]:<44}{shown:<12}{r['bandwidth']:>9}"
+            f"{Path(r['run']).name[:43]:<44}{r['strategy']:<12}{r['bandwidth']:>9}"
             f"{r['measured_s']:>9.3f}s{r['predicted_s']:>10.3f}s{r['error'] * 100:>7.1f}%"
             f"{r['optimizer_step_s']:>9.3f}s"
         )
-    halves = halves_summary(rows)
-    if halves:  # before the score line, which scripts read as the output's last
-        lines.append(halves_line(halves))
-    twins = twins_summary(rows)
-    if twins:
-        lines.append(twins_line(twins))
     s = summary(rows)
     lines.append(
         f"mean |error| {s['mean_abs_error'] * 100:.1f}%, worst {s['worst_abs_error'] * 100:.1f}% "
@@ -237,7 +171,7 @@ def run_emulated(
     try:  # before minutes of training, not after
         Path(out_dir).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UserError(f"cannot make --out-dir {out_dir}: {exc.strerror or exc}") from None
+        raise UserError(f"cannot make {out_dir}: {exc.strerror or exc}") from None
     files = []
     for cap in caps:
         for strategy in strategies:
@@ -252,8 +186,6 @@ def run_emulated(
                 strategy=strategy,
                 emulate_bandwidth=cap,
                 out="/tmp/cadence-bench-sim",
-                # The run's own compute after its steps: what the prediction scales to.
-                compute_probe_steps=PROBE_STEPS if strategy in ("ddp", "cadence-dp") else 0,
             )
             metrics, _ = train(config)
             write_text(path, json.dumps(metrics, indent=2) + "\n")
@@ -266,7 +198,7 @@ def _per_worker(cfg: dict[str, Any]) -> tuple[str, int]:
 
 
 def _bench_dp_models(path: str) -> list[tuple[str, int]]:
-    from cadence.sim.bench_dp_records import read_bench_dp
+    from cadence.sim.bench_dp import read_bench_dp
 
     data = read_bench_dp(path)
     cfg = data.get("config", {})
@@ -274,50 +206,32 @@ def _bench_dp_models(path: str) -> list[tuple[str, int]]:
     return [(str(row["model"]), per_worker) for row in data["rows"]]
 
 
-def _timeline_model(path: str) -> tuple[str, int]:
-    from cadence.sim.bench_timeline import read_timeline
-
-    cfg = read_timeline(path)["config"]
-    return str(cfg["model"]), int(cfg.get("batch_size", 64)) // int(cfg.get("workers", 2))
-
-
-def _charges(args: Any) -> dict[str, str | None]:
-    """part -> file of each charge: its own flag, else the --costs folder's file, else None."""
-    flags = {
-        "contention": getattr(args, "contention", None),
-        "calibration": getattr(args, "calibration", None),
-        "runtime-cost": getattr(args, "runtime_cost", None),
-        "heap-cost": getattr(args, "heap_cost", None),
-    }
-    folder = getattr(args, "costs", None)
-    if not folder:
-        return flags
-    from cadence.bench.sim_costs import costs_files
-
-    files = costs_files(folder)
-    return {part: flag or files[part] for part, flag in flags.items()}
-
-
 def bench_sim_command(args: Any) -> int:
     """`cadence bench sim`: optionally train in the emulated cluster, then compare."""
     runs = list(args.runs)
-    charges = _charges(args)  # a bad --costs folder fails before any training or profiling
+    out = Path(args.out)
+    try:  # before any training or profiling, not after
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot make {out.parent}: {exc.strerror or exc}") from None
     load_before = os.getloadavg()  # predictions assume a core per worker: record contention
     if args.run:
+        from cadence.bench.cli_args import one
+
+        model = one(args.models, "--models")
         caps = [c for c in args.caps.split(",") if c.strip()]
         strategies = [x for x in args.strategies.split(",") if x.strip()]
         for strategy in strategies:
             if strategy not in STRATEGIES:
                 raise UserError(f"unknown strategy {strategy!r}; accepted: {', '.join(STRATEGIES)}")
         runs += run_emulated(
-            args.model, caps, strategies, args.steps, args.out_dir, args.workers, args.batch_size
+            model, caps, strategies, args.steps, str(out.with_name(f"{out.stem}-runs")),
+            args.workers, args.batch_size,
         )
     bench_files = list(getattr(args, "from_bench_dp", []) or [])
-    timelines = list(getattr(args, "from_timeline", []) or [])
-    if not runs and not bench_files and not timelines:
+    if not runs and not bench_files:
         raise UserError(
-            "nothing to compare: give `cadence train --json` files, --from-bench-dp, "
-            "--from-timeline or --run"
+            "nothing to compare: give `cadence train --json` files, --from-bench-dp or --run"
         )
     profiles: dict[str, Profile] = {}
     for path in args.profile or []:
@@ -326,8 +240,6 @@ def bench_sim_command(args: Any) -> int:
     wanted = [_per_worker(_read_run(path)["config"]) for path in runs]
     for path in bench_files:
         wanted += _bench_dp_models(path)
-    for path in timelines:
-        wanted.append(_timeline_model(path))
     for model, per_worker in wanted:
         if model not in profiles:
             from cadence.profile import profile_command
@@ -336,77 +248,21 @@ def bench_sim_command(args: Any) -> int:
             profiles[model] = profile_command(
                 model, batch_size=per_worker, iterations=5, echo=lambda _: None
             )
-    from cadence.bench.contention import ContentionFit
     from cadence.comm.calibrate import calibrated_link
 
-    # Without a measurement: a spare core for communication, workers not slowing each other.
-    contention = charges["contention"]
-    fit = ContentionFit.load(contention) if contention else ContentionFit(0.0, 0.0)
-    # A share given on the command line prices every row; else each row's own measurement.
-    given_rate = getattr(args, "comm_rate_while_computing", None)
-    options = SimOptions(
-        comm_cpu_s_per_message=fit.cpu_s_per_message,
-        comm_cpu_s_per_byte=fit.cpu_s_per_byte,
-        ddp_first_bucket_bytes=None,  # the runs' DDP was built with bucket_cap_mb
-        comm_rate_while_computing=given_rate or 1.0,
-        layer_ready_points=getattr(args, "gradients_ready", "layer") == "layer",
-        collectives_in_order=getattr(args, "collectives", "in-order") == "in-order",
-    )
-    co_run = fit.co_run_slowdown
-    from cadence.bench.runtime_cost import read_slowdowns
-
-    compute_basis = getattr(args, "compute_basis", "auto")
-    paired_compute = getattr(args, "paired_compute", "lockstep")
-    in_run = {"auto": None, "in-run": True, "beside": False, "interleaved": True}[compute_basis]
-    probe = {"auto": "auto", "interleaved": "interleaved"}.get(compute_basis, "after")
-    calibration = charges["calibration"]
+    # The runs' DDP was built with bucket_cap_mb, so no separate first bucket.
+    options = SimOptions(ddp_first_bucket_bytes=None)
+    calibration = args.calibration
     calibration_latency = getattr(args, "calibration_latency", "by-size")
     calibrated = calibrated_link(calibration, calibration_latency) if calibration else None
-    link_bucket = getattr(args, "link_bucket", "none") == "tbf"
-    runtime_cost = charges["runtime-cost"]
-    slowdowns = read_slowdowns(runtime_cost) if runtime_cost else None
-    if runtime_cost:
-        from cadence.bench.sim_costs import runtime_cost_warning
-
-        warning = runtime_cost_warning(runtime_cost)  # the predictions carry its drift
-        if warning:
-            print(warning)
-    heap_cost = charges["heap-cost"]
-    heap_factors = None
-    if heap_cost:
-        from cadence.bench.heap_cost import read_heap_factors
-
-        heap_factors = read_heap_factors(heap_cost)
-    shares = None
-    if getattr(args, "step_shares", None):
-        from cadence.sim.step_share import step_shares
-
-        shares = step_shares(args.step_shares)
-        print("optimizer step where a row timed none: " + ", ".join(
-            f"{model} {share * 100:.2f}% of its compute" for model, share in sorted(shares.items())
-        ))  # fmt: skip
     rows = predict_runs(
-        runs, profiles, args.payload_fraction, options, args.optimizer_step, co_run, calibrated,
-        slowdowns, in_run, link_bucket, probe, shares, heap_factors,
-    )  # fmt: skip
+        runs, profiles, args.payload_fraction, options, args.optimizer_step, calibrated
+    )
     if bench_files:
         from cadence.sim.bench_dp import predict_bench_dp
 
         more, skipped = predict_bench_dp(
-            bench_files, profiles, args.payload_fraction, args.optimizer_step, options, co_run,
-            slowdowns, in_run_compute=in_run, calibrated=calibrated, link_bucket=link_bucket,
-            probe=probe, step_shares=shares, heap_factors=heap_factors,
-            measured_rates=given_rate is None,
-            paired_compute=paired_compute,
-        )  # fmt: skip
-        rows += more
-        for line in skipped:
-            print(f"skipped {line}")
-    if timelines:
-        from cadence.sim.bench_timeline import predict_timelines
-
-        more, skipped = predict_timelines(
-            timelines, profiles, args.payload_fraction, options, calibrated, link_bucket
+            bench_files, profiles, args.payload_fraction, args.optimizer_step, options, calibrated
         )
         rows += more
         for line in skipped:
@@ -415,36 +271,41 @@ def bench_sim_command(args: Any) -> int:
         raise UserError("no run with a known link to predict")
     for line in table_lines(rows):
         print(line)
-    timed_now = sum(r.get("optimizer_step_basis") == "timed now" for r in rows)
-    if timed_now:
-        print(f"{timed_now} rows timed no optimizer step and their profile records none: priced "
-              "with one timed now on this machine, which moves with its speed (pin it with "
-              "--step-shares FILE... or --optimizer-step)")  # fmt: skip
-    if args.json:
-        data = {
-            "command": "cadence " + shlex.join(sys.argv[1:]),
-            "rows": rows,
-            **summary(rows),
-            "halves": halves_summary(rows),
-            "twins": twins_summary(rows),
-            "profiles": sorted(args.profile or []),
-            "costs": getattr(args, "costs", None),
-            "contention": contention,
-            "runtime_cost": charges["runtime-cost"],
-            "heap_cost": heap_cost,
-            "calibration": calibration,
-            "calibration_latency": calibration_latency if calibration else None,
-            "compute_basis": compute_basis,
-            "paired_compute": paired_compute,
-            "step_shares": {"files": args.step_shares, "shares": shares} if shares else None,
-            "link_bucket": "tbf" if link_bucket else "none",
-            "comm_cpu": {
-                "s_per_message": options.comm_cpu_s_per_message,
-                "s_per_byte": options.comm_cpu_s_per_byte,
-                "co_run_slowdown": co_run,
-            },
-            "load_average_1m_before_after": [load_before[0], os.getloadavg()[0]],
-            "cpu_count": os.cpu_count(),
-        }
-        write_text(args.json, json.dumps(data, indent=2) + "\n")
+    data = {
+        "command": "cadence " + shlex.join(sys.argv[1:]),
+        "rows": rows,
+        **summary(rows),
+        "profiles": sorted(args.profile or []),
+        "calibration": calibration,
+        "calibration_latency": calibration_latency if calibration else None,
+        "load_average_1m_before_after": [load_before[0], os.getloadavg()[0]],
+        "cpu_count": os.cpu_count(),
+    }
+    write_text(out, json.dumps(data, indent=2) + "\n")
+    plot(rows, out.with_suffix(".png"))
+    print(f"wrote {out} and {out.with_suffix('.png')}")
     return 0
+
+
+def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
+    """Measured and predicted iteration time of every row, side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{Path(r['run']).name[:28]}\n{r['strategy']} {r['bandwidth']}" for r in rows]
+    x = range(len(rows))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(rows)), 4.5))
+    ax.bar([i - 0.2 for i in x], [r["measured_s"] for r in rows], 0.4, label="measured")
+    ax.bar([i + 0.2 for i in x], [r["predicted_s"] for r in rows], 0.4, label="predicted")
+    ax.set_xticks(list(x), labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("median iteration (s)")
+    s = summary(rows)
+    ax.set_title(
+        f"mean |error| {s['mean_abs_error'] * 100:.1f}%, worst {s['worst_abs_error'] * 100:.1f}%"
+    )
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

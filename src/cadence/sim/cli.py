@@ -7,7 +7,6 @@ Parsers only; the work is imported lazily so `cadence --help` stays fast.
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Any
 
 
@@ -183,17 +182,6 @@ def _add_strategy_plans(psub: Any) -> None:
     m.set_defaults(func=_cmd_plan_map)
 
 
-def _share(text: str) -> float:
-    """A share in (0, 1] for argparse: a bad one is a one-line error naming what is accepted."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], e.g. 0.9, got {text!r}")
-    return value
-
-
 def _cmd_bench_sim(args: argparse.Namespace) -> int:
     from cadence.sim.bench import bench_sim_command
 
@@ -212,16 +200,7 @@ def add_bench_sim(bsub: Any) -> None:
         nargs="+",
         default=[],
         metavar="FILE",
-        help="also predict the DDP and cadence-dp rows of `cadence bench dp` (or dp-paired: "
-        "round by round) result files",
-    )
-    p.add_argument(
-        "--from-timeline",
-        nargs="+",
-        default=[],
-        metavar="FILE",
-        help="also replay `cadence bench dp-timeline` JSON files: predict each traced step "
-        "from the forward and backward time it really took",
+        help="also predict the DDP and cadence-dp rows of `cadence bench dp` result files",
     )
     p.add_argument(
         "--profile",
@@ -231,84 +210,30 @@ def add_bench_sim(bsub: Any) -> None:
         help="saved profiles, one per model (several after one --profile, or --profile "
         "repeated); default: profile now",
     )
-    p.add_argument("--run", action="store_true", help="first train in the emulated cluster")
-    p.add_argument("--model", default="vgg16", help="with --run: model")
-    p.add_argument("--caps", default="400mbit", help="with --run: caps, comma-separated")
+    p.add_argument(
+        "--run",
+        action="store_true",
+        help="first train --models at --caps in the emulated cluster (run JSONs next to --out)",
+    )
+    from cadence.bench.cli_args import add_common
+
+    add_common(
+        p, models="vgg16", caps="400mbit", steps=10, repeats=None, out="bench-out/bench-sim.json",
+        steps_help="with --run: steps per run",
+    )  # fmt: skip
     p.add_argument("--strategies", default="ddp,cadence-dp", help="with --run: strategies")
-    p.add_argument("--steps", type=int, default=10, help="with --run: steps per run")
-    p.add_argument("--workers", type=int, default=2, help="with --run: workers")
-    p.add_argument("--batch-size", type=int, default=64, help="with --run: global batch")
-    p.add_argument("--out-dir", default="results", help="with --run: where run JSONs go")
     p.add_argument(
         "--payload-fraction",
         type=float,
         default=1448 / 1514,
         help="share of the cap that carries data",
     )
-    p.add_argument("--json", default=None, metavar="FILE", help="write the table here")
     p.add_argument(
         "--optimizer-step",
         type=float,
         default=None,
         metavar="SECONDS",
         help="one optimizer step over the whole model; default: the profile's, else timed now",
-    )
-    p.add_argument(
-        "--step-shares",
-        nargs="+",
-        default=None,
-        metavar="FILE",
-        help="`cadence bench dp` / dp-paired files that timed the optimizer step beside their "
-        "compute (since 2026-11-27): price the step of rows and runs that timed none as the "
-        "median share of the compute those files measured for the model, at the speed of "
-        "the row's own compute; Adam's step, as `bench dp` trains, so runs with another "
-        "optimizer keep theirs (default: the profile's step, else one timed now)",
-    )
-    p.add_argument(
-        "--contention",
-        default=None,
-        metavar="FILE",
-        help="`cadence bench contention` JSON: charge communication's processor time to "
-        "each worker's compute (default: a spare core for communication)",
-    )
-    p.add_argument(
-        "--comm-rate-while-computing",
-        type=_share,
-        default=None,
-        metavar="SHARE",
-        help="share of the link's rate a worker's transfers keep while its compute runs, in "
-        "(0, 1], for every row (default: each `dp-paired` row's own measurement, "
-        "`wire_computing_runs_s`; 1 for rows without one)",
-    )
-    p.add_argument(
-        "--collectives",
-        choices=("in-order", "shared"),
-        default="in-order",
-        help="how a process group's collectives use the link: `in-order`, one at a time in "
-        "issue order (default), or `shared`, every issued one at once (as before 2026-11-29)",
-    )
-    p.add_argument(
-        "--gradients-ready",
-        choices=("layer", "block"),
-        default="layer",
-        help="where a block's gradients are ready in its backward: `layer`, each layer's at "
-        "its own point (a norm's before the convolution it follows; default), or `block`, "
-        "all at the block's end (as before 2026-11-29)",
-    )
-    p.add_argument(
-        "--runtime-cost",
-        default=None,
-        metavar="FILE",
-        help="`cadence bench runtime-cost` JSON: slow the compute of --from-bench-dp "
-        "predictions by each strategy's measured runtime cost (default: none)",
-    )
-    p.add_argument(
-        "--heap-cost",
-        default=None,
-        metavar="FILE",
-        help="`cadence bench heap-cost` JSON: slow the compute of DDP's runs whose processes "
-        "left glibc's heap thresholds dynamic by the measured factor (default: the --costs "
-        "folder's heap-cost.json where it has one, else none)",
     )
     p.add_argument(
         "--calibration",
@@ -318,42 +243,6 @@ def add_bench_sim(bsub: Any) -> None:
         "alphas (beta still from each run's cap; default: no per-message latency)",
     )
     add_calibration_latency(p)
-    p.add_argument(
-        "--costs",
-        default=None,
-        metavar="DIR",
-        help="a `cadence bench costs` folder: its contention.json, calibration.json, "
-        "runtime-cost.json and heap-cost.json (folders since 2026-11-28) stand in for "
-        "--contention, --calibration, --runtime-cost and --heap-cost where those are not given",
-    )
-    p.add_argument(
-        "--compute-basis",
-        choices=("auto", "beside", "in-run", "interleaved"),
-        default="auto",
-        help="--from-bench-dp: scale each row's compute to the compute-only runs timed beside "
-        "the variants, or to the compute each variant's runs timed in their own processes "
-        "after their steps, run by run (files since 2026-11-26; `variant_compute_runs_s`), "
-        "or for cadence-dp's runs in blocks between their steps (interleaved: files made with "
-        "--interleaved-probe-every); auto: interleaved for files that have it, else in-run, "
-        "else beside",
-    )
-    p.add_argument(
-        "--paired-compute",
-        choices=("lockstep", "aligned", "auto"),  # `PAIRED_COMPUTES`, not imported at start-up
-        default="lockstep",
-        help="--from-bench-dp: price each round of a dp-paired row from its free-running "
-        "compute turns, each step's slowest rank (lockstep), or from its turns whose ranks "
-        "started each forward pass and optimizer step together, as synchronous strategies' "
-        "ranks do (aligned: files made with dp-paired --aligned-compute); auto: aligned "
-        "where a row has them, else lockstep",
-    )
-    p.add_argument(
-        "--link-bucket",
-        choices=("none", "tbf"),
-        default="none",
-        help="tbf: price the emulated links' token bucket (about 5 ms of traffic passes at "
-        "once after the link idles); none: every byte at the cap, as on a real link",
-    )
     p.set_defaults(func=_cmd_bench_sim)
 
 

@@ -196,7 +196,7 @@ def step_cost(
     return step_s / max(1, sum(p.nbytes for p in params))
 
 
-DEFAULT_PLANS = ("choose", "one chunk", "chunked", "unprobed")
+DEFAULT_PLANS = ("choose", "one chunk", "chunked")
 """How `run_strategy` settles cadence-dp's default plan (see there)."""
 
 
@@ -217,8 +217,7 @@ def run_strategy(
     planned the way the runtime replans after warm-up, at `threshold_bytes` (None: the
     runtime's default for the model); zero runs `zero` (default: stage 2, no compression).
     `default_plan` (no threshold or K given): "choose" one chunk or chunks as the runtime does
-    after its one-chunk iterations, or take a run's recorded choice, "one chunk" or "chunked",
-    or "unprobed" for runs made before the runtime chose (chunks from the first iteration)."""
+    after its one-chunk iterations, or take a run's recorded choice, "one chunk" or "chunked"."""
     if default_plan not in DEFAULT_PLANS:
         raise ValueError(f"default_plan must be one of {DEFAULT_PLANS}, got {default_plan!r}")
     options = dataclasses.replace(options, update_s_per_byte=setup.update_s_per_byte)
@@ -258,7 +257,7 @@ def run_strategy(
         return result, dp_plan
     gradient_bytes = sum(p.nbytes for p in setup.params)
     # The runtime's own default plan is chosen after timed one-chunk iterations.
-    default = threshold_bytes is None and reorder_k is None and default_plan != "unprobed"
+    default = threshold_bytes is None and reorder_k is None
     if default and default_plan == "one chunk":  # the recorded choice: no chunked plan needed
         return _one_chunk(setup, gradient_bytes, iterations, options)
     if threshold_bytes is None:

@@ -4,10 +4,8 @@ worker's compute program (forward, loss, backward in a given order) as tasks."""
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from cadence.comm.cost import AlphaBeta
 from cadence.dp.plan import ParamInfo
@@ -15,7 +13,6 @@ from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.grad_ready import piece_name, split_backward
 from cadence.sim.graph import TaskGraph
-from cadence.sim.options import SimOptions
 
 
 @dataclass(frozen=True)
@@ -142,30 +139,6 @@ def cap_link(bps: float, payload_fraction: float, calibrated: AlphaBeta | None =
     if calibrated is None:
         return AlphaBeta(alpha_s=0.0, beta_s_per_byte=beta)
     return dataclasses.replace(calibrated, beta_s_per_byte=beta)
-
-
-def emulated_options(
-    options: SimOptions, bps: float, payload_fraction: float, link_bucket: bool
-) -> SimOptions:
-    """`options` for a link the emulated cluster caps at `bps`: with `link_bucket`, the token
-    bucket its tbf has (`link_bucket_bytes`, about 5 ms of traffic), counted in the payload
-    bytes flows move; without, a link that serialises every byte at the cap, as a real one."""
-    if not link_bucket:
-        return options
-    from cadence.netem._bandwidth import link_bucket_bytes
-
-    return dataclasses.replace(options, link_bucket_bytes=link_bucket_bytes(bps) * payload_fraction)
-
-
-def rate_while_computing(row: dict[str, Any]) -> float | None:
-    """The share of the link's rate transfers kept while their worker computed, as a
-    `cadence bench dp-paired` row measured it: the median all-reduce of all gradients alone
-    over the median of the same beside every rank's compute, at most 1. None: the row did
-    not measure it (files before 2026-11-28's `wire_computing_runs_s`)."""
-    alone, computing = row.get("wire_runs_s"), row.get("wire_computing_runs_s")
-    if not alone or not computing:
-        return None
-    return min(1.0, statistics.median(alone) / statistics.median(computing))
 
 
 def allreduce_flow(model: AlphaBeta, nbytes: int, world_size: int) -> tuple[float, float]:

@@ -39,7 +39,7 @@ from cadence.sim.compute import (
     param_blocks,
     reordered_blocks,
 )
-from cadence.sim.grad_ready import layer_points
+from cadence.sim.grad_ready import ready_points
 from cadence.sim.graph import LINK, STREAM, TaskGraph
 from cadence.sim.options import SimOptions
 
@@ -117,17 +117,16 @@ def _flow(
 
 class _ProcessGroup:
     """The collectives of one process group, in the order they are issued. gloo's pairs carry
-    them in that order over one connection each, and NCCL runs them on one stream, so with
-    `in_order` (`SimOptions.collectives_in_order`) each starts only when the one issued before
-    it has ended; else every issued collective shares the link with the others at once."""
+    them in that order over one connection each, and NCCL runs them on one stream, so each
+    starts only when the one issued before it has ended: cadence-dp's chunks and DDP's buckets
+    queue on the link rather than share it."""
 
-    def __init__(self, in_order: bool) -> None:
-        self.in_order = in_order
+    def __init__(self) -> None:
         self.last: int | None = None
 
     def after(self, deps: Sequence[int | None]) -> list[int | None]:
-        """`deps`, and the collective issued before, when they run in order."""
-        return [*deps, self.last] if self.in_order and self.last is not None else list(deps)
+        """`deps`, and the collective issued before."""
+        return [*deps, self.last] if self.last is not None else list(deps)
 
     def issued(self, task: int) -> int:
         """Record `task` as the latest collective; returns it."""
@@ -261,7 +260,7 @@ def build_dp(
     """Graph of `options.warmup_iterations + iterations` iterations of cadence-dp."""
     graph = TaskGraph()
     blocks = param_blocks(costs, plan.params)
-    points = layer_points(plan.params, blocks, len(costs.forward_s), options.layer_ready_points)
+    points = ready_points(plan.params, blocks, len(costs.forward_s))
     layer_block = [0] * len(plan.layer_chunks)
     layer_bytes = [0] * len(plan.layer_chunks)
     for p in plan.params:
@@ -288,7 +287,7 @@ def build_dp(
     ]
     nics = [nic for _, _, nic in workers]
     comm = _CommThread(graph, plan, [c for _, c, _ in workers])
-    group = _ProcessGroup(options.collectives_in_order)
+    group = _ProcessGroup()
     computes = [compute for compute, _, _ in workers]
     update_streams = computes if options.updates_share_compute else None
     total = options.warmup_iterations + iterations
@@ -426,7 +425,7 @@ def build_ddp(
     `arrival_order`: see `ddp_buckets`)."""
     graph = TaskGraph()
     blocks = param_blocks(costs, params)
-    points = layer_points(params, blocks, len(costs.forward_s), options.layer_ready_points)
+    points = ready_points(params, blocks, len(costs.forward_s))
     buckets = ddp_buckets(params, bucket_bytes, options.ddp_first_bucket_bytes, arrival_order)
     steps = backward_steps(len(costs.forward_s), None)
     # DDP's reducer runs on its own thread: only communication's processor time shares compute.
@@ -440,7 +439,7 @@ def build_ddp(
     computes = [compute for compute, _, _ in workers]
     nics = [nic for _, _, nic in workers]
     total_bytes = sum(costs.param_bytes)
-    group = _ProcessGroup(options.collectives_in_order)
+    group = _ProcessGroup()
     total = options.warmup_iterations + iterations
     starts: list[int] = []
     prev: list[int | None] = [None] * options.replicas

@@ -11,7 +11,7 @@ same positions. Parameters of one layer (weight and bias) share its point.
 
 On vgg16 at 400mbit this moves the first chunk's start from the end of the last convolution
 block's backward (its norm's gradients waited for the convolution's) to its start, as traced
-runs show (`results/dp-timeline-vgg16-400mbit-20261128.json`).
+runs show.
 """
 
 from __future__ import annotations
@@ -31,11 +31,6 @@ class ReadyPoints:
     gradients are ready; the last is 1 (its end). Blocks without parameters: (1.0,)."""
     point: tuple[int, ...]
     """Per parameter (`ParamInfo.index`): the index in its block's `shares` of its point."""
-
-    @classmethod
-    def block_ends(cls, num_blocks: int, blocks: Sequence[int]) -> ReadyPoints:
-        """Every gradient ready at its block's end (one point per block)."""
-        return cls(((1.0,),) * num_blocks, (0,) * len(blocks))
 
 
 def ready_points(
@@ -126,11 +121,3 @@ def point_of(name: str, shares: Sequence[Sequence[float]]) -> tuple[int, int] | 
     return None
 
 
-def layer_points(
-    params: Sequence[ParamInfo], blocks: Sequence[int], num_blocks: int, by_layer: bool
-) -> ReadyPoints:
-    """`ready_points` where `by_layer` (`SimOptions.layer_ready_points`), else every gradient
-    at its block's end."""
-    if by_layer:
-        return ready_points(params, blocks, num_blocks)
-    return ReadyPoints.block_ends(num_blocks, blocks)

@@ -31,7 +31,7 @@ class SimOptions:
     """Processor seconds each all-reduce call takes from its worker's compute (gloo's send,
     receive and reduce, the kernel's TCP work, the issuing thread), whatever its size; charged
     on the compute beside the transfer, so compute slows while messages are in flight. 0: the
-    worker has spare cores for communication. Measured by `cadence bench contention`."""
+    worker has spare cores for communication."""
     comm_cpu_s_per_byte: float = 0.0
     """Processor seconds per all-reduced byte taken from the worker's compute (as above)."""
     comm_rate_while_computing: float = 1.0
@@ -48,15 +48,6 @@ class SimOptions:
     warmup_iterations: int = 1
     """Iterations simulated before the measured ones (the first has no communication to wait
     for, so it is not steady state)."""
-    layer_ready_points: bool = True
-    """Gradients are ready layer by layer inside their block's backward (a norm's before the
-    convolution it follows; `cadence.sim.grad_ready`). False: all of a block's gradients at
-    its end, as before 2026-11-29."""
-    collectives_in_order: bool = True
-    """A process group runs its collectives one at a time, in the order they were issued
-    (gloo's pairs carry them over one connection each, NCCL on one stream): cadence-dp's chunks
-    and DDP's buckets queue on the link rather than share it. False: every issued collective
-    shares the link at once, as before 2026-11-29."""
 
     def __post_init__(self) -> None:
         if self.grad_accum < 1:

@@ -12,7 +12,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from tqdm import tqdm
@@ -27,12 +27,8 @@ from cadence.models.user import LossFn, check_fits, load_loss, model_and_data
 from cadence.train.accumulate import check_accumulation, forward_backward
 from cadence.train.optim import build_optimizer
 from cadence.train.outputs import plot_training, save_checkpoint, write_json
-from cadence.train.sharding import batch_stream, epoch_batches, rank_slice, steps_per_epoch
+from cadence.train.sharding import epoch_batches, rank_slice, steps_per_epoch
 from cadence.train.strategies import OwnsStep, get_strategy
-
-if TYPE_CHECKING:
-    from cadence.models import ModelSpec
-    from cadence.train.compute_probe import InterleavedProbe
 
 EVAL_BATCH = 256
 INJECT_ENV = "CADENCE_INJECT_FAILURE"
@@ -142,11 +138,6 @@ def run_training(
 
     model.train()
     step = 0
-    interleaved = _interleaved_probe(
-        spec, data, config, ctx, optimizer, alone, total_steps, (shard_rank, shard_world)
-    )
-    if interleaved is not None:  # the same list, so each epoch's saved summary leaves them out
-        metrics["probe_disturbed_steps"] = interleaved.disturbed_steps
     # A bar only where a person watches; logs get the per-epoch lines.
     show_bar = ctx.is_main and sys.stderr.isatty()
     bar = tqdm(total=total_steps, disable=not show_bar, unit="step", dynamic_ncols=True)
@@ -178,8 +169,6 @@ def run_training(
             metrics["iteration_times_s"].append(now - t_prev)
             t_prev = now
             step += 1
-            if interleaved is not None and interleaved.after_step(step):
-                t_prev = time.perf_counter()  # the block is neither step's time
             bar.update(1)
             if ctx.is_main and step % 5 == 0:
                 bar.set_postfix(epoch=epoch, loss=f"{loss.item():.4f}")
@@ -222,19 +211,6 @@ def run_training(
                     run_dir, metrics, plain, optimizer, epoch, step, time.perf_counter() - t_start
                 )
     bar.close()
-    if config.compute_probe_steps:
-        from cadence.train.compute_probe import probe_compute
-
-        batches = batch_stream(
-            len(data.train_x), config.batch_size, shard_rank, shard_world, config.seed
-        )
-        metrics["compute_probe"] = probe_compute(
-            spec, data, config, ctx, batches, optimizer, alone
-        )
-    if interleaved is not None:
-        probed = interleaved.result()
-        if probed is not None:
-            metrics["interleaved_compute_probe"] = probed
     engine = getattr(plain, "_cadence_dp_engine", None)
     if engine is not None:  # the threshold cadence-dp ended with (given, default or tuned)
         metrics["dp_threshold_bytes"] = engine.threshold_bytes
@@ -256,21 +232,6 @@ def run_training(
     return metrics
 
 
-def _interleaved_probe(
-    spec: ModelSpec, data: Dataset, config: TrainConfig, ctx: DistContext,
-    optimizer: torch.optim.Optimizer, alone: bool, total_steps: int, shard: tuple[int, int],
-) -> InterleavedProbe | None:  # fmt: skip
-    """The compute probe spread across the run, if `config` asks for one; it trains on the
-    run's `shard` (rank, world) of each batch."""
-    if not config.interleaved_probe_every:
-        return None
-    from cadence.train.compute_probe import InterleavedProbe, ProbeModel
-
-    batches = batch_stream(len(data.train_x), config.batch_size, *shard, config.seed)
-    probe = ProbeModel(spec, data, config, ctx, batches)
-    return InterleavedProbe(probe, config.interleaved_probe_every, total_steps, optimizer, alone)
-
-
 def _summarise(metrics: dict[str, Any], seconds: float) -> None:
     times = metrics["iteration_times_s"]
     # The first step pays one-off set-up costs; steps spent autotuning, or timing cadence-dp's
@@ -281,9 +242,7 @@ def _summarise(metrics: dict[str, Any], seconds: float) -> None:
         first = max(first, int(probe["iterations"]))
     if len(times) - first < 3:  # too few left: keep every step but the first
         first = min(1, len(times) - 1)
-    # The steps right after an interleaved probe's blocks began with nothing on the wire.
-    disturbed = set(metrics.get("probe_disturbed_steps", ()))
-    timed = [t for i, t in enumerate(times) if i >= first and i not in disturbed] or times
+    timed = times[first:] or times
     metrics["timed_from_step"] = first
     last = metrics["epochs"][-1] if metrics["epochs"] else {}
     metrics["total_seconds"] = seconds

@@ -1,8 +1,8 @@
 """`cadence bench zero`: ZeRO stages with and without 1-bit Adam against DDP + Adam, FSDP2 and
 DeepSpeed ZeRO-2, in one emulated cluster.
 
-    cadence bench zero --model vgg16 --bandwidth 200mbit --steps 24 --freeze-steps 8 \\
-        --out results/zero-bench-vgg16-200mbit
+    cadence bench zero --models vgg16 --caps 200mbit --steps 24 --freeze-steps 8 \\
+        --out bench-out/bench-zero-vgg16.json
 
 Every job runs `bench_worker.py`'s loop (same model, data, batch, seed, cap, threads); the
 iteration time is the median over the steps after 1-bit Adam's switch-over plus two (the same
@@ -203,7 +203,7 @@ def run_bench(
     specs = [job_spec(name, base) for name in jobs or ALL_JOBS]
     bps = parse_bandwidth(bandwidth)
     check_netem_available()
-    out.mkdir(parents=True, exist_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
     runs_dir = Path(tempfile.mkdtemp(prefix="cadence-zero-bench-"))
     rows: list[dict[str, Any]] = []
     skipped: dict[str, str] = {}
@@ -224,7 +224,8 @@ def run_bench(
             echo(f"{spec.name}: skipped: {reason}")
             skipped[spec.name] = reason
     rounds: dict[str, list[dict[str, Any]]] = {spec.name: [] for spec in runnable}
-    profile_path = out / "profile.json"  # the simulator's input, made before the runs
+    # The simulator's input, made before the runs.
+    profile_path = out.with_name(f"{out.stem}-profile.json")
     per_worker = max(1, batch_size // workers)
     echo(f"profiling {model} at batch {per_worker} per worker for the predictions")
     profile_command(model, batch_size=per_worker, iterations=5, out=profile_path,
@@ -244,10 +245,11 @@ def run_bench(
     attach_predictions(rows, predicted)
     shutil.rmtree(runs_dir, ignore_errors=True)
     summary["targets"] = targets(summary)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    plot_times(out / "iteration.png", summary)
-    plot_losses(out / "loss.png", summary)
+    out.write_text(json.dumps(summary, indent=2) + "\n")
+    plot_times(out.with_suffix(".png"), summary)
+    losses = out.with_name(f"{out.stem}-loss.png")
+    plot_losses(losses, summary)
     for line in table_lines(summary):
         echo(line)
-    echo(f"wrote {out}/summary.json, iteration.png, loss.png, profile.json")
+    echo(f"wrote {out}, {out.with_suffix('.png')}, {losses} and {profile_path}")
     return summary

@@ -5,7 +5,7 @@ thread, as each worker runs) and simulates every job as its executor runs it: a 
 the plan its `JobSpec` configures (`sim_plan`, 1-bit Adam's codec priced from the profile),
 DDP with its own adapter, on links of the cap's TCP payload rate. FSDP2 and DeepSpeed have no
 adapter and get no prediction. The predictions assume a core per rank; on a machine whose
-ranks share cores the measured jobs are slower (README, "The 1-bit codec, priced").
+ranks share cores the measured jobs are slower.
 """
 
 from __future__ import annotations

@@ -14,8 +14,7 @@ full precision instead. With `ZeroConfig.replicated_update`, stage 2 uses
 `momentum_all_gather_sent` instead: every rank gets every rank's sent pieces, so it can form
 every owner's mean itself and no parameters need gathering. (Sending only the new part,
 (1 - beta1) x the gradient, needs no encoded copy at all, but signs of a gradient lose far
-more than signs of a momentum: on gpt_mini that lagged Adam by 10% in test loss,
-results/zero-onebit-gpt_mini-increment.)
+more than signs of a momentum: on gpt_mini that lagged Adam by 10% in test loss.)
 
 Both touch the momentum as few times as they can: the error buffers hold the running sums in
 place (no temporaries the size of the bucket), received pieces are decoded straight into the

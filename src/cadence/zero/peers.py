@@ -40,7 +40,8 @@ def deepspeed_missing() -> str | None:
     try:
         import deepspeed  # noqa: F401
     except Exception as exc:  # ImportError, or a broken install failing in its own import
-        return f"deepspeed is not importable ({type(exc).__name__}: {exc}); pip install deepspeed"
+        why = f"{type(exc).__name__}: {exc}"
+        return f"deepspeed is not importable ({why}); pip install 'cadence[peers]'"
     return None
 
 
