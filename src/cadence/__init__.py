@@ -24,7 +24,8 @@ _LAZY = {
     "zero": ("cadence.zero", "zero"),
     "parallelize_gpt": ("cadence.tp", "parallelize_gpt"),
     # `cadence.pipeline` is the subpackage, so its entry point is exported as pipeline_parallel.
-    "pipeline_parallel": ("cadence.pipeline", "pipeline"),
+    "pipeline_parallel": ("cadence.pipeline.wrap", "pipeline_parallel"),
+    "PipelineParallel": ("cadence.pipeline.wrap", "PipelineParallel"),
     "model_parallel": ("cadence.pipeline", "model_parallel"),
 }
 
