@@ -27,6 +27,8 @@ _LAZY = {
     "pipeline_parallel": ("cadence.pipeline.wrap", "pipeline_parallel"),
     "PipelineParallel": ("cadence.pipeline.wrap", "PipelineParallel"),
     "model_parallel": ("cadence.pipeline", "model_parallel"),
+    "parameter_server": ("cadence.ps.api", "parameter_server"),
+    "PSConfig": ("cadence.ps", "PSConfig"),
 }
 
 __all__ = ["__version__", *_LAZY]

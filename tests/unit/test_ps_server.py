@@ -9,7 +9,7 @@ import pytest
 import zmq
 
 from cadence.ps.server import Server
-from cadence.ps.wire import Header, Kind, tos
+from cadence.ps.wire import HYPER_KEYS, PUSH_HYPER, PUSH_NO_GRAD, Header, Kind, tos
 
 LR = 0.5
 
@@ -235,3 +235,35 @@ def test_backup_makes_steps_without_idle_workers():
     np.testing.assert_allclose(np.frombuffer(fake.recv(0)[1], np.float32), [-3.0, -3.0])
     stats = fake.stop()
     assert (stats["applied"], stats["dropped"]) == (3, 1)
+
+
+def _flagged_push(fake, w, step, values, flags, hyper=()):
+    data = np.asarray([*values, *hyper], np.float32).tobytes()
+    header = Header(Kind.PUSH, 0, w, 0, step, flags, len(values) + len(hyper))
+    fake.socks[w].send_multipart([header.pack(), data])
+
+
+def test_bsp_step_without_any_gradient_leaves_the_slice_alone():
+    fake = Fake("bsp")
+    fake.send(0, Kind.INIT, values=[1.0, 1.0])
+    for w in range(2):
+        _flagged_push(fake, w, 0, [0.0, 0.0], PUSH_NO_GRAD)
+    header, value = fake.value(0, step=1)
+    assert header.step == 1  # the step is made, with no update
+    np.testing.assert_allclose(value, [1.0, 1.0])
+    _flagged_push(fake, 0, 1, [0.0, 0.0], PUSH_NO_GRAD)  # one worker without, one with
+    fake.send(1, Kind.PUSH, 1, [4.0, 4.0])
+    np.testing.assert_allclose(fake.value(0, step=2)[1], [0.0, 0.0])  # 1 - 0.5 * (0 + 4) / 2
+    assert fake.stop()["applied"] == 1
+
+
+def test_a_push_carries_the_hyperparameters_of_its_update():
+    fake = Fake("bsp")
+    fake.send(0, Kind.INIT, values=[1.0, 1.0])
+    hyper = {"lr": 0.25, "weight_decay": 0.0, "momentum": 0.0, "dampening": 0.0,
+             "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}  # fmt: skip
+    for w in range(2):
+        _flagged_push(fake, w, 0, [2.0, 2.0], PUSH_HYPER, [hyper[k] for k in HYPER_KEYS])
+    np.testing.assert_allclose(fake.value(0, step=1)[1], [0.5, 0.5])  # lr 0.25, not LR
+    _flagged_push(fake, 0, 1, [2.0, 2.0], PUSH_HYPER, [1.0])  # too few values: rejected
+    assert fake.stop()["rejected"] == 1

@@ -34,6 +34,12 @@ class SliceOptimizer:
         self.m = np.zeros(size, np.float32) if name != "sgd" else None
         self.v = np.zeros(size, np.float32) if name != "sgd" else None
 
+    def set_hyper(self, values: dict[str, float]) -> None:
+        """Use these hyperparameters (`wire.HYPER_KEYS`) from the next update on."""
+        self.lr, self.weight_decay = values["lr"], values["weight_decay"]
+        self.momentum, self.dampening = values["momentum"], values["dampening"]
+        self.beta1, self.beta2, self.eps = values["beta1"], values["beta2"], values["eps"]
+
     def step(self, param: np.ndarray, grad: np.ndarray) -> None:
         """Update `param` in place from `grad` (float32 arrays of the slice's size)."""
         self.steps += 1

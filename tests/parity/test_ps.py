@@ -1,0 +1,71 @@
+"""Parameter-server parity: `cadence.parameter_server` in bsp mode under every habit of the
+ordinary loop equals torch's DDP on the same ranks, or refuses the habit with one clear line.
+
+The reference is DDP over the same W ranks, because every rank is a worker: the servers are
+child processes of the workers (server s runs beside worker s % W) and take no rank. A bsp
+step averages the W workers' gradients of their shares of the global batch, which is what DDP
+computes; the servers apply the user's optimizer elementwise (numpy), so results agree within
+float tolerance. Two servers, so parameters are split over processes. asp, ssp and backup
+workers are not exact by design (stale or missing gradients) and are not in this matrix.
+
+Refused: the strategy's own clip and torch's clip (the averaged gradient exists only on the
+servers, in slices), and the state_dict habit (the optimizer state lives on the servers).
+"""
+
+from __future__ import annotations
+
+import pytest
+from torch import nn
+
+from cadence.ps import PSConfig, parameter_server
+from tests.parity.loop import HABITS, MakeOptimizer, Wrapped
+from tests.parity.matrix import Cell, cell_id, check_cell, matrix_results
+
+
+def ps_bsp(model: nn.Module, make_optimizer: MakeOptimizer) -> Wrapped:
+    optimizer = make_optimizer(model.parameters())
+    model, ps_optimizer = parameter_server(model, optimizer, PSConfig(servers=2))
+    return Wrapped(
+        model=model, optimizer=ps_optimizer, module=model, no_sync=ps_optimizer.no_sync,
+        clip=ps_optimizer.clip_grad_norm_, finish=ps_optimizer.flush, close=ps_optimizer.close,
+    )  # fmt: skip
+
+
+STRATEGIES = {"ps_bsp": ps_bsp}
+REFUSED = {
+    "clip": "only the parameter servers hold",
+    "torch_clip": "gradients changed after backward",
+    "state_dict": "optimizer state lives on the parameter servers",
+}
+EVERY_HABIT = ("smallnet", "encoder", "gpt2")
+SOME_HABITS = {"bert": ("plain", "bf16"), "resnet": ("plain", "eval"),
+               "gpt_mini_tied": ("plain", "adamw_groups")}  # fmt: skip
+
+
+def _cells() -> tuple[list[Cell], dict[str, str]]:
+    cells: list[Cell] = [(m, h, "ps_bsp") for m in EVERY_HABIT for h in HABITS]
+    cells += [(m, h, "ps_bsp") for m, habits in SOME_HABITS.items() for h in habits]
+    refusals = {cell_id(c): REFUSED[c[1]] for c in cells if c[1] in REFUSED}
+    return cells, refusals
+
+
+_cache: dict[int, list[dict]] = {}
+
+
+def _results(world_size: int) -> list[dict]:
+    if world_size not in _cache:
+        _cache[world_size] = matrix_results(__name__, _cells()[0], world_size)
+    return _cache[world_size]
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_ps_bsp_matrix(world_size: int) -> None:
+    cells, refusals = _cells()
+    results = _results(world_size)
+    failures = []
+    for cell in cells:
+        try:
+            check_cell(results, cell, refusals)
+        except AssertionError as exc:
+            failures.append(f"{cell_id(cell)}: {exc}")
+    assert not failures, "\n".join(failures)
