@@ -8,8 +8,10 @@ computes; the servers apply the user's optimizer elementwise (numpy), so results
 float tolerance. Two servers, so parameters are split over processes. asp, ssp and backup
 workers are not exact by design (stale or missing gradients) and are not in this matrix.
 
-Refused: the strategy's own clip and torch's clip (the averaged gradient exists only on the
-servers, in slices), and the state_dict habit (the optimizer state lives on the servers).
+The state_dict habit saves the model and the optimizer (whose state `state_dict()` fetches
+from the servers) mid-run and loads both into a fresh wrap with fresh servers. Refused: the
+strategy's own clip and torch's clip (the averaged gradient exists only on the servers, in
+slices).
 """
 
 from __future__ import annotations
@@ -35,11 +37,10 @@ STRATEGIES = {"ps_bsp": ps_bsp}
 REFUSED = {
     "clip": "only the parameter servers hold",
     "torch_clip": "gradients changed after backward",
-    "state_dict": "optimizer state lives on the parameter servers",
 }
 EVERY_HABIT = ("smallnet", "encoder", "gpt2")
-SOME_HABITS = {"bert": ("plain", "bf16"), "resnet": ("plain", "eval"),
-               "gpt_mini_tied": ("plain", "adamw_groups")}  # fmt: skip
+SOME_HABITS = {"bert": ("plain", "bf16"), "resnet": ("plain", "eval", "state_dict"),
+               "gpt_mini_tied": ("plain", "adamw_groups", "state_dict")}  # fmt: skip
 
 
 def _cells() -> tuple[list[Cell], dict[str, str]]:

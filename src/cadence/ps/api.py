@@ -19,19 +19,23 @@ schedulers and param_groups edits between steps apply to the next step; an edit 
 backward and `step()` is refused. A parameter no worker got a gradient for is left alone.
 Buffers (BatchNorm statistics) are broadcast from worker 0 before a forward as DDP does (when
 the forward before it ran with gradients outside no_sync).
-Refused with a clear error: clipping by global norm (the averaged gradient exists only on the
-servers), gradients edited after backward, optimizer state_dicts (the state is on the
-servers: use `PSConfig.checkpoint_dir`), loading a model state after wrapping.
+`optimizer.state_dict()` fetches the optimizer state from the servers in torch's format, and
+`load_state_dict` sends it back; `model.load_state_dict` (the same state on every worker, as
+with DDP) sends worker 0's loaded values to the servers. Refused with a clear error: clipping
+by global norm (the averaged gradient exists only on the servers, in slices) and gradients
+edited after backward.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import queue
 import struct
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
@@ -41,6 +45,7 @@ from cadence.errors import UserError
 from cadence.ps.config import PSConfig
 from cadence.ps.runtime import PSTrainer
 from cadence.ps.wire import HYPER_KEYS, PUSH_HYPER, PUSH_NO_GRAD, Header, Kind
+from cadence.ps.worker import ServerTimeout
 
 _UNSUPPORTED = ("amsgrad", "maximize", "differentiable")
 
@@ -108,7 +113,8 @@ class _Worker(PSTrainer):
             self._handles.append(model.register_forward_pre_hook(self._sync_buffers))
         self._handles.append(model.register_forward_hook(self._after_forward))
         self._handles.append(model.register_state_dict_pre_hook(self._settle))
-        self._handles.append(model.register_load_state_dict_pre_hook(self._refuse_load))
+        self._handles.append(model.register_load_state_dict_pre_hook(self._settle))
+        self._handles.append(model.register_load_state_dict_post_hook(self._send_values))
 
     # ---- hooks ---------------------------------------------------------------------------
     def _sync_buffers(self, module: nn.Module, args: Any) -> None:
@@ -131,11 +137,12 @@ class _Worker(PSTrainer):
     def _settle(self, *args: Any) -> None:
         self.channels.wait_all()
 
-    def _refuse_load(self, *args: Any) -> None:
-        raise UserError(
-            "a model on parameter servers takes its values from the servers: load the state "
-            "into the model before cadence.parameter_server wraps it"
-        )
+    def _send_values(self, *args: Any) -> None:
+        # Every worker loaded the same values; worker 0's reach each slice's server ahead of its
+        # next gradient on the same channel, so the next update starts from them.
+        if self.rank == 0:
+            for piece in self.plan.slices:
+                self._send(Kind.INIT, piece.key, 0, self._flat(piece.key))
 
     def _push_param(self, index: int) -> None:
         if self._accumulating:
@@ -194,6 +201,39 @@ class _Worker(PSTrainer):
         self._advanced = False
         self.iterations += 1
 
+    def group_changed(self) -> None:
+        self._group_of = {
+            id(p): g for g in self._optimizer.param_groups for p in g["params"]
+        }  # fmt: skip
+
+    def fetch_state(self) -> dict[int, np.ndarray]:
+        """Every slice's optimizer state (`SliceOptimizer.export`), by slice key."""
+        self.channels.wait_all()  # every update of the last step is applied
+        for piece in self.plan.slices:
+            header = Header(Kind.STATE, piece.priority, self.rank, piece.key, 0)
+            self.channels.send(piece.server, piece.klass, header)
+        found: dict[int, np.ndarray] = {}
+        while len(found) < len(self.plan.slices):
+            try:
+                key, data = self.channels.states.get(timeout=self.config.timeout_s)
+            except queue.Empty:
+                missing = len(self.plan.slices) - len(found)
+                raise ServerTimeout(
+                    f"worker {self.rank}: {missing} slices' optimizer state never came"
+                ) from None
+            found[key] = np.frombuffer(data, np.float32)
+        return found
+
+    def send_state(self, slices: dict[int, np.ndarray]) -> None:
+        """Worker 0 replaces the servers' optimizer state (every worker calls it)."""
+        self.channels.wait_all()  # no update of the last step is still to come
+        if self.rank != 0:
+            return
+        for key, data in slices.items():
+            piece = self.plan.slices[key]
+            header = Header(Kind.LOAD, piece.priority, self.rank, key, 0, 0, data.size)
+            self.channels.send(piece.server, piece.klass, header, data.tobytes())
+
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
         self._accumulating = True
@@ -201,6 +241,32 @@ class _Worker(PSTrainer):
             yield
         finally:
             self._accumulating = False
+
+
+def _param_state(worker: _Worker, slices: dict[int, np.ndarray], index: int,
+                 param: Tensor) -> dict[str, Tensor]:  # fmt: skip
+    """torch's optimizer state of one parameter from its slices' exported states."""
+    buf, m, v, steps = [], [], [], 0
+    for piece in sorted(worker.plan.slices_of(index), key=lambda s: s.start):
+        data, n = slices[piece.key], piece.length
+        steps, has_buf, has_moments = int(data[0]), int(data[1]), int(data[2])
+        rest = data[3:]
+        if has_buf:
+            buf.append(rest[:n])
+            rest = rest[n:]
+        if has_moments:
+            m.append(rest[:n])
+            v.append(rest[n : 2 * n])
+
+    def tensor(parts: list[np.ndarray]) -> Tensor:
+        return torch.from_numpy(np.concatenate(parts).copy()).view_as(param)
+
+    entry: dict[str, Tensor] = {}
+    if buf:
+        entry["momentum_buffer"] = tensor(buf)
+    if m and steps:
+        entry.update(step=torch.tensor(float(steps)), exp_avg=tensor(m), exp_avg_sq=tensor(v))
+    return entry
 
 
 class PSOptimizer(Optimizer):
@@ -237,16 +303,49 @@ class PSOptimizer(Optimizer):
         self.worker.channels.wait_all()
 
     def state_dict(self) -> dict[str, Any]:
-        raise UserError(
-            "the optimizer state lives on the parameter servers: checkpoint it with "
-            "PSConfig(checkpoint_dir=...)"
-        )
+        """torch's format for the user's optimizer, with the state fetched from the servers."""
+        worker = self.worker
+        slices = worker.fetch_state()
+        order = [p for group in self.inner.param_groups for p in group["params"]]
+        state: dict[int, dict[str, Tensor]] = {}
+        for i, param in enumerate(order):
+            entry = _param_state(worker, slices, worker._index[id(param)], param)
+            if entry:
+                state[i] = entry
+        saved = self.inner.state_dict()
+        saved["state"] = state
+        return saved
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        raise UserError(
-            "the optimizer state lives on the parameter servers: restore it with "
-            "PSConfig(checkpoint_dir=...)"
-        )
+        """Load hyperparameters into the param_groups and the state into the servers."""
+        self.inner.load_state_dict(state_dict)
+        self.param_groups = self.inner.param_groups
+        worker = self.worker
+        worker.group_changed()
+        adam = not isinstance(self.inner, torch.optim.SGD)
+        slices: dict[int, np.ndarray] = {}
+        for index, param in enumerate(worker.params):
+            entry = self.inner.state.get(param, {})
+            for piece in worker.plan.slices_of(index):
+                part = slice(piece.start, piece.start + piece.length)
+
+                def values(name: str, entry: dict[str, Any] = entry, part: slice = part
+                           ) -> np.ndarray:  # fmt: skip
+                    found = entry.get(name)
+                    if found is None:
+                        return np.zeros(part.stop - part.start, np.float32)
+                    flat: np.ndarray = found.detach().float().reshape(-1)[part].numpy()
+                    return flat
+
+                has_buf = entry.get("momentum_buffer") is not None
+                steps = float(entry["step"]) if "step" in entry else 0.0
+                parts = [np.array([steps, float(has_buf), float(adam)], np.float32)]
+                parts += [values("momentum_buffer")] if has_buf else []
+                parts += [values("exp_avg"), values("exp_avg_sq")] if adam else []
+                slices[piece.key] = np.concatenate(parts).astype(np.float32)
+        self.inner.state.clear()  # the servers hold it
+        self.state = self.inner.state
+        worker.send_state(slices)
 
     def close(self) -> dict[str, Any]:
         """Stop the servers (every worker calls it); the servers' counters."""

@@ -10,6 +10,8 @@ urgent first. Consistency decides when a gradient is applied and when a pull may
   backup:K  the same with the first K gradients of step v; later ones are dropped and counted
   asp       apply each gradient (divided by W) on arrival; answer every pull at once
   ssp:S     apply like asp; answer a pull for step t once every worker has pushed t - S steps
+STATE and LOAD read and replace a slice's optimizer state (`SliceOptimizer.export`): the
+workers' `optimizer.state_dict()` / `load_state_dict()`.
 A PUSH may carry its param_group's hyperparameters (`PUSH_HYPER`: the slice's optimizer uses
 them from that update on) and may say the worker had no gradient (`PUSH_NO_GRAD`): a bsp or
 backup step in which no gradient came leaves the slice alone, as torch does.
@@ -208,6 +210,21 @@ class Server:
                     self._push(state, header, values)
             elif header.kind == Kind.PULL:
                 state.waiting.append((header.worker, header.step))
+            elif header.kind == Kind.STATE:
+                data = state.optimizer.export()
+                reply = Header(Kind.STATE, state.priority, header.worker, state.key,
+                               state.version, 0, data.size)  # fmt: skip
+                ident = f"w{header.worker}".encode()
+                self.routers[klass].send_multipart([ident, reply.pack(), data.tobytes()])
+                return
+            elif header.kind == Kind.LOAD:
+                if header.numel * 4 != len(payload):
+                    raise BadMessage(f"{len(payload)} bytes for {header.numel} values")
+                try:
+                    state.optimizer.load(np.frombuffer(payload, np.float32), state.value.size)
+                except ValueError as exc:
+                    raise BadMessage(str(exc)) from None
+                return
             elif header.kind == Kind.ACK:
                 self.in_flight[header.worker] -= 4 * min(header.numel, state.value.size)
                 self.in_flight[header.worker] = max(0, self.in_flight[header.worker])

@@ -37,6 +37,8 @@ class Kind(IntEnum):
     IDLE = 8  # worker -> server: pausing after pushing step `step` (backup: do not wait for me)
     HEARTBEAT = 9  # worker -> server: still alive (its communication thread, every interval)
     DEAD = 10  # server -> worker: worker `extra` went silent; `step` 1: the run cannot go on
+    STATE = 11  # worker -> server: send slice `key`'s optimizer state; server -> worker: it
+    LOAD = 12  # worker -> server: replace slice `key`'s optimizer state with the payload's
 
 
 PUSH_NO_GRAD = 1
