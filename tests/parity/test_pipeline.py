@@ -24,7 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from cadence.errors import UserError
 from cadence.pipeline.wrap import pipeline_parallel
+from cadence.testing import run_ranks
 from tests.parity.loop import HABITS, MakeOptimizer, Wrapped
 from tests.parity.matrix import Cell, cell_id, check_cell, matrix_results
 from tests.parity.models import VOCAB, ModelCase, _images, _labelled_tokens
@@ -169,3 +171,38 @@ def test_pipeline_matrix(world_size: int) -> None:
         except AssertionError as exc:
             failures.append(f"{cell_id(cell)}: {exc}")
     assert not failures, "\n".join(failures)
+
+
+def _api_checks(rank: int, world_size: int) -> dict[str, Any]:
+    """What the matrix does not reach: the loss every rank gets, a whole model's state loaded
+    into a stage, and the refusals that need processes."""
+    case = EXTRA_CASES["encoder_seq"]
+    torch.manual_seed(0)
+    whole = case.build()
+    x, y = case.batch(torch.Generator().manual_seed(5), 8)
+    torch.manual_seed(3)  # other initial values: the loaded state must replace them
+    pipe = pipeline_parallel(case.build(), microbatches=2)
+    pipe.load_state_dict(whole.state_dict())
+    out: dict[str, Any] = {"loss": pipe.train_step(x, y, _classify).item()}
+    try:
+        pipe(x)
+    except UserError as exc:
+        out["forward_with_grad"] = str(exc)
+    try:
+        pipeline_parallel(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2), nn.ReLU()),
+                          split_points=[2])  # fmt: skip
+    except UserError as exc:
+        out["no_parameters"] = str(exc)
+    return out
+
+
+def test_loss_on_every_rank_loaded_state_and_refusals() -> None:
+    torch.manual_seed(0)
+    case = EXTRA_CASES["encoder_seq"]
+    whole = case.build()
+    x, y = case.batch(torch.Generator().manual_seed(5), 8)
+    expected = _classify(whole(x), y).item()
+    for out in run_ranks(_api_checks, 2, timeout=120):
+        assert out["loss"] == pytest.approx(expected, rel=1e-5)
+        assert "under torch.no_grad()" in out["forward_with_grad"]
+        assert "stage 1 (blocks 2..2) has no parameters" in out["no_parameters"]
