@@ -16,10 +16,16 @@ slices).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
+import torch
 from torch import nn
 
+from cadence.errors import UserError
 from cadence.ps import PSConfig, parameter_server
+from cadence.testing import run_ranks
 from tests.parity.loop import HABITS, MakeOptimizer, Wrapped
 from tests.parity.matrix import Cell, cell_id, check_cell, matrix_results
 
@@ -70,3 +76,47 @@ def test_ps_bsp_matrix(world_size: int) -> None:
         except AssertionError as exc:
             failures.append(f"{cell_id(cell)}: {exc}")
     assert not failures, "\n".join(failures)
+
+
+def _refusals(rank: int, world_size: int) -> dict[str, str]:
+    """The misuses a worker must refuse with one line (each on fresh servers)."""
+    out: dict[str, str] = {}
+
+    def attempt(name: str, misuse: Callable[[nn.Module, Any], None],
+                optimizer: type[torch.optim.Optimizer] = torch.optim.SGD,
+                **options: Any) -> None:  # fmt: skip
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 2))
+        model = opt = None
+        try:
+            model, opt = parameter_server(net, optimizer(net.parameters(), lr=0.1, **options))
+            misuse(model, opt)
+        except UserError as exc:
+            out[name] = str(exc)
+        if opt is not None:
+            opt.close()
+
+    x = torch.randn(4, 4)
+
+    def twice(model: nn.Module, opt: Any) -> None:
+        model(x).sum().backward()
+        model(x).sum().backward()
+
+    def edit_before_step(model: nn.Module, opt: Any) -> None:
+        model(x).sum().backward()
+        opt.param_groups[0]["lr"] = 0.01
+        opt.step()
+
+    attempt("second_backward", twice)
+    attempt("lr_edit", edit_before_step)
+    attempt("amsgrad", lambda m, o: None, torch.optim.Adam, amsgrad=True)
+    attempt("rmsprop", lambda m, o: None, torch.optim.RMSprop)
+    return out
+
+
+def test_misuse_is_refused_with_one_line() -> None:
+    for out in run_ranks(_refusals, 2, timeout=120):
+        assert "accumulate gradients under optimizer.no_sync()" in out["second_backward"]
+        assert "param_groups changed between backward and step()" in out["lr_edit"]
+        assert "amsgrad=True" in out["amsgrad"]
+        assert "RMSprop" in out["rmsprop"]

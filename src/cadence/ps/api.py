@@ -68,6 +68,11 @@ def parameter_server(
 
 
 def _check_optimizer(model: nn.Module, optimizer: Optimizer) -> None:
+    if type(optimizer) not in (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW):
+        raise UserError(
+            f"parameter servers run SGD, Adam or AdamW, not {type(optimizer).__name__}: "
+            "build one of those over model.parameters()"
+        )
     for group in optimizer.param_groups:
         for key in _UNSUPPORTED:
             if group.get(key):
