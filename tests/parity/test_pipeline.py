@@ -175,7 +175,7 @@ def test_pipeline_matrix(world_size: int) -> None:
 
 def _api_checks(rank: int, world_size: int) -> dict[str, Any]:
     """What the matrix does not reach: the loss every rank gets, a whole model's state loaded
-    into a stage, and the refusals that need processes."""
+    into a stage, parameter names, and the refusals that need processes."""
     case = EXTRA_CASES["encoder_seq"]
     torch.manual_seed(0)
     whole = case.build()
@@ -184,6 +184,8 @@ def _api_checks(rank: int, world_size: int) -> dict[str, Any]:
     pipe = pipeline_parallel(case.build(), microbatches=2)
     pipe.load_state_dict(whole.state_dict())
     out: dict[str, Any] = {"loss": pipe.train_step(x, y, _classify).item()}
+    names = {name for name, _ in pipe.named_parameters()}
+    out["names"] = bool(names) and names <= set(whole.state_dict())
     try:
         pipe(x)
     except UserError as exc:
@@ -204,5 +206,6 @@ def test_loss_on_every_rank_loaded_state_and_refusals() -> None:
     expected = _classify(whole(x), y).item()
     for out in run_ranks(_api_checks, 2, timeout=120):
         assert out["loss"] == pytest.approx(expected, rel=1e-5)
+        assert out["names"]  # the plain model's parameter names
         assert "under torch.no_grad()" in out["forward_with_grad"]
         assert "stage 1 (blocks 2..2) has no parameters" in out["no_parameters"]

@@ -19,7 +19,7 @@ model's state too. Evaluation is `pipe(x)` under `torch.no_grad()`: every rank g
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -212,6 +212,17 @@ class PipelineParallel(nn.Module):
         return _broadcast(h if ex.is_last else None, ex.ranks[-1], ex.pp_group)
 
     # ---- state ---------------------------------------------------------------------------
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, nn.Parameter]]:
+        """This stage's parameters under the names they have in the plain model."""
+        return self.stage.named_parameters(prefix, recurse, remove_duplicate)
+
+    def named_buffers(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Tensor]]:
+        return self.stage.named_buffers(prefix, recurse, remove_duplicate)
+
     def state_dict(self, *args: Any, destination: Any = None, prefix: str = "",
                    keep_vars: bool = False) -> Any:  # fmt: skip
         """This stage's entries, under the names they have in the plain model."""

@@ -11,7 +11,8 @@
 Every rank of the process group is a worker; the servers are child processes of the workers
 (server s of worker s % W), so they need no rank of their own. Worker 0's initial values
 are everyone's, and each block's forward waits for its parameters of the new step. With
-`consistency="bsp"` (the default) a step averages the W workers' gradients, like DDP.
+`consistency="bsp"` (the default) a step averages the W workers' gradients, like DDP; asp,
+ssp and backup workers apply stale or partial gradients by design, so they are not exact.
 
 The servers run the user's SGD, Adam or AdamW elementwise with the hyperparameters of each
 parameter's param_group as they were when its gradient was pushed (during backward), so
