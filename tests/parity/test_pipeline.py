@@ -52,6 +52,16 @@ class PassThroughWithUnused(nn.Module):
         return x
 
 
+class Pair(nn.Module):
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        return x, x
+
+
+class Sum(nn.Module):
+    def forward(self, pair: tuple[Tensor, Tensor]) -> Tensor:
+        return pair[0] + pair[1]
+
+
 def _encoder_seq() -> nn.Module:
     def layer() -> nn.Module:
         return nn.TransformerEncoderLayer(32, 2, dim_feedforward=64, dropout=0.0, batch_first=True)
@@ -190,6 +200,13 @@ def _api_checks(rank: int, world_size: int) -> dict[str, Any]:
         pipe(x)
     except UserError as exc:
         out["forward_with_grad"] = str(exc)
+    chain = nn.Sequential(nn.Linear(4, 4), Pair(), Sum(), nn.Linear(4, 2))
+    try:  # cut between a block returning a pair and the block taking it
+        pipeline_parallel(chain, split_points=[2]).train_step(
+            torch.randn(4, 4), torch.randint(0, 2, (4,)), _classify
+        )
+    except UserError as exc:
+        out["pair"] = str(exc)
     try:
         pipeline_parallel(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2), nn.ReLU()),
                           split_points=[2])  # fmt: skip
@@ -209,3 +226,4 @@ def test_loss_on_every_rank_loaded_state_and_refusals() -> None:
         assert out["names"]  # the plain model's parameter names
         assert "under torch.no_grad()" in out["forward_with_grad"]
         assert "stage 1 (blocks 2..2) has no parameters" in out["no_parameters"]
+        assert "pipeline stage 0 failed on a one-sample forward" in out["pair"]

@@ -31,7 +31,8 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from cadence.errors import UserError
 from cadence.models.blocks import BlockModel
 from cadence.pipeline.api import build_executor, num_stages
-from cadence.pipeline.executor import _DTYPES, _META_LEN, LossFn, PipelineExecutor
+from cadence.pipeline.executor import LossFn, PipelineExecutor
+from cadence.pipeline.handoff import broadcast, check_output, probe, recv, send
 from cadence.pipeline.sequential import (
     as_blocks,
     check_batchnorm,
@@ -39,7 +40,6 @@ from cadence.pipeline.sequential import (
     stage_ranges,
 )
 
-_EVAL_TAG = 1 << 20  # above every tag a training step uses
 _GROUPS: dict[tuple[int, ...], Any] = {}
 _LIVE: weakref.WeakSet[PipelineParallel] = weakref.WeakSet()
 _HOOKED = False
@@ -95,7 +95,8 @@ class PipelineParallel(nn.Module):
         self.stage = self.executor.module
         self.ranges = ranges
         self.data_parallel = data_parallel
-        self.stage.register_forward_hook(_check_output)
+        self.stage.register_forward_hook(check_output)
+        self._probed = False
         self._shared = self._shared_groups(blocks, ranges)
         # Parameters held by several stages count once in the global norm: at their first stage.
         counted_elsewhere = {
@@ -115,6 +116,7 @@ class PipelineParallel(nn.Module):
         """Forward and backward the global batch (every rank passes the same `x` and `y`);
         gradients are added to the stage's `.grad`. Returns the batch's mean loss on every rank."""
         ex = self.executor
+        self._probe(x)
         self._loss_fn = loss_fn
         # The runtimes scale and average the gradients they produce: set earlier ones aside
         # so that only this batch's are scaled, averaged and summed over tied copies.
@@ -133,6 +135,14 @@ class PipelineParallel(nn.Module):
             dist.all_reduce(total)  # one last stage per replica holds its share's loss
             total /= self.data_parallel
         return total
+
+    def _probe(self, x: Tensor | None) -> None:
+        # Once, before the first message: a stage that cannot hand on one tensor fails on
+        # every rank together instead of leaving its neighbours waiting.
+        if not self._probed and dist.is_initialized():
+            ex = self.executor
+            probe(self.stage, ex.stage, ex.ranks, x if ex.is_first else None, ex.pp_group)
+        self._probed = True
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> Tensor:
         """`torch.nn.utils.clip_grad_norm_` over the whole model's gradients: the squared norm
@@ -201,15 +211,13 @@ class PipelineParallel(nn.Module):
                 "under torch.no_grad()"
             )
         ex = self.executor
-        if ex.is_first:
-            if x is None:
-                raise UserError("the first pipeline stage needs the inputs x")
-            h = self.stage(x)
-        else:
-            h = self.stage(_recv(ex.ranks[ex.stage - 1]))
+        if ex.is_first and x is None:
+            raise UserError("the first pipeline stage needs the inputs x")
+        self._probe(x)
+        h = self.stage(x) if ex.is_first else self.stage(recv(ex.ranks[ex.stage - 1]))
         if not ex.is_last:
-            _send(h, ex.ranks[ex.stage + 1])
-        return _broadcast(h if ex.is_last else None, ex.ranks[-1], ex.pp_group)
+            send(h, ex.ranks[ex.stage + 1])
+        return broadcast(h if ex.is_last else None, ex.ranks[-1], ex.pp_group)
 
     # ---- state ---------------------------------------------------------------------------
     def named_parameters(
@@ -234,45 +242,6 @@ class PipelineParallel(nn.Module):
         names = set(self.stage.state_dict())
         mine = {k: v for k, v in state_dict.items() if k in names}
         return self.stage.load_state_dict(mine, strict=strict, assign=assign)
-
-
-def _check_output(module: nn.Module, args: Any, out: Any) -> None:
-    if not isinstance(out, Tensor):
-        raise UserError(
-            f"a pipeline stage returned {type(out).__name__}: stages pass one tensor to the "
-            "next, so make each block take and return one tensor"
-        )
-
-
-def _send(tensor: Tensor, dst: int) -> None:
-    meta = torch.zeros(_META_LEN, dtype=torch.int64)
-    meta[0], meta[1] = _DTYPES.index(tensor.dtype), tensor.dim()
-    meta[2 : 2 + tensor.dim()] = torch.tensor(tensor.shape)
-    dist.send(meta, dst, tag=_EVAL_TAG)
-    dist.send(tensor.contiguous(), dst, tag=_EVAL_TAG + 1)
-
-
-def _recv(src: int) -> Tensor:
-    meta = torch.zeros(_META_LEN, dtype=torch.int64)
-    dist.recv(meta, src, tag=_EVAL_TAG)
-    shape = [int(d) for d in meta[2 : 2 + int(meta[1])]]
-    out = torch.empty(shape, dtype=_DTYPES[int(meta[0])])
-    dist.recv(out, src, tag=_EVAL_TAG + 1)
-    return out
-
-
-def _broadcast(tensor: Tensor | None, src: int, group: Any) -> Tensor:
-    meta = torch.zeros(_META_LEN, dtype=torch.int64)
-    if tensor is not None:
-        meta[0], meta[1] = _DTYPES.index(tensor.dtype), tensor.dim()
-        meta[2 : 2 + tensor.dim()] = torch.tensor(tensor.shape)
-    dist.broadcast(meta, src, group=group)
-    if tensor is None:
-        shape = [int(d) for d in meta[2 : 2 + int(meta[1])]]
-        tensor = torch.empty(shape, dtype=_DTYPES[int(meta[0])])
-    tensor = tensor.contiguous()
-    dist.broadcast(tensor, src, group=group)
-    return tensor
 
 
 def _guard(pipe: PipelineParallel) -> None:
