@@ -24,8 +24,11 @@ _LAZY = {
     "zero": ("cadence.zero", "zero"),
     "parallelize_gpt": ("cadence.tp", "parallelize_gpt"),
     # `cadence.pipeline` is the subpackage, so its entry point is exported as pipeline_parallel.
-    "pipeline_parallel": ("cadence.pipeline", "pipeline"),
+    "pipeline_parallel": ("cadence.pipeline.wrap", "pipeline_parallel"),
+    "PipelineParallel": ("cadence.pipeline.wrap", "PipelineParallel"),
     "model_parallel": ("cadence.pipeline", "model_parallel"),
+    "parameter_server": ("cadence.ps.api", "parameter_server"),
+    "PSConfig": ("cadence.ps", "PSConfig"),
 }
 
 __all__ = ["__version__", *_LAZY]

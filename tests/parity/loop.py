@@ -63,6 +63,10 @@ class Wrapped:
     """The model's state as users save it; None: `module.state_dict()`."""
     partial: bool = False
     """Results hold only some of the model's entries (a pipeline stage's): the rest are skipped."""
+    train_step: Callable[[Tensor, Tensor, Callable[[Tensor, Tensor], Tensor]], Any] | None = None
+    """Replaces the loop's forward and backward: `train_step(x, y, criterion)` on the WHOLE
+    global batch on every rank (a pipeline), gradients added to `.grad`; "accum" calls it on
+    the two halves of the batch with the loss halved."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -106,8 +110,24 @@ def _build(case: ModelCase, habit: str, seed: int) -> nn.Module:
     torch.manual_seed(seed)
     model = case.build()
     if habit == "adamw_groups":
-        return WithUnused(model)
+        return case.with_unused(model) if case.with_unused is not None else WithUnused(model)
     return model
+
+
+def _whole_batch_step(case: ModelCase, habit: str, step: Callable[..., Any], x: Tensor,
+                      y: Tensor) -> None:  # fmt: skip
+    criterion = case.criterion
+    if criterion is None:
+        raise NotImplementedError(f"model case {case.name} has no criterion for train_step")
+    if habit == "accum":
+        half = x.shape[0] // 2
+        for part in (slice(0, half), slice(half, None)):
+            step(x[part], y[part], lambda out, t: criterion(out, t) / 2)
+    elif habit == "bf16":
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            step(x, y, criterion)
+    else:
+        step(x, y, criterion)
 
 
 class WithUnused(nn.Module):
@@ -145,7 +165,9 @@ def train(case: ModelCase, habit: str, wrap: Wrap, rank: int, world_size: int) -
     for step in range(STEPS):
         x, y = case.batch(gen, GLOBAL_BATCH)
         w.optimizer.zero_grad()
-        if habit == "accum":
+        if w.train_step is not None:
+            _whole_batch_step(case, habit, w.train_step, x, y)
+        elif habit == "accum":
             (x0, x1), (y0, y1) = _share(x, rank, world_size, 2), _share(y, rank, world_size, 2)
             with w.no_sync():
                 (case.loss(w.model, x0, y0) / 2).backward()

@@ -2,8 +2,10 @@
 
 A strategy module (a test file) defines `STRATEGIES: dict[str, Wrap]` and may define
 `REFERENCE: dict[str, str]` (strategy -> the strategy in `STRATEGIES` or "ddp" it is compared
-with; "ddp" by default). `run_matrix` trains every cell on this rank and returns, per cell,
-either the largest error against the reference or what the strategy said when it refused.
+with; "ddp" by default), `PARTIAL: set[str]` (strategies whose results hold only some entries)
+and `EXTRA_CASES: dict[str, ModelCase]` (model cases of its own besides `models.CASES`).
+`run_matrix` trains every cell on this rank and returns, per cell, either the largest error
+against the reference or what the strategy said when it refused.
 """
 
 from __future__ import annotations
@@ -56,12 +58,10 @@ def run_matrix(rank: int, world_size: int, strategy_module: str, cells: list[Cel
     cache: dict[tuple[str, str, str], dict[str, torch.Tensor]] = {}
     results: dict[str, Any] = {}
     for model_name, habit, strategy in cells:
-        case = CASES[model_name]
+        case = {**CASES, **getattr(module, "EXTRA_CASES", {})}[model_name]
         ref_name = references.get(strategy, "ddp")
         key = (model_name, habit, ref_name)
-        if key not in cache:
-            cache[key] = train(case, habit, strategies[ref_name], rank, world_size)
-        try:
+        try:  # the strategy first: a refused cell needs no reference
             got = train(case, habit, strategies[strategy], rank, world_size)
         except UserError as exc:
             results[cell_id((model_name, habit, strategy))] = {"refused": str(exc)}
@@ -69,6 +69,8 @@ def run_matrix(rank: int, world_size: int, strategy_module: str, cells: list[Cel
         except Exception:
             results[cell_id((model_name, habit, strategy))] = {"error": traceback.format_exc()}
             continue
+        if key not in cache:
+            cache[key] = train(case, habit, strategies[ref_name], rank, world_size)
         partial = getattr(module, "PARTIAL", set())
         results[cell_id((model_name, habit, strategy))] = compare(
             cache[key], got, habit, strategy in partial

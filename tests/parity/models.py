@@ -31,6 +31,11 @@ class ModelCase:
     output: Callable[[nn.Module, Tensor], Tensor]
     """What evaluation reads (logits), for the habit that evaluates between steps."""
     has_buffers: bool = False
+    criterion: Callable[[Tensor, Tensor], Tensor] | None = None
+    """The loss on the model's output and the targets, for strategies that run forward and
+    backward themselves (`Wrapped.train_step`); None: the loss needs the model itself."""
+    with_unused: Callable[[nn.Module], nn.Module] | None = None
+    """How the "adamw_groups" habit adds a layer that gets no gradient; None: `WithUnused`."""
 
 
 def _tokens(gen: torch.Generator, n: int) -> tuple[Tensor, Tensor]:
@@ -177,6 +182,7 @@ CASES: dict[str, ModelCase] = {
             _tokens,
             lambda m, x, y: _lm_loss(m(x), y),
             _plain_logits,
+            criterion=_lm_loss,
         ),
         ModelCase(
             "smallnet",

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import zmq
 
+from cadence.ps.optim import SliceOptimizer
 from cadence.ps.server import Server
-from cadence.ps.wire import Header, Kind, tos
+from cadence.ps.wire import HYPER_KEYS, PUSH_HYPER, PUSH_NO_GRAD, Header, Kind, tos
 
 LR = 0.5
 
@@ -235,3 +236,57 @@ def test_backup_makes_steps_without_idle_workers():
     np.testing.assert_allclose(np.frombuffer(fake.recv(0)[1], np.float32), [-3.0, -3.0])
     stats = fake.stop()
     assert (stats["applied"], stats["dropped"]) == (3, 1)
+
+
+def _flagged_push(fake, w, step, values, flags, hyper=()):
+    data = np.asarray([*values, *hyper], np.float32).tobytes()
+    header = Header(Kind.PUSH, 0, w, 0, step, flags, len(values) + len(hyper))
+    fake.socks[w].send_multipart([header.pack(), data])
+
+
+def test_bsp_step_without_any_gradient_leaves_the_slice_alone():
+    fake = Fake("bsp")
+    fake.send(0, Kind.INIT, values=[1.0, 1.0])
+    for w in range(2):
+        _flagged_push(fake, w, 0, [0.0, 0.0], PUSH_NO_GRAD)
+    header, value = fake.value(0, step=1)
+    assert header.step == 1  # the step is made, with no update
+    np.testing.assert_allclose(value, [1.0, 1.0])
+    _flagged_push(fake, 0, 1, [0.0, 0.0], PUSH_NO_GRAD)  # one worker without, one with
+    fake.send(1, Kind.PUSH, 1, [4.0, 4.0])
+    np.testing.assert_allclose(fake.value(0, step=2)[1], [0.0, 0.0])  # 1 - 0.5 * (0 + 4) / 2
+    assert fake.stop()["applied"] == 1
+
+
+def test_a_push_carries_the_hyperparameters_of_its_update():
+    fake = Fake("bsp")
+    fake.send(0, Kind.INIT, values=[1.0, 1.0])
+    hyper = {"lr": 0.25, "weight_decay": 0.0, "momentum": 0.0, "dampening": 0.0,
+             "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}  # fmt: skip
+    for w in range(2):
+        _flagged_push(fake, w, 0, [2.0, 2.0], PUSH_HYPER, [hyper[k] for k in HYPER_KEYS])
+    np.testing.assert_allclose(fake.value(0, step=1)[1], [0.5, 0.5])  # lr 0.25, not LR
+    _flagged_push(fake, 0, 1, [2.0, 2.0], PUSH_HYPER, [1.0])  # too few values: rejected
+    assert fake.stop()["rejected"] == 1
+
+
+def test_optimizer_state_round_trips_through_state_and_load():
+    fake = Fake("bsp", workers=1)
+    fake.server.slices[0].optimizer = SliceOptimizer("adam", 2, {"lr": 0.1})
+    fake.send(0, Kind.INIT, values=[1.0, 1.0])
+    fake.send(0, Kind.PUSH, 0, [1.0, -2.0])
+    fake.value(0, step=1)
+    fake.send(0, Kind.STATE)
+    header, payload = fake.recv(0)
+    state = np.frombuffer(payload, np.float32)
+    assert header.kind == Kind.STATE and state[:3].tolist() == [1.0, 0.0, 1.0]  # steps, no buf, m/v
+    np.testing.assert_allclose(state[3:5], [0.1, -0.2])  # m = (1 - beta1) g
+    fresh = state.copy()
+    fresh[0], fresh[3:] = 5.0, 0.5
+    load = Header(Kind.LOAD, 0, 0, 0, 0, 0, fresh.size)
+    fake.socks[0].send_multipart([load.pack(), fresh.tobytes()])
+    fake.send(0, Kind.STATE)
+    np.testing.assert_allclose(np.frombuffer(fake.recv(0)[1], np.float32), fresh)
+    bad = Header(Kind.LOAD, 0, 0, 0, 0, 0, 2)  # too short for a slice of 2 with moments
+    fake.socks[0].send_multipart([bad.pack(), np.zeros(2, np.float32).tobytes()])
+    assert fake.stop()["rejected"] == 1

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     )
     from cadence.pipeline.stages import StagePlan, balance, even_split, plan_stages, stage_module
     from cadence.pipeline.validation import message_source, validate
+    from cadence.pipeline.wrap import PipelineParallel, pipeline_parallel
 
 _LAZY = {
     "Action": "cadence.pipeline.schedule",
@@ -50,6 +51,8 @@ _LAZY = {
     "parse_schedule_name": "cadence.pipeline.schedule",
     "peak_in_flight": "cadence.pipeline.memory",
     "pipeline": "cadence.pipeline.api",
+    "pipeline_parallel": "cadence.pipeline.wrap",
+    "PipelineParallel": "cadence.pipeline.wrap",
     "plan_stages": "cadence.pipeline.stages",
     "stage_memory": "cadence.pipeline.memory",
     "stage_module": "cadence.pipeline.stages",
@@ -77,6 +80,8 @@ __all__ = [
     "parse_schedule_name",
     "peak_in_flight",
     "pipeline",
+    "pipeline_parallel",
+    "PipelineParallel",
     "plan_pipeline",
     "plan_stages",
     "stage_memory",

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch.distributed as dist
+from torch import nn
 
 from cadence.errors import UserError
 from cadence.models.blocks import BlockModel
 from cadence.pipeline.executor import LossFn, PipelineExecutor
 from cadence.pipeline.schedule import build_schedule
+from cadence.pipeline.sequential import as_blocks
 from cadence.pipeline.stages import even_split, stage_module
 
 
 def pipeline(
-    model: BlockModel,
+    model: nn.Module | Sequence[nn.Module],
     loss_fn: LossFn,
     schedule: str = "1f1b",
     microbatches: int = 4,
@@ -21,26 +25,51 @@ def pipeline(
     backend: str = "auto",
     data_parallel: int = 1,
 ) -> PipelineExecutor:
-    """Pipeline-parallel training of `model` over all ranks: rank s runs stage s.
+    """Pipeline-parallel training of `model` over all ranks: rank s runs stage s (the executor
+underneath `cadence.pipeline_parallel`, which adds the ordinary training loop around it).
 
     With `data_parallel` D > 1 it is hybrid data x pipeline: the W ranks form a (D, S) mesh,
     rank d * S + s runs stage s of replica d, each replica trains on its 1/D of the batch
     (`executor.shard(batch)`), and each stage's gradients are averaged over its D replicas.
 
-    Every rank passes the same (identically initialised) `model`; each keeps only its stage's
-    blocks, `ranges[s]` (default: equal block counts). Call `executor.step(x, y)` every step
+    Every rank passes the same (identically initialised) `model`, an `nn.Sequential` (e.g. a
+    `BlockModel`) or a list of modules; each keeps only its stage's blocks, `ranges[s]`
+    (default: equal block counts). Call `executor.step(x, y)` every step
     (the first rank needs `x`, the last `y`), then step an optimizer over
     `executor.module.parameters()`.
     """
-    world = dist.get_world_size() if dist.is_initialized() else 1
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    if data_parallel < 1 or world % data_parallel:
-        raise UserError(f"data parallel size {data_parallel} does not divide {world} ranks")
-    stages = world // data_parallel
+    model = as_blocks(model)
+    stages = num_stages(data_parallel)
     ranges = ranges if ranges is not None else even_split(len(model.blocks()), stages)
     if len(ranges) != stages:
         raise UserError(f"{len(ranges)} stage ranges for {stages} stages: give one per stage")
     _check_untied(model, ranges)
+    return build_executor(
+        model, ranges, loss_fn, schedule, microbatches, recompute, backend, data_parallel
+    )
+
+
+def num_stages(data_parallel: int) -> int:
+    """Stages per pipeline when the world's ranks form `data_parallel` replicas."""
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    if data_parallel < 1 or world % data_parallel:
+        raise UserError(f"data parallel size {data_parallel} does not divide {world} ranks")
+    return world // data_parallel
+
+
+def build_executor(
+    model: BlockModel,
+    ranges: tuple[tuple[int, int], ...],
+    loss_fn: LossFn,
+    schedule: str,
+    microbatches: int,
+    recompute: bool,
+    backend: str,
+    data_parallel: int,
+) -> PipelineExecutor:
+    """This rank's stage executor: rank d * S + s runs stage s of replica d."""
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    stages = len(ranges)
     plan = build_schedule(schedule, stages, microbatches, recompute)
     replica, stage = divmod(rank, stages)
     pp_group = dp_group = None
@@ -64,12 +93,13 @@ def _check_untied(model: BlockModel, ranges: tuple[tuple[int, int], ...]) -> Non
             if owner.setdefault(id(p), s) != s:
                 raise UserError(
                     f"stages {owner[id(p)]} and {s} share a parameter (tied weights): "
-                    "build the model untied or keep the tied blocks in one stage"
+                    "keep the tied blocks in one stage, or train with cadence.pipeline_parallel, "
+                    "which sums a tied weight's gradients over its stages"
                 )
 
 
 def model_parallel(
-    model: BlockModel,
+    model: nn.Module | Sequence[nn.Module],
     loss_fn: LossFn,
     ranges: tuple[tuple[int, int], ...] | None = None,
 ) -> PipelineExecutor:

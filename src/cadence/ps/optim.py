@@ -34,6 +34,34 @@ class SliceOptimizer:
         self.m = np.zeros(size, np.float32) if name != "sgd" else None
         self.v = np.zeros(size, np.float32) if name != "sgd" else None
 
+    def set_hyper(self, values: dict[str, float]) -> None:
+        """Use these hyperparameters (`wire.HYPER_KEYS`) from the next update on."""
+        self.lr, self.weight_decay = values["lr"], values["weight_decay"]
+        self.momentum, self.dampening = values["momentum"], values["dampening"]
+        self.beta1, self.beta2, self.eps = values["beta1"], values["beta2"], values["eps"]
+
+    def export(self) -> np.ndarray:
+        """The state as float32: [steps, has momentum buffer, has moments, buffer or moments]."""
+        head = [float(self.steps), float(self.buf is not None), float(self.m is not None)]
+        parts = [np.array(head, np.float32)]
+        parts += [a for a in (self.buf, self.m, self.v) if a is not None]
+        return np.concatenate(parts).astype(np.float32)
+
+    def load(self, data: np.ndarray, size: int) -> None:
+        """Replace the state with one `export` wrote for a slice of `size` elements."""
+        if data.size < 3:
+            raise ValueError(f"optimizer state of {data.size} values")
+        steps, has_buf, has_moments = (int(x) for x in data[:3])
+        expected = 3 + size * (has_buf + 2 * has_moments)
+        if data.size != expected or (has_moments and self.name == "sgd"):
+            raise ValueError(f"optimizer state of {data.size} values, expected {expected}")
+        rest = data[3:]
+        self.steps = steps
+        self.buf = rest[:size].copy() if has_buf else None
+        rest = rest[size:] if has_buf else rest
+        if has_moments:
+            self.m, self.v = rest[:size].copy(), rest[size:].copy()
+
     def step(self, param: np.ndarray, grad: np.ndarray) -> None:
         """Update `param` in place from `grad` (float32 arrays of the slice's size)."""
         self.steps += 1

@@ -10,6 +10,11 @@ urgent first. Consistency decides when a gradient is applied and when a pull may
   backup:K  the same with the first K gradients of step v; later ones are dropped and counted
   asp       apply each gradient (divided by W) on arrival; answer every pull at once
   ssp:S     apply like asp; answer a pull for step t once every worker has pushed t - S steps
+STATE and LOAD read and replace a slice's optimizer state (`SliceOptimizer.export`): the
+workers' `optimizer.state_dict()` / `load_state_dict()`.
+A PUSH may carry its param_group's hyperparameters (`PUSH_HYPER`: the slice's optimizer uses
+them from that update on) and may say the worker had no gradient (`PUSH_NO_GRAD`): a bsp or
+backup step in which no gradient came leaves the slice alone, as torch does.
 Bad messages (malformed, unknown slice, wrong size or dtype) are counted and never applied.
 Every worker's communication thread sends heartbeats; a worker heard from once and then silent
 for `dead_after_s` is declared dead: its pending answers are dropped, every live worker is told
@@ -36,7 +41,16 @@ import zmq
 from cadence.ps import checkpoint
 from cadence.ps.config import parse_consistency
 from cadence.ps.optim import SliceOptimizer
-from cadence.ps.wire import FLOAT32, BadMessage, Header, Kind, channel_socket
+from cadence.ps.wire import (
+    FLOAT32,
+    HYPER_KEYS,
+    PUSH_HYPER,
+    PUSH_NO_GRAD,
+    BadMessage,
+    Header,
+    Kind,
+    channel_socket,
+)
 
 _POLL_MS = 500
 
@@ -63,6 +77,8 @@ class SliceState:
     """bsp/backup: sum of the gradients of step `version` received so far."""
     count: int = 0
     """bsp/backup: how many gradients `grad_sum` holds."""
+    with_grad: int = 0
+    """bsp/backup: how many of them carried a gradient (not `PUSH_NO_GRAD`)."""
     clocks: list[int] = field(default_factory=list)
     """ssp: steps each worker has pushed for this slice."""
     waiting: list[tuple[int, int]] = field(default_factory=list)
@@ -182,6 +198,10 @@ class Server:
                 raise BadMessage(f"slice {header.key} is not on this server")
             if header.kind in (Kind.INIT, Kind.PUSH):
                 values = _values(header, payload, state)
+                if header.kind == Kind.PUSH and header.extra & PUSH_HYPER:
+                    hyper = values[state.value.size :].tolist()
+                    state.optimizer.set_hyper(dict(zip(HYPER_KEYS, hyper, strict=True)))
+                    values = values[: state.value.size]
                 if header.kind == Kind.INIT:
                     if not self.restored:
                         state.value[:] = values
@@ -190,6 +210,21 @@ class Server:
                     self._push(state, header, values)
             elif header.kind == Kind.PULL:
                 state.waiting.append((header.worker, header.step))
+            elif header.kind == Kind.STATE:
+                data = state.optimizer.export()
+                reply = Header(Kind.STATE, state.priority, header.worker, state.key,
+                               state.version, 0, data.size)  # fmt: skip
+                ident = f"w{header.worker}".encode()
+                self.routers[klass].send_multipart([ident, reply.pack(), data.tobytes()])
+                return
+            elif header.kind == Kind.LOAD:
+                if header.numel * 4 != len(payload):
+                    raise BadMessage(f"{len(payload)} bytes for {header.numel} values")
+                try:
+                    state.optimizer.load(np.frombuffer(payload, np.float32), state.value.size)
+                except ValueError as exc:
+                    raise BadMessage(str(exc)) from None
+                return
             elif header.kind == Kind.ACK:
                 self.in_flight[header.worker] -= 4 * min(header.numel, state.value.size)
                 self.in_flight[header.worker] = max(0, self.in_flight[header.worker])
@@ -267,6 +302,7 @@ class Server:
         else:
             state.grad_sum += grad
         state.count += 1
+        state.with_grad += 0 if header.extra & PUSH_NO_GRAD else 1
         self._complete(state)
 
     def _need(self) -> int:
@@ -280,8 +316,11 @@ class Server:
         """Apply the step once enough gradients are in, and answer whoever waits."""
         if self.mode in ("bsp", "backup") and state.count and state.count >= self._need():
             assert state.grad_sum is not None
-            self._apply(state, state.grad_sum / state.count)
-            state.grad_sum, state.count = None, 0
+            if state.with_grad:
+                self._apply(state, state.grad_sum / state.count)
+            else:  # no worker had a gradient: torch's optimizers leave such a parameter alone
+                state.version += 1
+            state.grad_sum, state.count, state.with_grad = None, 0, 0
             self._answer(state)
 
     def _apply(self, state: SliceState, grad: np.ndarray) -> None:
@@ -368,7 +407,10 @@ def _peek_priority(frames: list[bytes]) -> int:
 def _values(header: Header, payload: bytes, state: SliceState) -> np.ndarray:
     if header.dtype != FLOAT32:
         raise BadMessage(f"dtype code {header.dtype}, expected float32")
-    if header.numel != state.value.size or len(payload) != 4 * header.numel:
+    size = state.value.size
+    if header.kind == Kind.PUSH and header.extra & PUSH_HYPER:
+        size += len(HYPER_KEYS)
+    if header.numel != size or len(payload) != 4 * header.numel:
         raise BadMessage(f"{len(payload)} bytes for slice {state.key} of {state.value.size}")
     return np.frombuffer(payload, dtype=np.float32)
 

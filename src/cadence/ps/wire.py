@@ -28,7 +28,7 @@ class Kind(IntEnum):
     """What a message asks for or carries."""
 
     INIT = 1  # worker 0 -> server: a slice's initial value
-    PUSH = 2  # worker -> server: a gradient for step `step`
+    PUSH = 2  # worker -> server: a gradient for step `step`, `extra` = PUSH_* flags
     PULL = 3  # worker -> server: send the slice once fresh enough for step `step`
     PARAM = 4  # server -> worker: the slice's value at version `step`, `extra` = min clock
     STOP = 5  # worker -> server: this worker is done
@@ -37,6 +37,17 @@ class Kind(IntEnum):
     IDLE = 8  # worker -> server: pausing after pushing step `step` (backup: do not wait for me)
     HEARTBEAT = 9  # worker -> server: still alive (its communication thread, every interval)
     DEAD = 10  # server -> worker: worker `extra` went silent; `step` 1: the run cannot go on
+    STATE = 11  # worker -> server: send slice `key`'s optimizer state; server -> worker: it
+    LOAD = 12  # worker -> server: replace slice `key`'s optimizer state with the payload's
+
+
+PUSH_NO_GRAD = 1
+"""PUSH flag: the parameter got no gradient this step (the payload's values are zeros); a step
+in which no worker's gradient came is no update at all, as in torch (bsp, backup)."""
+PUSH_HYPER = 2
+"""PUSH flag: `len(HYPER_KEYS)` float32 hyperparameters follow the gradient in the payload;
+the update of that step uses them (the worker's param_group at the time of the push)."""
+HYPER_KEYS = ("lr", "weight_decay", "momentum", "dampening", "beta1", "beta2", "eps")
 
 
 class BadMessage(ValueError):
@@ -58,7 +69,8 @@ class Header:
     step: int
     """PUSH: the worker's step; PULL: the step it needs parameters for; PARAM: version."""
     extra: int = 0
-    """PARAM: the slowest worker's clock (SSP staleness); DEAD: the dead worker; otherwise 0."""
+    """PARAM: the slowest worker's clock (SSP staleness); DEAD: the dead worker; PUSH: flags
+    (`PUSH_NO_GRAD`, `PUSH_HYPER`); otherwise 0."""
     numel: int = 0
     """Elements in the payload."""
     dtype: int = FLOAT32

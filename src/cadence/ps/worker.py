@@ -76,6 +76,8 @@ class WorkerChannels:
         self._send_lock = threading.Lock()  # the pair socket (separate: a full send must not
         # block the communication thread's bookkeeping)
         self._stats: queue.SimpleQueue[dict[str, int]] = queue.SimpleQueue()
+        self.states: queue.SimpleQueue[tuple[int, bytes]] = queue.SimpleQueue()
+        """Answers to STATE requests: (slice key, the optimizer state's float32 bytes)."""
         self.error: BaseException | None = None
         # Counters for the run's metrics: payload bytes each way and per class (channel),
         # and the training thread's time spent waiting for parameters.
@@ -250,6 +252,9 @@ class WorkerChannels:
             return
         if header.kind == Kind.DEAD:
             self._dead(header.extra, fatal=bool(header.step))
+            return
+        if header.kind == Kind.STATE:
+            self.states.put((header.key, frames[1]))
             return
         if header.kind != Kind.PARAM:
             raise ValueError(f"worker got a {header.kind.name} message")
