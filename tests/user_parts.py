@@ -79,6 +79,24 @@ def regressor() -> nn.Module:
     return nn.Linear(FEATURES, 1)
 
 
+def deep_regressor() -> nn.Module:
+    """For `line` with `mse`: a Sequential a pipeline cuts into stages."""
+    return nn.Sequential(
+        nn.Linear(FEATURES, 16), nn.Tanh(), nn.Linear(16, 8), nn.Tanh(), nn.Linear(8, 1)
+    )
+
+
+class OwnForward(nn.Sequential):
+    """A Sequential whose forward does more than apply its modules in order."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return super().forward(x) * 2
+
+
+def own_forward() -> nn.Module:
+    return OwnForward(nn.Linear(FEATURES, CLASSES))
+
+
 class TwoTower(nn.Module):
     """Not a Sequential: two branches added, as users' models often are."""
 

@@ -19,12 +19,12 @@ STRATEGY_NAMES = ("cadence-dp", "ddp", "pipeline", "ps", "zero")
 checks), and this copy lets the command line refuse an unknown one without loading torch."""
 ACCUMULATING_STRATEGIES = ("ddp", "cadence-dp", "zero")
 """Strategies whose wrapped model the loop trains with gradient accumulation (`grad_accum`):
-the loop runs the first micro-batches of a step under the model's `no_sync()`."""
-USER_MODEL_STRATEGIES = ("ddp", "cadence-dp", "zero", "ps")
-"""Strategies that train a user's own `--model pkg.module:factory`. The pipeline is not among
-them: it cuts a zoo `BlockModel` at its blocks and profiles it on the zoo's synthetic batches
-(`cadence.pipeline.train`); once it takes any `nn.Sequential`, add it here and let its wrap
-refuse other modules."""
+the loop runs the first micro-batches of a step under the model's `no_sync()`. The parameter
+server accumulates in its own step (`cadence.ps.runtime`), the pipeline runs grad_accum x the
+micro-batches (`cadence.pipeline.train`)."""
+USER_MODEL_STRATEGIES = ("ddp", "cadence-dp", "zero", "ps", "pipeline")
+"""Strategies that train a user's own `--model pkg.module:factory`. The pipeline takes an
+`nn.Sequential` only (it cuts between its modules) and refuses other modules when it wraps."""
 
 
 def check_strategy_name(name: str) -> None:
@@ -203,15 +203,12 @@ class TrainConfig:
         if n == 1:
             return
         if self.strategy == "pipeline":
-            raise UserError(
-                "--grad-accum is for ddp, cadence-dp and zero: a pipeline already accumulates "
-                "gradients over its micro-batches, raise --microbatches instead"
-            )
-        if self.strategy not in ACCUMULATING_STRATEGIES:
-            raise UserError(
-                f"--grad-accum is for {', '.join(ACCUMULATING_STRATEGIES)}, not --strategy "
-                f"{self.strategy}: use --grad-accum 1"
-            )
+            if self.schedule == "auto":
+                raise UserError(
+                    "--schedule auto picks the number of micro-batches itself: drop "
+                    "--grad-accum, or give --schedule and --microbatches"
+                )
+            return  # grad_accum x the micro-batches: _check_pipeline checks they divide
         if self.batch_size % (self.workers * n):
             raise UserError(
                 f"--batch-size {self.batch_size} does not split into {n} micro-batches on each "
@@ -227,19 +224,13 @@ class TrainConfig:
             )
         if is_ref(self.model) and self.strategy not in USER_MODEL_STRATEGIES:
             raise UserError(
-                f"--strategy {self.strategy} trains zoo models only (it cuts a BlockModel "
-                f"into stages): train --model {self.model} with --strategy "
-                f"{', '.join(USER_MODEL_STRATEGIES)}"
+                f"--strategy {self.strategy} trains zoo models only: train --model "
+                f"{self.model} with --strategy {', '.join(USER_MODEL_STRATEGIES)}"
             )
         if is_ref(self.model) and self.autotune == "guided":
             raise UserError(
                 "--autotune guided profiles a zoo model: use --autotune exhaustive with "
                 f"--model {self.model}"
-            )
-        if self.loss is not None and self.strategy in ("pipeline", "ps"):
-            raise UserError(
-                f"--strategy {self.strategy} computes cross entropy itself: --loss is for "
-                f"{', '.join(ACCUMULATING_STRATEGIES)}"
             )
 
     def _check_ps(self) -> None:
@@ -307,13 +298,23 @@ class TrainConfig:
             if self.pipeline_backend != "auto":
                 raise UserError("--schedule auto picks its runtime: leave --pipeline-backend auto")
             return
-        if self.microbatches < 1 or per_replica % self.microbatches:
-            fits = [m for m in range(1, per_replica + 1) if per_replica % m == 0]
+        # --grad-accum N runs N x the micro-batches in a step (cadence.pipeline.train).
+        count = self.microbatches * self.grad_accum
+        if self.microbatches < 1 or per_replica % count:
+            fits = [
+                m for m in range(1, per_replica + 1) if per_replica % (m * self.grad_accum) == 0
+            ]
+            accum = f" x --grad-accum {self.grad_accum}" if self.grad_accum > 1 else ""
+            if not fits:
+                raise UserError(
+                    f"--grad-accum {self.grad_accum} does not divide the {per_replica} samples "
+                    "per replica: use a smaller --grad-accum or a larger --batch-size"
+                )
             raise UserError(
-                f"--microbatches {self.microbatches} does not divide the {per_replica} samples "
-                f"per replica: use one of {', '.join(map(str, fits))}"
+                f"--microbatches {self.microbatches}{accum} does not divide the {per_replica} "
+                f"samples per replica: use one of {', '.join(map(str, fits))}"
             )
-        schedule = build_schedule(self.schedule, self.stages, self.microbatches, self.recompute)
+        schedule = build_schedule(self.schedule, self.stages, count, self.recompute)
         backends = ("auto", "cadence", "torch", "torch-builtin")
         if self.pipeline_backend not in backends:
             raise UserError(

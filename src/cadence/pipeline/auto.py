@@ -27,6 +27,7 @@ from cadence.config import TrainConfig
 from cadence.errors import UserError
 from cadence.models import get_model_spec, loss_fn
 from cadence.models.blocks import BlockModel
+from cadence.pipeline.examples import BatchOf, Examples, job_examples
 from cadence.pipeline.planner import microbatch_counts, plan_pipeline
 from cadence.pipeline.probe import probe_stage_link
 from cadence.pipeline.stage_probe import StageTimes, probe_stage_times
@@ -49,19 +50,25 @@ def profile_sizes(batch_size: int) -> list[int]:
 
 
 def profiles_for_model(
-    model: BlockModel, name: str, sizes: list[int], together: bool = False
+    model: BlockModel,
+    name: str,
+    sizes: list[int],
+    together: bool = False,
+    batch_of: BatchOf | None = None,
 ) -> list[Any]:
-    """Profiles of (a copy of) `model` at each batch size, on synthetic batches of zoo `name`.
+    """Profiles of (a copy of) `model` at each batch size, on `batch_of(size)` (default: the
+    synthetic batches of zoo `name`).
 
     `together`: every rank of the process group calls this at once, and each size starts
     after a barrier, so every rank profiles while the others compute too, as stage ranks
     sharing a host do in the pipeline."""
     from cadence.profile import profile_model
 
+    batch_of = batch_of or get_model_spec(name).synthetic_batch
     out = []
     with torch.random.fork_rng():
         for size in sizes:
-            batch = get_model_spec(name).synthetic_batch(size)
+            batch = batch_of(size)
             if together and dist.is_available() and dist.is_initialized():
                 dist.barrier()
             out.append(profile_model(
@@ -70,23 +77,33 @@ def profiles_for_model(
     return out
 
 
-def start_profiles(model: BlockModel, config: TrainConfig, replicas: int) -> list[Profile]:
+def start_profiles(
+    model: BlockModel, config: TrainConfig, replicas: int, examples: Examples
+) -> list[Profile]:
     """Profiles at every candidate micro-batch size of the per-replica batch, taken on every
     rank at once (rank 0 plans with its own at start and keeps them for every re-plan:
     profiling is the slow part). Every rank must call it."""
     sizes = profile_sizes(config.batch_size // replicas)
-    return profiles_for_model(model, config.model, sizes, together=True)
+    return profiles_for_model(model, config.model, sizes, True, examples.profile_batch)
 
 
 def measure_stage_times(
-    model: BlockModel, name: str, ranges: tuple[tuple[int, int], ...], batch_size: int
+    model: BlockModel,
+    name: str,
+    ranges: tuple[tuple[int, int], ...],
+    batch_size: int,
+    examples: Examples | None = None,
 ) -> list[StageTimes] | None:
     """Every stage's forward and backward seconds at every candidate micro-batch size of a
     pipeline batch of `batch_size`, each timed by its own stage rank while the others time
-    theirs (`stage_probe`): the planner's compute costs. Rank 0 gets them, None elsewhere;
-    every rank must call it."""
-    batch = get_model_spec(name).synthetic_batch(batch_size)
-    return probe_stage_times(model, ranges, loss_fn, batch, profile_sizes(batch_size))
+    theirs (`stage_probe`): the planner's compute costs, on `examples` (default: zoo `name`'s
+    synthetic batches and cross entropy). Rank 0 gets them, None elsewhere; every rank must
+    call it."""
+    if examples is None:
+        zoo = get_model_spec(name).synthetic_batch
+        examples = Examples(zoo, zoo, loss_fn)
+    batch = examples.batch(batch_size)
+    return probe_stage_times(model, ranges, examples.loss, batch, profile_sizes(batch_size))
 
 
 def stage_link_probe(stages: int, world_size: int) -> LinkProbe:
@@ -162,14 +179,19 @@ def plan_at_start(
     is_main: bool,
     world_size: int,
     probe: LinkProbe | None = None,
+    examples: Examples | None = None,
 ) -> tuple[dict[str, Any], PlanInputs | None]:
     """The planner's record (`PipelinePlan.to_json()`, plus the probed link) on every rank, and
     what it planned with (rank 0; None elsewhere). `probe` replaces the link probe (every
-    rank calls it; rank 0's answer counts)."""
+    rank calls it; rank 0's answer counts); `examples` the batches it profiles on (default:
+    `job_examples(config, model)`)."""
+    examples = examples or job_examples(config, model)
     link = (probe or stage_link_probe(config.stages, world_size))()
-    profiles = start_profiles(model, config, replicas)  # on every rank: see profiles_for_model
+    # on every rank: see profiles_for_model
+    profiles = start_profiles(model, config, replicas, examples)
     ranges = agreed_ranges(profiles, config.stages, is_main)
-    times = measure_stage_times(model, config.model, ranges, config.batch_size // replicas)
+    per_replica = config.batch_size // replicas
+    times = measure_stage_times(model, config.model, ranges, per_replica, examples)
     record: dict[str, Any] | str = ""
     inputs = None
     if is_main:

@@ -1,6 +1,11 @@
 """`--strategy pipeline` in `cadence train`: rank s trains stage s, the loop hands it each step.
 
 With W = D x S workers it is hybrid data x pipeline: rank d * S + s runs stage s of replica d.
+The model is a zoo `BlockModel` or the user's `nn.Sequential` (`--model pkg.module:factory`),
+cut between its modules; stages are balanced on a profile of the job's example batches
+(`examples.py`) and trained with `--loss`. `--grad-accum N` runs N x `--microbatches` in one
+step: the same gradients as N groups of micro-batches (each micro-batch's loss is divided by
+the count), with one gradient exchange between replicas.
 
 Every rank builds the whole model (same seed) and keeps it, but computes and updates only its
 stage's blocks; the optimizer the loop built over all parameters skips the others (their
@@ -19,34 +24,61 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from torch.nn.modules.batchnorm import _BatchNorm
 from torch.optim import Optimizer
 
 from cadence.comm import DistContext, broadcast_object
 from cadence.config import TrainConfig
 from cadence.errors import UserError
-from cadence.models import get_model_spec, loss_fn
+from cadence.models import get_model_spec
 from cadence.models.blocks import BlockModel
 from cadence.pipeline.api import pipeline
 from cadence.pipeline.auto import LinkProbe, plan_at_start, stage_link_probe
+from cadence.pipeline.examples import BatchOf, job_examples
 from cadence.pipeline.executor import PipelineExecutor
 from cadence.pipeline.replan import Replanner, switch_executor
+from cadence.pipeline.sequential import as_blocks, check_batchnorm
 from cadence.pipeline.stages import PIPELINE_BLOCK_TIMING, balance, stage_module
 
 _PROFILE_ITERATIONS = 3
 
 
 def profiled_ranges(
-    model: BlockModel, model_name: str, num_stages: int, microbatch: int
+    model: BlockModel,
+    model_name: str,
+    num_stages: int,
+    microbatch: int,
+    batch_of: BatchOf | None = None,
 ) -> tuple[tuple[int, int], ...]:
-    """Stage ranges balanced on a quick profile of `model` (a copy) at the micro-batch size."""
+    """Stage ranges balanced on a quick profile of `model` (a copy) at the micro-batch size,
+    on `batch_of(microbatch)` (default: zoo `model_name`'s synthetic batch)."""
     from cadence.profile import profile_model
 
     with torch.random.fork_rng():
-        batch = get_model_spec(model_name).synthetic_batch(microbatch)
+        batch = (batch_of or get_model_spec(model_name).synthetic_batch)(microbatch)
         profile = profile_model(
             copy.deepcopy(model), batch, _PROFILE_ITERATIONS, 1, model_name, PIPELINE_BLOCK_TIMING
         )
     return balance([b.total_s for b in profile.blocks], num_stages)
+
+
+def pipeline_blocks(model: nn.Module, name: str) -> BlockModel:
+    """`model` as the blocks the pipeline cuts between: a zoo `BlockModel`, or the user's
+    `nn.Sequential` (the same modules, under the same names, so checkpoints keep its keys)."""
+    if isinstance(model, BlockModel):
+        return model
+    # A Sequential subclass with a forward of its own does more than apply its modules in order.
+    if isinstance(model, nn.Sequential) and type(model).forward is nn.Sequential.forward:
+        return as_blocks(model)
+    raise UserError(
+        f"--strategy pipeline cuts a model into stages between the modules of an "
+        f"nn.Sequential: make --model {name} return an nn.Sequential whose modules each take "
+        f"and return one tensor (it returned a {type(model).__name__})"
+    )
+
+
+def _has_batchnorm(model: nn.Module) -> bool:
+    return any(isinstance(m, _BatchNorm) for m in model.modules())
 
 
 class PipelineTrainer(nn.Module):
@@ -137,10 +169,9 @@ def pipeline_wrap_for(
     of `--schedule auto` and its re-plans (tests inject links with it)."""
 
     def wrap(
-        model: nn.Module, optimizer: Optimizer, ctx: DistContext
+        built: nn.Module, optimizer: Optimizer, ctx: DistContext
     ) -> tuple[nn.Module, Optimizer]:
-        if not isinstance(model, BlockModel):
-            raise UserError(f"model {config.model} is not a BlockModel: it cannot be pipelined")
+        model = pipeline_blocks(built, config.model)
         balance([1.0] * len(model.blocks()), config.stages)  # every rank: too many stages?
         if ctx.world_size % config.stages:
             raise UserError(
@@ -148,14 +179,18 @@ def pipeline_wrap_for(
                 f"(replicas x stages), got {ctx.world_size}"
             )
         replicas = ctx.world_size // config.stages
-        schedule, microbatches, record = config.schedule, config.microbatches, None
+        # --grad-accum N runs N x the micro-batches in one step: each micro-batch's loss is
+        # divided by their count, so the gradients are the mean loss's, as N groups would give.
+        microbatches = config.microbatches * config.grad_accum
+        schedule, record = config.schedule, None
         backend = config.pipeline_backend
         link_probe = probe or stage_link_probe(config.stages, ctx.world_size)
+        examples = job_examples(config, model)
         inputs = None
         if schedule == "auto":
             backend = "cadence"  # the runtime the planner's simulator models
             record, inputs = plan_at_start(
-                model, config, replicas, ctx.is_main, ctx.world_size, link_probe
+                model, config, replicas, ctx.is_main, ctx.world_size, link_probe, examples
             )
             schedule = record["best"]["schedule"]
             microbatches = record["best"]["microbatches"]
@@ -166,10 +201,18 @@ def pipeline_wrap_for(
             microbatch = config.batch_size // (replicas * microbatches)
             found = None
             if ctx.is_main:
-                found = profiled_ranges(model, config.model, config.stages, microbatch)
+                found = profiled_ranges(
+                    model, config.model, config.stages, microbatch, examples.profile_batch
+                )
             ranges = broadcast_object(found)
+        if model is not built:  # the user's nn.Sequential
+            check_batchnorm(model, microbatches)
+            if backend == "auto" and _has_batchnorm(model):
+                # torch's runtime runs an extra forward to infer shapes, which would move the
+                # running statistics once more than training does.
+                backend = "cadence"
         executor = pipeline(
-            model, loss_fn, schedule, microbatches, ranges, config.recompute,
+            model, examples.loss, schedule, microbatches, ranges, config.recompute,
             backend=backend, data_parallel=replicas,
         )
         trainer = PipelineTrainer(model, executor, ranges)

@@ -110,9 +110,14 @@ class PSTrainer(nn.Module):
         rank: int = 0,
         example: Tensor | None = None,
         pause_after: Callable[[int], bool] | None = None,
+        loss: Callable[[Tensor, Tensor], Tensor] = loss_fn,
+        grad_accum: int = 1,
     ) -> None:
         super().__init__()
         self.module = model
+        self.loss = loss
+        self.grad_accum = grad_accum
+        self._accumulating = False  # backward passes that keep their gradients, unpushed
         self.config, self.rank = config, rank
         self.mode, _ = parse_consistency(config.consistency)
         straggler = parse_straggler(config.straggler)
@@ -241,7 +246,8 @@ class PSTrainer(nn.Module):
         self._pull(keys, self.step + 1)
 
     def _on_grad(self, param: Tensor) -> None:
-        self._push_param(self._index[id(param)])
+        if not self._accumulating:
+            self._push_param(self._index[id(param)])
 
     # --- the loop's hooks ----------------------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:
@@ -249,24 +255,44 @@ class PSTrainer(nn.Module):
         return out
 
     def train_step(self, x: Tensor, y: Tensor, optimizer: Optimizer | None = None) -> Tensor:
-        """Forward (block by block as parameters arrive), backward pushing gradients, pulls."""
+        """Forward (block by block as parameters arrive), backward pushing gradients, pulls.
+
+        With `grad_accum` N the batch is cut into N micro-batches, each loss divided by N: the
+        first N-1 backward passes keep their gradients, the last one adds its own and pushes
+        the sums, the gradients of the batch's mean loss. Returns that mean loss."""
         if self.delay_s:
             time.sleep(self.delay_s)
-        waited = self.channels.wait_s
-        out = self.module(x)
-        self.channels.wait_all()  # blocks the forward did not run
-        self.step_wait_s.append(self.channels.wait_s - waited)
-        self._advance()
-        loss = loss_fn(out, y)
-        self._pushed.clear()
-        loss.backward()
+        n = self.grad_accum
+        if len(x) % n:
+            raise UserError(
+                f"this worker's {len(x)} samples per step do not split into --grad-accum {n} "
+                "equal micro-batches"
+            )
+        total: Tensor | None = None
+        pieces = list(zip(x.chunk(n), y.chunk(n), strict=True))
+        for i, (xi, yi) in enumerate(pieces):
+            waited = self.channels.wait_s
+            out = self.module(xi)
+            if i == 0:
+                self.channels.wait_all()  # blocks the forward did not run
+                self.step_wait_s.append(self.channels.wait_s - waited)
+                self._advance()
+                self._pushed.clear()
+            loss = self.loss(out, yi) / n if n > 1 else self.loss(out, yi)
+            self._accumulating = i < n - 1
+            try:
+                loss.backward()
+            finally:
+                self._accumulating = False
+            total = loss.detach() if total is None else total + loss.detach()
         for index in range(len(self.params)):
             if index not in self._pushed:
                 self._push_param(index)
         self.iterations += 1
         if self.pause_after is not None and self.pause_after(self.iterations):
             self._idle()  # e.g. the loop's epoch end: it waits there for every worker
-        return loss.detach()
+        assert total is not None
+        return total
 
     def _advance(self) -> None:
         """Set `step` from what the last pulls brought (called once all of them arrived)."""

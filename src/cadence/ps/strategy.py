@@ -19,7 +19,7 @@ def ps_wrap(
     model: nn.Module, optimizer: Optimizer, rank: int, world_size: int, train: Any
 ) -> tuple[nn.Module, Optimizer]:
     """Wrap for the training loop; the optimizer stays the user's (the servers rebuild it)."""
-    from cadence.models.user import model_and_data
+    from cadence.models.user import load_loss, model_and_data
     from cadence.ps.runtime import PSTrainer
     from cadence.train.sharding import steps_per_epoch
 
@@ -27,7 +27,7 @@ def ps_wrap(
     spec, data = model_and_data(train.model, train.dataset, train.seed)  # zoo or the user's
     example = None
     if config.order == "graph":  # a batch to trace and time the forward ops on
-        per_worker = max(1, train.batch_size // world_size)
+        per_worker = max(1, train.batch_size // (world_size * train.grad_accum))
         example = spec.synthetic_batch(per_worker)[0]
     # The loop waits for every worker at each epoch end (and at the last step): backup
     # workers must say they pause there, or a straggler's steps would wait for them forever.
@@ -37,7 +37,10 @@ def ps_wrap(
     def pause_after(iteration: int) -> bool:
         return iteration % per_epoch == 0 or iteration == last
 
-    trainer = PSTrainer(model, optimizer, config, rank, example, pause_after)
+    trainer = PSTrainer(
+        model, optimizer, config, rank, example, pause_after, load_loss(train.loss),
+        train.grad_accum,
+    )  # fmt: skip
     return trainer, optimizer
 
 
