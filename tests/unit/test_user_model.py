@@ -105,21 +105,67 @@ def test_a_mismatch_of_model_data_and_loss_is_one_line(model, dataset, loss, nee
     [
         ({"model": f"{P}:small_net"}, "needs --dataset digits or pkg.module:factory"),
         ({"model": f"{P}:small_net", "dataset": "synthetic"}, "not synthetic"),
-        ({"model": f"{P}:small_net", "dataset": "digits", "strategy": "pipeline"},
-         "--strategy pipeline trains zoo models only"),
         ({"model": f"{P}:small_net", "dataset": "digits", "strategy": "cadence-dp",
           "autotune": "guided"}, "--autotune guided profiles a zoo model"),
-        ({"loss": f"{P}:smooth_loss", "strategy": "ps"}, "computes cross entropy itself"),
         ({"grad_accum": 0}, "--grad-accum must be at least 1"),
         ({"grad_accum": 3}, "use a multiple of 6"),
-        ({"grad_accum": 2, "strategy": "ps"}, "--grad-accum is for ddp, cadence-dp, zero"),
-        ({"grad_accum": 2, "strategy": "pipeline"}, "raise --microbatches instead"),
+        ({"grad_accum": 3, "strategy": "ps"}, "use a multiple of 6"),
+        ({"grad_accum": 2, "strategy": "pipeline", "schedule": "auto"},
+         "--schedule auto picks the number of micro-batches itself: drop --grad-accum"),
+        ({"grad_accum": 3, "strategy": "pipeline", "workers": 2, "stages": 2,
+          "batch_size": 24, "microbatches": 3}, "--microbatches 3 x --grad-accum 3 does not "
+         "divide the 24 samples per replica: use one of 1, 2, 4, 8"),
+        ({"grad_accum": 5, "strategy": "pipeline", "workers": 2, "stages": 2,
+          "batch_size": 24}, "--grad-accum 5 does not divide the 24 samples per replica"),
     ],
 )  # fmt: skip
 def test_config_refuses_what_cannot_run(kwargs, needle) -> None:
     with pytest.raises(UserError) as info:
         TrainConfig(**kwargs)
     _one_line(info, needle)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"model": f"{P}:small_net", "dataset": f"{P}:blobs", "strategy": "pipeline",
+         "loss": f"{P}:smooth_loss", "grad_accum": 2},
+        {"model": f"{P}:small_net", "dataset": f"{P}:blobs", "strategy": "ps",
+         "loss": f"{P}:smooth_loss", "grad_accum": 2},
+    ],
+)  # fmt: skip
+def test_config_takes_a_users_model_loss_and_accumulation_in_every_strategy(kwargs) -> None:
+    config = TrainConfig(**kwargs)
+    assert config.loss == f"{P}:smooth_loss" and config.grad_accum == 2
+
+
+def test_the_pipeline_cuts_a_users_sequential_under_its_own_names() -> None:
+    from cadence.models.blocks import BlockModel
+    from cadence.pipeline.train import pipeline_blocks
+
+    model = user_parts.small_net()
+    blocks = pipeline_blocks(model, f"{P}:small_net")
+    assert isinstance(blocks, BlockModel) and len(blocks) == 3
+    assert blocks.state_dict().keys() == model.state_dict().keys()
+    assert all(a is b for a, b in zip(blocks.parameters(), model.parameters(), strict=True))
+
+
+@pytest.mark.parametrize(
+    ("factory", "kind"), [("two_tower", "TwoTower"), ("own_forward", "OwnForward")]
+)
+def test_the_pipeline_refuses_a_model_that_is_not_a_sequential(factory: str, kind: str) -> None:
+    from cadence.comm import DistContext
+    from cadence.pipeline.train import pipeline_wrap_for
+
+    ref = f"{P}:{factory}"
+    config = TrainConfig(model=ref, dataset=f"{P}:blobs", strategy="pipeline")
+    model = getattr(user_parts, factory)()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    ctx = DistContext(0, 1, 0, "gloo", torch.device("cpu"))
+    with pytest.raises(UserError) as info:
+        pipeline_wrap_for(config)(model, optimizer, ctx)
+    _one_line(info, f"make --model {ref} return an nn.Sequential")
+    assert f"it returned a {kind}" in str(info.value)
 
 
 def test_accumulated_gradients_equal_the_whole_batchs() -> None:
