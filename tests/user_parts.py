@@ -86,6 +86,11 @@ def deep_regressor() -> nn.Module:
     )
 
 
+def batchnorm_net() -> nn.Module:
+    """A Sequential with BatchNorm: micro-batches would be normalised on their own statistics."""
+    return nn.Sequential(nn.Linear(FEATURES, 8), nn.BatchNorm1d(8), nn.Linear(8, CLASSES))
+
+
 class OwnForward(nn.Sequential):
     """A Sequential whose forward does more than apply its modules in order."""
 

@@ -168,6 +168,31 @@ def test_the_pipeline_refuses_a_model_that_is_not_a_sequential(factory: str, kin
     assert f"it returned a {kind}" in str(info.value)
 
 
+def test_the_pipeline_refuses_batchnorm_over_micro_batches() -> None:
+    from cadence.comm import DistContext
+    from cadence.pipeline.train import pipeline_wrap_for
+
+    ref = f"{P}:batchnorm_net"
+    ctx = DistContext(0, 1, 0, "gloo", torch.device("cpu"))
+    for microbatches, grad_accum in ((2, 1), (1, 2)):
+        config = TrainConfig(
+            model=ref, dataset=f"{P}:blobs", strategy="pipeline", workers=1, stages=1,
+            microbatches=microbatches, grad_accum=grad_accum, batch_size=8,
+        )  # fmt: skip
+        model = user_parts.batchnorm_net()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        with pytest.raises(UserError) as info:
+            pipeline_wrap_for(config)(model, optimizer, ctx)
+        _one_line(info, f"BatchNorm in --model {ref} would normalise each of the pipeline's")
+    config = TrainConfig(
+        model=ref, dataset=f"{P}:blobs", strategy="pipeline", workers=1, stages=1,
+        microbatches=1, batch_size=8,
+    )  # fmt: skip
+    model = user_parts.batchnorm_net()
+    trainer, _ = pipeline_wrap_for(config)(model, torch.optim.SGD(model.parameters()), ctx)
+    assert trainer.executor.backend == "cadence"  # no extra forward to move the statistics
+
+
 def test_accumulated_gradients_equal_the_whole_batchs() -> None:
     spec, data = model_and_data(f"{P}:small_net", f"{P}:blobs")
     x, y = data.train_x[:32], data.train_y[:32]

@@ -37,7 +37,7 @@ from cadence.pipeline.auto import LinkProbe, plan_at_start, stage_link_probe
 from cadence.pipeline.examples import BatchOf, job_examples
 from cadence.pipeline.executor import PipelineExecutor
 from cadence.pipeline.replan import Replanner, switch_executor
-from cadence.pipeline.sequential import as_blocks, check_batchnorm
+from cadence.pipeline.sequential import as_blocks
 from cadence.pipeline.stages import PIPELINE_BLOCK_TIMING, balance, stage_module
 
 _PROFILE_ITERATIONS = 3
@@ -205,9 +205,14 @@ def pipeline_wrap_for(
                     model, config.model, config.stages, microbatch, examples.profile_batch
                 )
             ranges = broadcast_object(found)
-        if model is not built:  # the user's nn.Sequential
-            check_batchnorm(model, microbatches)
-            if backend == "auto" and _has_batchnorm(model):
+        if model is not built and _has_batchnorm(model):  # the user's nn.Sequential
+            if microbatches > 1:
+                raise UserError(
+                    f"BatchNorm in --model {config.model} would normalise each of the "
+                    "pipeline's micro-batches on its own statistics: use --microbatches 1 and "
+                    "--grad-accum 1 (exact), or GroupNorm/LayerNorm"
+                )
+            if backend == "auto":
                 # torch's runtime runs an extra forward to infer shapes, which would move the
                 # running statistics once more than training does.
                 backend = "cadence"

@@ -5,10 +5,10 @@ All strategies are compared at the same global batch: `workers` x the profile's 
 profile's batch (with gradient accumulation N: N of them per step, one gradient sync); a
 tensor-parallel group of t ranks computes t workers' batches split t ways; a pipeline of S
 stages runs the global batch through S workers (its micro-batches are its accumulation). With
-N > 1 the parameter server and tensor-parallel rows are left out: `cadence train` does not
-accumulate gradients under them. Data parallel and DDP are event-simulated (`cadence.sim`), the
-pipelines and ZeRO too; the parameter server and tensor parallelism are alpha-beta estimates
-(`cadence.sim.estimates`). Each row says which.
+N > 1 the parameter-server row is left out (its estimate does not model accumulation) and so
+is tensor parallelism (`cadence train` does not accumulate gradients under it). Data parallel
+and DDP are event-simulated (`cadence.sim`), the pipelines and ZeRO too; the parameter server
+and tensor parallelism are alpha-beta estimates (`cadence.sim.estimates`). Each row says which.
 
 Memory per worker is parameters + gradients + optimizer state by ZeRO's formulas (fp32) plus
 the activations the profile saw; a row whose memory exceeds `memory_limit` is kept but marked.
