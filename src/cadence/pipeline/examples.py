@@ -44,7 +44,7 @@ def job_examples(config: TrainConfig, model: nn.Module) -> Examples:
     loss = load_loss(config.loss)
     batch: BatchOf
     if is_ref(config.model) or is_ref(config.dataset):
-        _, data = model_and_data(config.model, config.dataset, config.seed)  # cached
+        _, data = model_and_data(config.model, config.dataset, config.seed)  # user data: cached
         batch = functools.partial(_first_samples, data.train_x, data.train_y)
     else:
         batch = get_model_spec(config.model).synthetic_batch
@@ -64,9 +64,10 @@ def _labelled(model: nn.Module, x: Tensor) -> tuple[Tensor, Tensor]:
     """`x` with class 0 for every row the zoo's cross entropy reads from `model(x)`."""
     was_training = model.training
     model.eval()  # no BatchNorm statistics move
+    device = next(model.parameters(), x).device
     try:
         with torch.random.fork_rng(devices=[]):
-            shape = model(x).shape
+            shape = model(x.to(device)).shape
     finally:
         model.train(was_training)
     rows = 1
