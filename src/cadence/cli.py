@@ -232,7 +232,7 @@ def _add_train(sub: Any) -> None:
         default=1,
         metavar="N",
         help="N micro-batches of --batch-size/N per optimizer step, gradients synced once "
-        "(ddp, cadence-dp, zero)",
+        "(pipeline: N x --microbatches in one step)",
     )
     p.add_argument("--epochs", type=int, default=12)
     p.add_argument("--steps", type=int, default=None, help="run exactly this many steps instead")

@@ -53,7 +53,8 @@ class TrainConfig:
     grad_accum: int = 1
     """Gradient accumulation: each optimizer step runs this many micro-batches of
     batch_size / grad_accum samples (over all workers), each loss divided by grad_accum, the
-    gradients synchronised once, with the last micro-batch's backward."""
+    gradients synchronised (ps: pushed) once, with the last micro-batch's backward. The
+    pipeline runs grad_accum x `microbatches` micro-batches in one step instead."""
     epochs: int = 12
     """Passes over the training split."""
     steps: int | None = None
