@@ -73,10 +73,11 @@ class Wrapped:
 Wrap = Callable[[nn.Module, MakeOptimizer], Wrapped]
 
 
-def ddp(model: nn.Module, make_optimizer: MakeOptimizer) -> Wrapped:
+def ddp(model: nn.Module, make_optimizer: MakeOptimizer, **ddp_options: Any) -> Wrapped:
     """The reference: torch's DistributedDataParallel with its defaults (buffers broadcast from
-    rank 0 at every forward), finding unused parameters so they keep grad None."""
-    wrapped = DistributedDataParallel(model, find_unused_parameters=True)
+    rank 0 at every forward), finding unused parameters so they keep grad None; `ddp_options`
+    go to DDP as they are (`bucket_cap_mb`, ...)."""
+    wrapped = DistributedDataParallel(model, find_unused_parameters=True, **ddp_options)
     optimizer = make_optimizer(wrapped.parameters())
     return Wrapped(
         model=wrapped,

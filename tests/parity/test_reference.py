@@ -4,31 +4,15 @@ held to, or the tolerance is too tight for honest rounding differences."""
 
 from __future__ import annotations
 
-from typing import Any
+from functools import partial
 
 import pytest
-import torch
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
-from tests.parity.loop import HABITS, Wrapped
+from tests.parity.loop import HABITS, ddp
 from tests.parity.matrix import Cell, cell_id, check_cell, matrix_results
 from tests.parity.models import CASES
 
-
-def ddp_small_buckets(model: nn.Module, make_optimizer: Any) -> Wrapped:
-    wrapped = DistributedDataParallel(model, find_unused_parameters=True, bucket_cap_mb=0.001)
-    optimizer = make_optimizer(wrapped.parameters())
-    return Wrapped(
-        model=wrapped,
-        optimizer=optimizer,
-        module=model,
-        no_sync=wrapped.no_sync,
-        clip=lambda norm: torch.nn.utils.clip_grad_norm_(wrapped.parameters(), norm),
-    )
-
-
-STRATEGIES = {"ddp_small_buckets": ddp_small_buckets}
+STRATEGIES = {"ddp_small_buckets": partial(ddp, bucket_cap_mb=0.001)}
 CELLS: list[Cell] = [(m, h, "ddp_small_buckets") for m in CASES for h in HABITS]
 _cache: dict[int, list[dict]] = {}
 
