@@ -18,6 +18,7 @@ from cadence.dp.layers import model_layout
 from cadence.dp.optimizer import ScheduledOptimizer
 from cadence.dp.runtime import SyncEngine
 from cadence.dp.tuning import attach_tuner
+from cadence.errors import UserError
 
 
 def data_parallel(
@@ -38,6 +39,7 @@ def data_parallel(
     `profile` (from `cadence.profile.profile_model`) is needed by `autotune="guided"` only.
     """
     config = config or DPConfig()
+    _check_supported(model, optimizer)
     if config.keep_heap:
         keep_heap()
     if config.autotune == "guided" and profile is None and not _loadable(config):
@@ -58,6 +60,26 @@ def data_parallel(
     model._cadence_dp_engine = engine  # type: ignore[assignment]  # keeps it alive with the model
     model.no_sync = engine.forward_side.no_sync  # type: ignore[assignment]  # as DDP's
     return model, ScheduledOptimizer(optimizer, engine)
+
+
+def _check_supported(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Refuse, in one line each, what the scheduled updates cannot carry out like DDP would."""
+    for name, module in model.named_modules():
+        if getattr(module, "sparse", False) is True:
+            raise UserError(
+                f"cadence.data_parallel reduces dense gradients only: build {name or 'the model'}"
+                " with sparse=False, or use torch DDP for sparse embedding gradients"
+            )
+    trainable = {id(p) for p in model.parameters() if p.requires_grad}
+    foreign = [
+        p for group in optimizer.param_groups for p in group["params"] if id(p) not in trainable
+    ]
+    if foreign:
+        raise UserError(
+            f"the optimizer holds {len(foreign)} parameter(s) that are not trainable parameters"
+            " of the model: cadence.data_parallel updates the model's own; give the optimizer"
+            " only model.parameters() (with requires_grad)"
+        )
 
 
 def _loadable(config: DPConfig) -> bool:

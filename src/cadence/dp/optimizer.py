@@ -120,7 +120,7 @@ class ScheduledOptimizer(Optimizer):
         return None
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        self._engine.zero_grad()
+        self._engine.zero_grad(set_to_none)
 
     def clip_grad_norm_(
         self, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False

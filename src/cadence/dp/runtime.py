@@ -113,6 +113,7 @@ class SyncEngine:
         self._grad_sync = True  # whether the next backward pass synchronises (set by forwards)
         self._local_backward = False  # a no_sync backward pass queued its end callback
         self._closed = False
+        self._set_to_none = True  # as the last `zero_grad()` asked
         self._side: dict[int, torch.Tensor] = {}  # zeros for gradients this rank did not get
         self._in_backward = False
         self._backward_start = 0.0
@@ -381,15 +382,18 @@ class SyncEngine:
             self._held = False
             self._apply_now(self._all_layers(), "step", hparams)
 
-    def zero_grad(self) -> None:
+    def zero_grad(self, set_to_none: bool = True) -> None:
         """`optimizer.zero_grad()`: gradients are cleared after each update already; a backward
-        pass whose `step()` was never called is dropped, and kept gradients are cleared."""
+        pass whose `step()` was never called is dropped, and kept gradients are cleared.
+        `set_to_none=False` keeps gradients allocated and zeroes them from then on, as torch
+        does: a parameter with a zero gradient counts as used (DDP's rule), so it is updated."""
+        self._set_to_none = set_to_none
         self._release("drop", [])
         if self._held:
             self.flush()
             self._held = False
-            for param in self.layout.params:
-                param.grad = None
+            for index in range(len(self.layout.params)):
+                self._clear_grad(index)
 
     def _release(self, kind: str, hparams: list[dict[str, Any]]) -> bool:
         """Release the latest backward pass if it is not yet: whether it was."""
@@ -416,7 +420,14 @@ class SyncEngine:
             self.updater.step_many(layers, hparams)
         for layer in layers:
             for index in self._update_params[layer]:
-                self.layout.params[index].grad = None
+                self._clear_grad(index)
+
+    def _clear_grad(self, index: int) -> None:
+        param = self.layout.params[index]
+        if self._set_to_none:
+            param.grad = None
+        elif param.grad is not None:
+            param.grad.zero_()
 
     def reconfigure(self, threshold_bytes: int, reorder_k: int | None) -> None:
         """Switch threshold and K between iterations (main thread, before a forward)."""
@@ -546,8 +557,8 @@ class SyncEngine:
             self._reduced = iteration
             self._cv.notify_all()
         self._wait(lambda: self._released >= iteration or self._closed)
-        # Front layers first: the next forward pass needs them first.
-        for layers in sorted(pending):
+        # In the order their chunks completed, as the simulator runs update tasks.
+        for layers in pending:
             self._apply_layers(layers, iteration)
         with self._cv:
             self._settled = max(self._settled, iteration)
@@ -655,7 +666,7 @@ class SyncEngine:
             for layer in layers:
                 for index in self._update_params[layer]:
                     if kind != "absorb":  # an absorbed iteration's gradients are accumulated on
-                        self.layout.params[index].grad = None
+                        self._clear_grad(index)
                     self._applied[index] = iteration
             self._cv.notify_all()
 
