@@ -260,7 +260,7 @@ class SyncEngine:
         start = time.perf_counter()
         self._side.clear()
         # The "used" flags travel in the same all-reduce, after the gradients.
-        buffer = torch.cat([self._pack(chunk).view(-1), self._flags(self._pack_dtype(chunk))])
+        buffer = self._pack(chunk, tail=self._flags(self._pack_dtype(chunk)))
         reduce_start = time.perf_counter()
         if self.group is not None:
             dist.all_reduce(buffer, group=self.group)
@@ -627,11 +627,14 @@ class SyncEngine:
                 grad = self._side[index] = torch.zeros_like(self.layout.params[index])
         return grad
 
-    def _pack(self, chunk: Chunk) -> torch.Tensor:
+    def _pack(self, chunk: Chunk, tail: torch.Tensor | None = None) -> torch.Tensor:
+        """The chunk's gradients in one buffer (`tail` appended in the same copy)."""
         views = [
             self._grad_or_zeros(s.param).view(-1)[s.start : s.start + s.length]
             for s in chunk.segments
         ]
+        if tail is not None:
+            return torch.cat([*views, tail])
         if len(views) == 1:
             return views[0]  # a contiguous slice: reduce in place, no copy
         return torch.cat(views)
