@@ -32,7 +32,7 @@ class Branchy(nn.Module):
         return self.out(x)
 
 
-def _train(rank: int, wrap: Any, threshold: int | None) -> dict[str, Any]:
+def _train(rank: int, wrap: Any, threshold: int | None, to_none: bool = True) -> dict[str, Any]:
     torch.manual_seed(0)
     plain = Branchy()
     optimizer: Any
@@ -48,7 +48,7 @@ def _train(rank: int, wrap: Any, threshold: int | None) -> dict[str, Any]:
     gen = torch.Generator().manual_seed(10 + rank)
     for _ in range(STEPS):
         x, y = torch.randn(4, 6, generator=gen), torch.randint(0, 3, (4,), generator=gen)
-        optimizer.zero_grad()
+        optimizer.zero_grad(set_to_none=to_none)
         F.cross_entropy(model(x, rank == 0), y).backward()
         optimizer.step()
     if hasattr(optimizer, "flush"):
@@ -61,8 +61,11 @@ def _train(rank: int, wrap: Any, threshold: int | None) -> dict[str, Any]:
 
 
 def _compare_unused(rank: int, world_size: int) -> list[Any]:
-    reference = _train(rank, "ddp", None)
-    return [(t, reference, _train(rank, "dp", t)) for t in (64, 1 << 30)]
+    results = []
+    for to_none in (True, False):  # zeroed gradients, once they exist, count as used
+        reference = _train(rank, "ddp", None, to_none)
+        results += [(t, reference, _train(rank, "dp", t, to_none)) for t in (64, 1 << 30)]
+    return results
 
 
 def test_parameters_unused_on_some_or_all_ranks_follow_ddp() -> None:
