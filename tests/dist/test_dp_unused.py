@@ -1,5 +1,6 @@
 """DDP's rules for gradients a rank did not compute, and GradScaler, on 2 gloo ranks: a
-parameter used on one rank only is reduced with zeros from the other; one used on no rank keeps
+parameter used on one rank only is reduced with zeros from the other (and counts in a global
+norm clip, here through a reference to torch's clip taken at import); one used on no rank keeps
 grad None and gets no weight decay or momentum; GradScaler's unscale_ and skipped steps."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+from torch.nn.utils import clip_grad_norm_ as clip_bound_at_import  # before any engine exists
 
 from cadence.dp import DPConfig, data_parallel
 from cadence.testing import run_ranks
@@ -50,6 +52,7 @@ def _train(rank: int, wrap: Any, threshold: int | None, to_none: bool = True) ->
         x, y = torch.randn(4, 6, generator=gen), torch.randint(0, 3, (4,), generator=gen)
         optimizer.zero_grad(set_to_none=to_none)
         F.cross_entropy(model(x, rank == 0), y).backward()
+        clip_bound_at_import(plain.parameters(), 0.05)
         optimizer.step()
     if hasattr(optimizer, "flush"):
         optimizer.flush()

@@ -2,10 +2,12 @@
 
 `torch.nn.utils.clip_grad_norm_` / `clip_grad_value_` and `GradScaler.unscale_` read every
 gradient; under cadence-dp the gradients are still being reduced by the communication thread
-when `backward()` returns. While any engine exists these torch functions are wrapped: given a
+when `backward()` returns. Once an engine exists these torch functions are wrapped: given a
 parameter of an engine, they first wait until that engine's reductions are complete (the
 updates wait for `step()`, so nothing is applied before they run). Other parameters pass
-straight through.
+straight through. A reference taken before (`from torch.nn.utils import clip_grad_norm_` at
+import) is covered too: the helper those functions group gradients with, looked up in their
+module at each call, waits for every live engine first.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ _installed = False
 original_clip_grad_norm: Callable[..., torch.Tensor] = clip_module.clip_grad_norm_
 _original_clip_grad_value: Callable[..., None] = clip_module.clip_grad_value_
 _original_unscale: Callable[..., None] = torch.amp.GradScaler.unscale_
+_original_group: Callable[..., Any] | None = getattr(
+    clip_module, "_group_tensors_by_device_and_dtype", None
+)
 
 
 def register(engine: _Engine) -> None:
@@ -71,6 +76,13 @@ def _waiting(original: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _group_after_reductions(*args: Any, **kwargs: Any) -> Any:
+    for engine in list(_engines):
+        engine.wait_reduced()
+    assert _original_group is not None
+    return _original_group(*args, **kwargs)
+
+
 def _unscale_(self: Any, optimizer: Any) -> None:
     wait = getattr(optimizer, "_cadence_wait_reduced", None)
     if wait is not None:
@@ -84,3 +96,5 @@ def _install() -> None:
         module.clip_grad_norm_ = norm  # type: ignore[attr-defined]
         module.clip_grad_value_ = value  # type: ignore[attr-defined]
     torch.amp.GradScaler.unscale_ = _unscale_  # type: ignore[method-assign]
+    if _original_group is not None:
+        clip_module._group_tensors_by_device_and_dtype = _group_after_reductions

@@ -114,7 +114,8 @@ class SyncEngine:
         self._local_backward = False  # a no_sync backward pass queued its end callback
         self._closed = False
         self._set_to_none = True  # as the last `zero_grad()` asked
-        self._side: dict[int, torch.Tensor] = {}  # zeros for gradients this rank did not get
+        # Zeros given as gradients this rank did not compute, for the last backward pass.
+        self._side: dict[int, torch.Tensor] = {}
         self._in_backward = False
         self._backward_start = 0.0
         self._ready_iter = [0] * num_params  # backward pass in which the grad last became ready
@@ -232,7 +233,15 @@ class SyncEngine:
     def _end_backward(self) -> None:
         if self.reorder is not None:
             self.reorder.run()  # deferred weight gradients, front layers first
-        self._local_used = [p.grad is not None for p in self.layout.params]
+        params = self.layout.params
+        self._local_used = [p.grad is not None for p in params]
+        # A gradient this rank did not compute contributes zeros; they are its gradient from
+        # now on, so whatever collects gradients after backward() (a clip) holds the tensor
+        # the reduction lands in. Where no rank computed one, `_resolve_unused` takes it away.
+        side = {i: torch.zeros_like(p) for i, p in enumerate(params) if not self._local_used[i]}
+        for index, zeros in side.items():
+            params[index].grad = zeros
+        self._side = side  # replaced, never cleared: the other thread may still read the last
         with self._cv:
             for i, it in enumerate(self._ready_iter):
                 if it != self._backward_count:
@@ -253,12 +262,11 @@ class SyncEngine:
 
     def _sync_inline(self, iteration: int) -> None:
         """A one-chunk plan has nothing to overlap: its chunk is ready only when the backward
-        ends, and its one update gates the first layer's next forward. So the main thread
-        reduces and updates here, inside the backward's end, with no hand-off to the
+        ends, and its one update gates the first forward read. So the main thread reduces here,
+        inside the backward's end, and updates in `step()`, with no hand-off to the
         communication thread: on busy cores every hand-off waits for a core's turn."""
         (chunk,) = self.plan.chunks
         start = time.perf_counter()
-        self._side.clear()
         # The "used" flags travel in the same all-reduce, after the gradients.
         buffer = self._pack(chunk, tail=self._flags(self._pack_dtype(chunk)))
         reduce_start = time.perf_counter()
@@ -486,7 +494,6 @@ class SyncEngine:
 
     def _sync_iteration(self, iteration: int) -> None:
         plan = self.plan
-        self._side.clear()
         remaining = [0] * len(self.layout.params)
         for chunk in plan.chunks:
             for seg in chunk.segments:
@@ -518,7 +525,8 @@ class SyncEngine:
             if not done:
                 return
             done.sort()
-            if any(i in self._side for layer in done for i in self._update_params[layer]):
+            side = self._side  # usually empty: every gradient was computed here
+            if side and any(i in side for layer in done for i in self._update_params[layer]):
                 needs_flags.append(done)
             else:
                 self._offer(done, iteration, pending)
@@ -586,9 +594,9 @@ class SyncEngine:
         if not self._side:
             return
         used = flags.tolist()
-        for index, reduced in self._side.items():
-            if used[index] > 0:
-                self.layout.params[index].grad = reduced
+        for index in self._side:
+            if not used[index] > 0:
+                self.layout.params[index].grad = None
 
     @staticmethod
     def _trace_chunk(
@@ -619,18 +627,15 @@ class SyncEngine:
             finally:
                 self._awaited = None
 
-    def _grad_or_zeros(self, index: int) -> torch.Tensor:
+    def _grad(self, index: int) -> torch.Tensor:
         grad = self.layout.params[index].grad
-        if grad is None:  # unused here: contributes zeros, kept aside until the flags say
-            grad = self._side.get(index)
-            if grad is None:
-                grad = self._side[index] = torch.zeros_like(self.layout.params[index])
+        assert grad is not None  # ready means computed, or zeros given at the backward's end
         return grad
 
     def _pack(self, chunk: Chunk, tail: torch.Tensor | None = None) -> torch.Tensor:
         """The chunk's gradients in one buffer (`tail` appended in the same copy)."""
         views = [
-            self._grad_or_zeros(s.param).view(-1)[s.start : s.start + s.length]
+            self._grad(s.param).view(-1)[s.start : s.start + s.length]
             for s in chunk.segments
         ]
         if tail is not None:
@@ -646,7 +651,7 @@ class SyncEngine:
             return  # reduced in place
         offset = 0
         for seg in chunk.segments:
-            grad = self._grad_or_zeros(seg.param)
+            grad = self._grad(seg.param)
             grad.view(-1)[seg.start : seg.start + seg.length].copy_(
                 buffer[offset : offset + seg.length]
             )
