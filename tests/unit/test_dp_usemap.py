@@ -133,9 +133,11 @@ def test_refused_at_wrap_time() -> None:
         cadence.data_parallel(model, torch.optim.SGD([*model.parameters(), other.weight], lr=0.1))
 
 
-def test_a_closure_is_refused() -> None:
+def test_a_closure_and_a_late_param_group_are_refused() -> None:
     model = nn.Linear(2, 2)
     model, optimizer = cadence.data_parallel(model, torch.optim.SGD(model.parameters(), lr=0.1))
     with pytest.raises(UserError, match="closure"):
         optimizer.step(lambda: 0.0)
+    with pytest.raises(UserError, match="before wrapping"):
+        optimizer.add_param_group({"params": [nn.Parameter(torch.ones(1))]})
     model._cadence_dp_engine.close()

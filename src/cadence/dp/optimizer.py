@@ -109,6 +109,15 @@ class ScheduledOptimizer(Optimizer):
         self.state = optimizer.state
         self.inner = optimizer
         self._engine = engine
+        self._built = True
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        if getattr(self, "_built", False):  # Optimizer.__init__ adds the user's groups itself
+            raise UserError(
+                "add_param_group after cadence.data_parallel is not supported: give the "
+                "optimizer all its groups before wrapping"
+            )
+        super().add_param_group(param_group)
 
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         if closure is not None:
