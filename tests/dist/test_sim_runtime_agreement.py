@@ -28,9 +28,9 @@ def _train(rank: int, world_size: int, threshold: int) -> tuple[list[list[int]],
     applied: list[int] = []
     step = engine.updater.step
 
-    def recording_step(layer: int) -> None:  # runs on the communication thread
+    def recording_step(layer: int, *args: object) -> None:  # runs on the communication thread
         applied.append(layer)
-        step(layer)
+        step(layer, *args)
 
     engine.updater.step = recording_step
     per_iteration = []

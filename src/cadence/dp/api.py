@@ -18,6 +18,7 @@ from cadence.dp.layers import model_layout
 from cadence.dp.optimizer import ScheduledOptimizer
 from cadence.dp.runtime import SyncEngine
 from cadence.dp.tuning import attach_tuner
+from cadence.errors import UserError
 
 
 def data_parallel(
@@ -29,12 +30,16 @@ def data_parallel(
     """Make `model` and `optimizer` train data-parallel with scheduled gradient sync.
 
     The process group must already be initialised (like DDP); without one this is a world of
-    one. Returns the same model (now hooked) and an optimizer whose `step()` returns at once:
-    each layer is updated as soon as its gradients are reduced. Call `optimizer.flush()` to wait
-    for all of them; `model.state_dict()` and `optimizer.state_dict()` flush by themselves.
+    one. Returns the same model (now hooked, with DDP's `no_sync()`) and an optimizer whose
+    `step()` returns at once: each layer is updated as soon as its gradients are reduced, while
+    the next forward runs, and each parameter's first use there waits for its update. Call
+    `optimizer.flush()` to wait for all of them; evaluation forwards, `model.state_dict()` and
+    `optimizer.state_dict()` flush by themselves. Clip with `optimizer.clip_grad_norm_` (or
+    torch's, which waits for the reductions while a cadence-dp model exists).
     `profile` (from `cadence.profile.profile_model`) is needed by `autotune="guided"` only.
     """
     config = config or DPConfig()
+    _check_supported(model, optimizer)
     if config.keep_heap:
         keep_heap()
     if config.autotune == "guided" and profile is None and not _loadable(config):
@@ -49,11 +54,32 @@ def data_parallel(
         group = dist.new_group(backend=dist.get_backend())
     engine = SyncEngine(model_layout(model), optimizer, config, group, world_size, root=model)
     attach_tuner(engine, config, profile, world_size)
-    if engine.tuner is not None:
-        model.register_forward_pre_hook(lambda module, _args: engine.before_model_forward(module))
-    model.register_state_dict_pre_hook(lambda *_args, **_kwargs: engine.flush())
+    engine.forward_side.handles.append(
+        model.register_state_dict_pre_hook(lambda *_args, **_kwargs: engine.flush())
+    )
     model._cadence_dp_engine = engine  # type: ignore[assignment]  # keeps it alive with the model
-    return model, ScheduledOptimizer(optimizer, engine.flush, engine.updater)
+    model.no_sync = engine.forward_side.no_sync  # type: ignore[assignment]  # as DDP's
+    return model, ScheduledOptimizer(optimizer, engine)
+
+
+def _check_supported(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Refuse, in one line each, what the scheduled updates cannot carry out like DDP would."""
+    for name, module in model.named_modules():
+        if getattr(module, "sparse", False) is True:
+            raise UserError(
+                f"cadence.data_parallel reduces dense gradients only: build {name or 'the model'}"
+                " with sparse=False, or use torch DDP for sparse embedding gradients"
+            )
+    trainable = {id(p) for p in model.parameters() if p.requires_grad}
+    foreign = [
+        p for group in optimizer.param_groups for p in group["params"] if id(p) not in trainable
+    ]
+    if foreign:
+        raise UserError(
+            f"the optimizer holds {len(foreign)} parameter(s) that are not trainable parameters"
+            " of the model: cadence.data_parallel updates the model's own; give the optimizer"
+            " only model.parameters() (with requires_grad)"
+        )
 
 
 def _loadable(config: DPConfig) -> bool:

@@ -70,6 +70,10 @@ class DPConfig:
     each iteration's activations reuse the heap's pages instead of faulting in fresh ones
     (resnet32 at no cap: 8,600 page faults and 8% of every step). Process-wide; skipped off
     glibc and when MALLOC_TRIM_THRESHOLD_, MALLOC_MMAP_THRESHOLD_ or GLIBC_TUNABLES is set."""
+    broadcast_buffers: bool = True
+    """As DDP's switch of that name: rank 0's buffers (BatchNorm's running statistics) are
+    broadcast before each forward that follows a synchronising training forward, so every
+    rank normalises and evaluates with rank 0's. False: each rank keeps its own."""
     autotune_file: str | None = None
     """Where the chosen threshold and K are saved; when the file exists they are loaded from it
     and tuning is skipped."""

@@ -134,6 +134,14 @@ class _DeferWeightGrad(torch.autograd.Function):
         reorder: BackwardReorder,
         layer: int,
     ) -> torch.Tensor:
+        device = x.device.type
+        if torch.is_autocast_enabled(device):
+            # As autocast runs Linear and Conv: inputs, weight and bias in its lower precision,
+            # so the backward's products meet tensors of one dtype (the weight's gradient is
+            # cast back to the parameter's dtype as it is accumulated).
+            dtype = torch.get_autocast_dtype(device)
+            x, weight = x.to(dtype), weight.to(dtype)
+            bias = None if bias is None else bias.to(dtype)
         ctx.save_for_backward(x, weight)
         ctx.module, ctx.reorder, ctx.layer = module, reorder, layer
         ctx.has_bias = bias is not None

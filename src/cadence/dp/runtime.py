@@ -4,9 +4,14 @@
 - The communication thread walks the plan's issue order (identical on every rank), waits until
   a chunk's gradients are ready, and all-reduces it asynchronously with at most `credit` bytes
   in flight, on a process group of its own (so it never interleaves with the main thread's).
-- When all chunks of a layer's parameters are reduced, that layer is updated at once.
-- A forward pre-hook on every layer waits only until that layer's parameters are updated, so
-  the next forward pass overlaps the communication still running for later layers.
+- An iteration's updates are released by `optimizer.step()` with the hyper-parameters of that
+  moment (or dropped by `zero_grad()`); then each layer is updated as soon as all chunks of its
+  parameters are reduced, while the next forward pass runs.
+- A forward pre-hook on the module that first reads a parameter (`usemap`) waits only until
+  that parameter is updated, so the next forward pass overlaps the updates still to come.
+- As in DDP with `find_unused_parameters=True`: a parameter no rank got a gradient for keeps
+  grad None and is not updated; one unused on some ranks only contributes zeros. A per-param
+  "used" flag is reduced once per iteration, after the last chunk.
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ from torch import nn
 from torch.autograd import Variable
 
 from cadence.comm.ops import wire_device
+from cadence.dp import clip
 from cadence.dp.autotune import Autotuner, TuneResult
 from cadence.dp.config import DPConfig
+from cadence.dp.forward import ForwardSide
 from cadence.dp.layers import ModelLayout
 from cadence.dp.optimizer import LayerwiseUpdater
 from cadence.dp.plan import (
@@ -55,7 +62,7 @@ class SyncEngine:
         config: DPConfig,
         group: Any | None,
         world_size: int,
-        root: nn.Module | None = None,
+        root: nn.Module,
     ):
         self.layout = layout
         self.root = root
@@ -94,7 +101,21 @@ class SyncEngine:
             optimizer, [[layout.params[i] for i in group] for group in self._update_params]
         )
         self._cv = threading.Condition()
-        self._backward_count = 0  # backward passes started
+        self._backward_count = 0  # synchronised backward passes started
+        self._reduced = 0  # backward passes whose gradients are reduced, "used" flags resolved
+        self._released = 0  # backward passes released by step(), dropped or absorbed
+        self._settled = 0  # released backward passes whose updates are all applied
+        self._release_kind = "step"  # of the last release: step, drop or absorb
+        self._hparams: list[dict[str, Any]] = []  # param_groups' values when step() was called
+        self._inline_iter = 0  # the last backward pass the main thread synchronised itself
+        self._held = False  # gradients kept past their iteration (absorbed, or under no_sync)
+        self.no_sync_depth = 0  # inside `no_sync()`: forwards there start local backward passes
+        self._grad_sync = True  # whether the next backward pass synchronises (set by forwards)
+        self._local_backward = False  # a no_sync backward pass queued its end callback
+        self._closed = False
+        self._set_to_none = True  # as the last `zero_grad()` asked
+        # Zeros given as gradients this rank did not compute, for the last backward pass.
+        self._side: dict[int, torch.Tensor] = {}
         self._in_backward = False
         self._backward_start = 0.0
         self._ready_iter = [0] * num_params  # backward pass in which the grad last became ready
@@ -112,14 +133,14 @@ class SyncEngine:
             p.register_post_accumulate_grad_hook(self._grad_hook(i))
             for i, p in enumerate(layout.params)
         ]
-        self._hooks += [
-            module.register_forward_pre_hook(self._forward_hook(params))
-            for module, params in zip(layout.layers, layout.layer_params, strict=True)
-        ]
         self.reorder = self._make_reorder(config.reorder_k)
         self._deferred_params = self.reorder.deferred_params() if self.reorder else set()
+        self._local_used = [True] * num_params  # which gradients the last backward pass made
+        self.param_ids = frozenset(id(p) for p in layout.params)
+        self.forward_side = ForwardSide(self, root, config.broadcast_buffers)
         self._thread = threading.Thread(target=self._comm_loop, name="cadence-dp-comm", daemon=True)
         self._thread.start()
+        clip.register(self)
 
     def _make_reorder(self, k: int | None) -> BackwardReorder | None:
         """Defer weight gradients of Linear/Conv layers when K is before the last layer.
@@ -163,6 +184,9 @@ class SyncEngine:
         return hook
 
     def _mark_ready(self, index: int) -> None:
+        if not self._grad_sync:  # under no_sync: the gradient stays local until the next sync
+            self._held = True
+            return
         with self._cv:
             started = not self._in_backward
             if started:
@@ -182,11 +206,23 @@ class SyncEngine:
         return self._awaited_missing <= 0
 
     def _notice_backward(self) -> None:
+        if not self._grad_sync:
+            if not self._local_backward:  # deferred weight gradients still run at its end
+                self._local_backward = True
+                Variable._execution_engine.queue_callback(self._end_local_backward)
+            return
         with self._cv:
             if not self._in_backward:
                 self._start_backward()
 
+    def _end_local_backward(self) -> None:
+        self._local_backward = False
+        if self.reorder is not None:
+            self.reorder.run()
+
     def _start_backward(self) -> None:
+        # The gradients of no_sync passes (and of an absorbed iteration) are part of this one.
+        self._held = False
         self._in_backward = True
         self._backward_count += 1
         self._backward_start = time.perf_counter()
@@ -197,6 +233,15 @@ class SyncEngine:
     def _end_backward(self) -> None:
         if self.reorder is not None:
             self.reorder.run()  # deferred weight gradients, front layers first
+        params = self.layout.params
+        self._local_used = [p.grad is not None for p in params]
+        # A gradient this rank did not compute contributes zeros; they are its gradient from
+        # now on, so whatever collects gradients after backward() (a clip) holds the tensor
+        # the reduction lands in. Where no rank computed one, `_resolve_unused` takes it away.
+        side = {i: torch.zeros_like(p) for i, p in enumerate(params) if not self._local_used[i]}
+        for index, zeros in side.items():
+            params[index].grad = zeros
+        self._side = side  # replaced, never cleared: the other thread may still read the last
         with self._cv:
             for i, it in enumerate(self._ready_iter):
                 if it != self._backward_count:
@@ -217,20 +262,26 @@ class SyncEngine:
 
     def _sync_inline(self, iteration: int) -> None:
         """A one-chunk plan has nothing to overlap: its chunk is ready only when the backward
-        ends, and its one update gates the first layer's next forward. So the main thread
-        reduces and updates here, inside the backward's end, with no hand-off to the
+        ends, and its one update gates the first forward read. So the main thread reduces here,
+        inside the backward's end, and updates in `step()`, with no hand-off to the
         communication thread: on busy cores every hand-off waits for a core's turn."""
         (chunk,) = self.plan.chunks
         start = time.perf_counter()
-        buffer = self._pack(chunk)
+        # The "used" flags travel in the same all-reduce, after the gradients.
+        buffer = self._pack(chunk, tail=self._flags(self._pack_dtype(chunk)))
         reduce_start = time.perf_counter()
         if self.group is not None:
             dist.all_reduce(buffer, group=self.group)
         wire_s = time.perf_counter() - reduce_start
         if self.trace is not None:
             self._trace_chunk(self.trace, chunk, None, start, iteration)
-        self._unpack(chunk, buffer)
-        self._apply_layers([layer for layer, ps in enumerate(self._update_params) if ps], iteration)
+        num_params = len(self.layout.params)
+        self._unpack(chunk, buffer[:-num_params], copied=True)
+        self._resolve_unused(buffer[-num_params:])
+        with self._cv:
+            self._inline_iter = iteration
+            self._reduced = iteration
+            self._cv.notify_all()
         end, previous_end = time.perf_counter(), self._inline_end_s
         self._inline_end_s = end
         if self._probe_at is not None:
@@ -289,22 +340,102 @@ class SyncEngine:
     def _credit(self) -> int:
         return self.config.credit_bytes or default_credit(self._threshold, self._gradient_bytes)
 
-    def before_model_forward(self, model: nn.Module) -> None:
-        """Pre-hook of the whole model: an iteration boundary for the autotuner. It must run
-        before any layer's `__call__` has picked its forward, since a switch of K swaps them."""
-        if self.tuner is not None and model.training and torch.is_grad_enabled():
+    def before_forward(self, training: bool) -> None:
+        """Pre-hook of the whole model, before any module's `__call__` has picked its forward
+        (a switch of K swaps them). An evaluation forward sees every update applied. A training
+        forward after a backward pass whose `step()` was never called accumulates onto its
+        reduced gradients, as DDP does: that iteration's updates are dropped, its gradients kept.
+        It is also an iteration boundary for the autotuner."""
+        grad = torch.is_grad_enabled()
+        if grad:
+            self._grad_sync = self.no_sync_depth == 0
+            with self._cv:
+                unreleased = self._released < self._backward_count
+            if unreleased:
+                self._wait(lambda: self._reduced >= self._backward_count)
+                self._release("absorb", [])
+                self._wait(lambda: self._settled >= self._released)
+                self._held = True
+        if not (training and grad):
+            self.flush()
+            return
+        if self.tuner is not None:
             self.tuner.before_forward()
 
-    def _forward_hook(self, params: tuple[int, ...]) -> Callable[[nn.Module, Any], None]:
-        def hook(_module: nn.Module, _args: Any) -> None:
-            start = time.perf_counter()
-            self._wait(lambda: all(self._applied[i] == self._backward_count for i in params))
-            end = time.perf_counter()
-            self.waited_s += end - start
-            if self.trace is not None and end - start > 1e-4:
-                self.trace.span("compute", "wait", "waiting for an update", start, end)
+    def wait_params(self, params: tuple[int, ...]) -> None:
+        """Block until the latest released updates of `params` are applied (a forward gate)."""
+        start = time.perf_counter()
+        self._wait(
+            lambda: self._released < self._backward_count
+            or all(self._applied[i] == self._backward_count for i in params)
+        )
+        end = time.perf_counter()
+        self.waited_s += end - start
+        if self.trace is not None and end - start > 1e-4:
+            self.trace.span("compute", "wait", "waiting for an update", start, end)
 
-        return hook
+    def wait_reduced(self) -> None:
+        """Block until the latest backward pass's gradients are all reduced (and averaged):
+        what reads every gradient between backward and step (clipping, unscaling) needs."""
+        self._wait(lambda: self._reduced >= self._backward_count)
+
+    def step(self, hparams: list[dict[str, Any]]) -> None:
+        """`optimizer.step()`: release the latest backward pass's updates with `hparams` (the
+        param groups' values now). Gradients kept past their iteration (absorbed, or from
+        no_sync passes only) are applied at once, as a plain optimizer would."""
+        if self._release("step", hparams):
+            return
+        if self._held:
+            self.flush()
+            self._held = False
+            self._apply_now(self._all_layers(), "step", hparams)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """`optimizer.zero_grad()`: gradients are cleared after each update already; a backward
+        pass whose `step()` was never called is dropped, and kept gradients are cleared.
+        `set_to_none=False` keeps gradients allocated and zeroes them from then on, as torch
+        does: a parameter with a zero gradient counts as used (DDP's rule), so it is updated."""
+        self._set_to_none = set_to_none
+        self._release("drop", [])
+        if self._held:
+            self.flush()
+            self._held = False
+            for index in range(len(self.layout.params)):
+                self._clear_grad(index)
+
+    def _release(self, kind: str, hparams: list[dict[str, Any]]) -> bool:
+        """Release the latest backward pass if it is not yet: whether it was."""
+        with self._cv:
+            iteration = self._backward_count
+            if self._released >= iteration:
+                return False
+            self._release_kind, self._hparams = kind, hparams
+            self._released = iteration
+            inline = self._inline_iter == iteration
+            self._cv.notify_all()
+        if inline:  # synchronised by this thread: applied here too, no hand-off
+            self._apply_layers(self._all_layers(), iteration)
+            with self._cv:
+                self._settled = iteration
+                self._cv.notify_all()
+        return True
+
+    def _all_layers(self) -> list[int]:
+        return [layer for layer, ps in enumerate(self._update_params) if ps]
+
+    def _apply_now(self, layers: list[int], kind: str, hparams: list[dict[str, Any]]) -> None:
+        if kind == "step":
+            self.updater.step_many(layers, hparams)
+        for layer in layers:
+            for index in self._update_params[layer]:
+                self._clear_grad(index)
+
+    def _clear_grad(self, index: int) -> None:
+        param = self.layout.params[index]
+        if self._set_to_none:
+            param.grad = None
+        elif param.grad is not None:
+            param.grad.zero_()
 
     def reconfigure(self, threshold_bytes: int, reorder_k: int | None) -> None:
         """Switch threshold and K between iterations (main thread, before a forward)."""
@@ -332,9 +463,13 @@ class SyncEngine:
                     raise RuntimeError("cadence-dp communication failed") from self._error
                 self._cv.wait(WAIT_POLL_S)
 
+    def _quiet(self) -> bool:
+        count = self._backward_count
+        return self._reduced >= count and (self._released < count or self._settled >= count)
+
     def flush(self) -> None:
-        """Wait until every started backward pass is reduced and applied."""
-        self._wait(lambda: all(a == self._backward_count for a in self._applied))
+        """Wait until every started backward pass is reduced, and applied if released."""
+        self._wait(self._quiet)
 
     # ----- communication thread ----------------------------------------------------------
     def _comm_loop(self) -> None:
@@ -342,8 +477,10 @@ class SyncEngine:
         try:
             while True:
                 with self._cv:
-                    while self._backward_count == done:
+                    while self._backward_count == done and not self._closed:
                         self._cv.wait()
+                    if self._closed:
+                        return
                 done += 1
                 if not self._inline():  # else the main thread synchronises it
                     self._sync_iteration(done)
@@ -367,6 +504,8 @@ class SyncEngine:
         in_flight: deque[tuple[Chunk, torch.Tensor, Any]] = deque()
         in_flight_bytes = 0
         t_first = time.perf_counter()
+        pending: list[list[int]] = []  # reduced layers waiting for step() (or the flags)
+        needs_flags: list[list[int]] = []  # ... with a parameter this rank got no gradient for
 
         def complete_oldest() -> None:
             nonlocal in_flight_bytes
@@ -383,8 +522,14 @@ class SyncEngine:
                     layer_left[layer] -= 1
                     if layer_left[layer] == 0:
                         done.append(layer)
-            if done:
-                self._apply_layers(sorted(done), iteration)
+            if not done:
+                return
+            done.sort()
+            side = self._side  # usually empty: every gradient was computed here
+            if side and any(i in side for layer in done for i in self._update_params[layer]):
+                needs_flags.append(done)
+            else:
+                self._offer(done, iteration, pending)
 
         for chunk_id in plan.issue_order:
             chunk = plan.chunks[chunk_id]
@@ -400,10 +545,58 @@ class SyncEngine:
                 self._trace_chunk(self.trace, chunk, work, issued, iteration)
             in_flight.append((chunk, buffer, work))
             in_flight_bytes += chunk.nbytes
+        # Which parameters got a gradient on some rank: known once the backward pass has ended
+        # (a gradient never computed is ready only then), reduced after the last chunk.
+        self._wait(lambda: self._snapshot_iter >= iteration)
+        flags = self._flags(self._pack_dtype(plan.chunks[0]))
+        flags_work = None
+        if self.group is not None:
+            flags_work = dist.all_reduce(flags, group=self.group, async_op=True)
         while in_flight:
             complete_oldest()
+        if flags_work is not None:
+            flags_work.wait()
+        self._resolve_unused(flags)
+        for layers in needs_flags:
+            self._offer(layers, iteration, pending)
         if iteration == self._replan_at:
             self._replan(iteration, time.perf_counter() - t_first)
+        with self._cv:
+            self._reduced = iteration
+            self._cv.notify_all()
+        self._wait(lambda: self._released >= iteration or self._closed)
+        # In the order their chunks completed, as the simulator runs update tasks.
+        for layers in pending:
+            self._apply_layers(layers, iteration)
+        with self._cv:
+            self._settled = max(self._settled, iteration)
+            self._cv.notify_all()
+
+    def _offer(self, layers: list[int], iteration: int, pending: list[list[int]]) -> None:
+        """Apply reduced `layers` now if their iteration is released, else keep them."""
+        with self._cv:
+            released = self._released >= iteration
+        if released:
+            self._apply_layers(layers, iteration)
+        else:
+            pending.append(layers)
+
+    def _pack_dtype(self, chunk: Chunk) -> torch.dtype:
+        return self.layout.params[chunk.segments[0].param].dtype
+
+    def _flags(self, dtype: torch.dtype) -> torch.Tensor:
+        """1 for each parameter this rank has a gradient for, 0 for the others."""
+        return torch.tensor(self._local_used, dtype=dtype, device=self.layout.params[0].device)
+
+    def _resolve_unused(self, flags: torch.Tensor) -> None:
+        """Parameters this rank got no gradient for: the reduced zeros become their gradient
+        where another rank had one; where no rank had one it stays None (no update)."""
+        if not self._side:
+            return
+        used = flags.tolist()
+        for index in self._side:
+            if not used[index] > 0:
+                self.layout.params[index].grad = None
 
     @staticmethod
     def _trace_chunk(
@@ -434,30 +627,31 @@ class SyncEngine:
             finally:
                 self._awaited = None
 
-    def _grad_or_zeros(self, index: int) -> torch.Tensor:
-        param = self.layout.params[index]
-        if param.grad is None:  # unused this iteration: contributes zeros, like DDP
-            param.grad = torch.zeros_like(param)
-        return param.grad
+    def _grad(self, index: int) -> torch.Tensor:
+        grad = self.layout.params[index].grad
+        assert grad is not None  # ready means computed, or zeros given at the backward's end
+        return grad
 
-    def _pack(self, chunk: Chunk) -> torch.Tensor:
+    def _pack(self, chunk: Chunk, tail: torch.Tensor | None = None) -> torch.Tensor:
+        """The chunk's gradients in one buffer (`tail` appended in the same copy)."""
         views = [
-            self._grad_or_zeros(s.param).view(-1)[s.start : s.start + s.length]
+            self._grad(s.param).view(-1)[s.start : s.start + s.length]
             for s in chunk.segments
         ]
+        if tail is not None:
+            return torch.cat([*views, tail])
         if len(views) == 1:
             return views[0]  # a contiguous slice: reduce in place, no copy
         return torch.cat(views)
 
-    def _unpack(self, chunk: Chunk, buffer: torch.Tensor) -> None:
+    def _unpack(self, chunk: Chunk, buffer: torch.Tensor, copied: bool = False) -> None:
         if self.world_size > 1:
             buffer.div_(self.world_size)
-        if len(chunk.segments) == 1:
+        if len(chunk.segments) == 1 and not copied:
             return  # reduced in place
         offset = 0
         for seg in chunk.segments:
-            grad = self.layout.params[seg.param].grad
-            assert grad is not None
+            grad = self._grad(seg.param)
             grad.view(-1)[seg.start : seg.start + seg.length].copy_(
                 buffer[offset : offset + seg.length]
             )
@@ -469,14 +663,18 @@ class SyncEngine:
         than the arithmetic (30 ms against 5 ms for gpt_mini's 3 MB). Their parameters are
         released together; `layers` is in forward order."""
         start = time.perf_counter()
-        self.updater.step_many(layers)
+        with self._cv:
+            kind, hparams = self._release_kind, self._hparams
+        if kind == "step":
+            self.updater.step_many(layers, hparams)
         if self.trace is not None:
             label = f"layer {layers[0] + 1}" + (f"-{layers[-1] + 1}" if len(layers) > 1 else "")
             self.trace.span("update", "update", label, start, time.perf_counter(), iteration)
         with self._cv:
             for layer in layers:
                 for index in self._update_params[layer]:
-                    self.layout.params[index].grad = None
+                    if kind != "absorb":  # an absorbed iteration's gradients are accumulated on
+                        self._clear_grad(index)
                     self._applied[index] = iteration
             self._cv.notify_all()
 
@@ -507,7 +705,15 @@ class SyncEngine:
         )
 
     def close(self) -> None:
+        """Drop a backward pass never stepped, wait for the rest, stop the thread, unhook."""
+        self._release("drop", [])
         self.flush()
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        self._thread.join()
+        clip.unregister(self)
+        self.forward_side.close()
         for handle in self._hooks:
             handle.remove()
         if self.reorder is not None:

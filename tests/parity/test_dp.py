@@ -1,0 +1,73 @@
+"""cadence-dp in the parity matrix: every model case x ordinary-loop habit, under the default
+plan, a forced many-chunk plan, backward reordering at K=2 and exhaustive autotuning, each
+compared with DDP at world sizes 2 and 4 (one process-group launch per world size)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from torch import nn
+
+import cadence
+from tests.parity.loop import HABITS, MakeOptimizer, Wrapped
+from tests.parity.matrix import Cell, cell_id, check_cell, matrix_results
+from tests.parity.models import CASES
+
+
+def _wrap(config: cadence.DPConfig) -> Any:
+    def wrap(model: nn.Module, make_optimizer: MakeOptimizer) -> Wrapped:
+        optimizer = make_optimizer(model.parameters())
+        hooked, scheduled = cadence.data_parallel(model, optimizer, config)
+        engine = hooked._cadence_dp_engine
+        return Wrapped(
+            model=hooked,
+            optimizer=scheduled,
+            module=hooked,
+            no_sync=hooked.no_sync,
+            clip=scheduled.clip_grad_norm_,
+            finish=scheduled.flush,
+            close=engine.close,
+        )
+
+    return wrap
+
+
+STRATEGIES = {
+    "dp": _wrap(cadence.DPConfig()),
+    "dp_chunks": _wrap(cadence.DPConfig(threshold_bytes=512)),  # dozens of chunks per model
+    "dp_reorder": _wrap(cadence.DPConfig(threshold_bytes=2048, reorder_k=2)),
+    "dp_autotune": _wrap(
+        cadence.DPConfig(
+            autotune="exhaustive",
+            threshold_bytes=1024,
+            autotune_trials=2,
+            autotune_iterations=1,
+            autotune_confirm_rounds=0,
+            autotune_hidden_fraction=0.0,
+            autotune_cheap_wire_fraction=0.0,
+        )
+    ),
+}
+AUTOTUNE_CASES = ("gpt2", "smallnet")  # tuning's trials make a cell slow: two cases
+CELLS: list[Cell] = [
+    (m, h, s)
+    for s in STRATEGIES
+    for m in CASES
+    for h in HABITS
+    if s != "dp_autotune" or m in AUTOTUNE_CASES
+]
+REFUSALS: dict[str, str] = {}
+_cache: dict[int, list[dict]] = {}
+
+
+def _results(world_size: int) -> list[dict]:
+    if world_size not in _cache:
+        _cache[world_size] = matrix_results(__name__, CELLS, world_size)
+    return _cache[world_size]
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("cell", CELLS, ids=cell_id)
+def test_cadence_dp_equals_ddp(cell: Cell, world_size: int) -> None:
+    check_cell(_results(world_size), cell, refusals=REFUSALS)
