@@ -74,3 +74,20 @@ def test_distributed_training_equals_single_process(tmp_path, strategy, world_si
         recorded = json.loads((dist_dir / "metrics.json").read_text())["dp_threshold_bytes"]
         grad_bytes = sum(t.numel() * 4 for t in initial.values() if t.is_floating_point())
         assert recorded == default_threshold(grad_bytes)
+
+
+def _scores_rank(rank: int, world_size: int, strategy: str) -> tuple[float, float]:
+    config = TrainConfig(model="resnet32", strategy=strategy, workers=world_size,
+                         batch_size=16, steps=3, optimizer="sgd", lr=0.05)  # fmt: skip
+    metrics = run_training(config, init_from_env(), None)
+    return metrics["final_test_loss"], metrics["final_test_accuracy"]
+
+
+def test_data_parallel_strategies_score_with_the_same_buffers():
+    """BatchNorm's running statistics differ between ranks after training; every rank scores
+    its share of the test set through the wrapped model, which (as DDP's) broadcasts rank 0's
+    buffers first, so DDP and cadence-dp report the same test loss."""
+    ddp = run_ranks(_scores_rank, 2, "ddp", timeout=180)
+    cadence = run_ranks(_scores_rank, 2, "cadence-dp", timeout=180)
+    for got in cadence:
+        torch.testing.assert_close(got, ddp[0], rtol=1e-5, atol=1e-6)

@@ -182,7 +182,11 @@ def run_training(
         if owner is not None:
             owner.sync()  # before evaluation and the checkpoint read `plain`
         if (config.eval_every_epoch or last_epoch) and (ctx.is_main or not alone):
-            test_loss, test_acc = evaluate(plain, data, ctx, alone, train_loss)
+            # Every rank evaluates through the wrapped model, as a DDP user calling `model`
+            # would: DDP and cadence's data-parallel wrappers then score with the same
+            # (rank 0's) buffers. One rank alone scores the plain module: no collectives.
+            scored = plain if alone or owner is not None else model
+            test_loss, test_acc = evaluate(scored, data, ctx, alone, train_loss)
         else:
             test_loss, test_acc = math.nan, math.nan
         record = {
