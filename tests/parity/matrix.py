@@ -2,7 +2,9 @@
 
 A strategy module (a test file) defines `STRATEGIES: dict[str, Wrap]` and may define
 `REFERENCE: dict[str, str]` (strategy -> the strategy in `STRATEGIES` or "ddp" it is compared
-with; "ddp" by default). `run_matrix` trains every cell on this rank and returns, per cell,
+with; "ddp" by default) and `TOLERANCE: dict[tuple[str, int], tuple[float, float]]` ((strategy,
+world size) -> (atol, rtol) where a strategy rounds differently from its reference, replacing
+the habit's tolerance). `run_matrix` trains every cell on this rank and returns, per cell,
 either the largest error against the reference or what the strategy said when it refused.
 """
 
@@ -28,10 +30,12 @@ def cell_id(cell: Cell) -> str:
 
 
 def compare(reference: dict[str, torch.Tensor], got: dict[str, torch.Tensor], habit: str,
-            partial: bool) -> dict[str, Any]:  # fmt: skip
+            partial: bool,
+            tolerance: tuple[float, float] | None = None) -> dict[str, Any]:  # fmt: skip
     """The largest |got - ref| / (atol + rtol |ref|) over every entry (<= 1 passes) and the
-    entry where it is; missing or extra entries are reported as such."""
-    atol, rtol = HABIT_TOLERANCE.get(habit, DEFAULT_TOLERANCE)
+    entry where it is; missing or extra entries are reported as such. `tolerance`: (atol,
+    rtol) instead of the habit's."""
+    atol, rtol = tolerance or HABIT_TOLERANCE.get(habit, DEFAULT_TOLERANCE)
     missing = sorted(set(reference) - set(got))
     extra = sorted(set(got) - set(reference))
     if (missing and not partial) or extra or not got:
@@ -70,8 +74,9 @@ def run_matrix(rank: int, world_size: int, strategy_module: str, cells: list[Cel
             results[cell_id((model_name, habit, strategy))] = {"error": traceback.format_exc()}
             continue
         partial = getattr(module, "PARTIAL", set())
+        tolerance = getattr(module, "TOLERANCE", {}).get((strategy, world_size))
         results[cell_id((model_name, habit, strategy))] = compare(
-            cache[key], got, habit, strategy in partial
+            cache[key], got, habit, strategy in partial, tolerance
         )
     return results
 
