@@ -112,3 +112,24 @@ def test_other_refusals_are_one_line():
     with pytest.raises(UserError, match="part of a ZeRO model's parameters") as info:
         torch.nn.utils.clip_grad_norm_(model.head.parameters(), 1.0)
     assert "\n" not in str(info.value)
+
+
+class ReadsWeight(nn.Module):
+    """Reads a unit's weight without calling the unit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers[0](x) @ self.layers[1].weight
+
+
+def test_stage3_reading_a_released_parameter_is_one_line():
+    import inspect
+
+    model, _ = cadence.zero(ReadsWeight(), stage=3, lr=0.1, prefetch=False)
+    assert list(inspect.signature(model.forward).parameters) == ["x"]
+    with pytest.raises(UserError, match="outside the forward of the unit holding it") as info:
+        model(torch.randn(2, 4))
+    assert "\n" not in str(info.value)

@@ -19,6 +19,7 @@ keeps them ("pinned") until training resumes or the optimizer steps. `model.stat
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -26,6 +27,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from cadence.errors import UserError
 from cadence.zero.config import ZeroConfig
 from cadence.zero.engine import BucketState, ZeroEngine
 
@@ -173,8 +175,13 @@ class Stage3Engine(ZeroEngine):
         self._unpin_after_state()
 
 
+RELEASED_MARKS = ("data is not allocated yet", "storage of size 0", "setStorage")
+"""Phrases of torch's errors on reading a parameter whose storage stage 3 has released."""
+
+
 def _swap_train(model: nn.Module, engine: Stage3Engine) -> None:
-    """Give `model` a train() that pins full parameters on eval(), as FSDP2 swaps classes."""
+    """Give `model` a train() that pins full parameters on eval(), as FSDP2 swaps classes, and
+    a forward that turns torch's error on a released parameter into one line saying why."""
     base = type(model)
 
     def train(self: nn.Module, mode: bool = True) -> nn.Module:
@@ -183,4 +190,19 @@ def _swap_train(model: nn.Module, engine: Stage3Engine) -> None:
             engine.pin()
         return result
 
-    model.__class__ = type(f"Zero3{base.__name__}", (base,), {"train": train})
+    @functools.wraps(base.forward)  # its signature stays the model's (HF Trainer reads it)
+    def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return base.forward(self, *args, **kwargs)
+        except RuntimeError as exc:
+            if not any(mark in str(exc) for mark in RELEASED_MARKS):
+                raise
+            raise UserError(
+                "cadence.zero stage 3: the model read a parameter outside the forward of the "
+                "unit holding it (units: the model and each item of its ModuleList, Sequential "
+                "or ModuleDict); call that module instead, or use stage 2"
+            ) from None
+
+    model.__class__ = type(
+        f"Zero3{base.__name__}", (base,), {"train": train, "forward": forward}
+    )
