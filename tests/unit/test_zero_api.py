@@ -9,7 +9,7 @@ from torch import nn
 import cadence
 from cadence.errors import UserError
 from cadence.zero.layout import bucket_params, build_layout
-from cadence.zero.shard_optim import Segment, segments
+from cadence.zero.shard_optim import ELEMENTWISE, Segment, segments
 
 
 class Tied(nn.Module):
@@ -100,6 +100,11 @@ def test_other_refusals_are_one_line():
     model = Tied()
     with pytest.raises(UserError, match="set them on the optimizer itself"):
         cadence.zero(model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), lr=0.2)
+    stepped = torch.optim.Adam(model.parameters())
+    model(torch.randn(2, 6)).sum().backward()
+    stepped.step()
+    with pytest.raises(UserError, match="has already stepped"):
+        cadence.zero(model, optimizer=stepped)
     with pytest.raises(UserError, match="1-bit Adam"):
         cadence.zero(Tied(), compression="onebit", optimizer=lambda ps: torch.optim.SGD(ps, lr=1))
     model, opt = cadence.zero(Tied(), stage=2, compression="onebit", lr=1e-3)
@@ -133,3 +138,20 @@ def test_stage3_reading_a_released_parameter_is_one_line():
     with pytest.raises(UserError, match="outside the forward of the unit holding it") as info:
         model(torch.randn(2, 4))
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("cls", ELEMENTWISE, ids=lambda c: c.__name__)
+def test_every_elementwise_optimizer_steps_segments_as_torch_steps_parameters(cls):
+    torch.manual_seed(0)
+    plain, x = Tied(), torch.randn(4, 6)
+    torch.manual_seed(0)
+    model, opt = cadence.zero(Tied(), stage=3, optimizer=lambda ps: cls(ps, lr=1e-2))
+    ref = cls(plain.parameters(), lr=1e-2)
+    for _ in range(3):
+        for m, o in ((plain, ref), (model, opt)):
+            o.zero_grad()
+            m(x).square().mean().backward()
+            o.step()
+    got = model.state_dict()
+    for key, value in plain.state_dict().items():
+        torch.testing.assert_close(got[key], value, rtol=1e-5, atol=1e-6, msg=key)

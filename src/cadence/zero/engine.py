@@ -332,8 +332,8 @@ class ZeroEngine:
         # each backward's gradient into the momentum as soon as it exists (as stage 2 does).
         flat_grad = self._flat_grad(st, keep=self.config.stage == 1 and not compressed)
         st.reduced = True
-        wd = self.inner.param_groups[0]["weight_decay"]
-        if compressed and wd and st.gathered:  # 1-bit Adam's momentum includes the decay term
+        wd = self.inner.param_groups[0]["weight_decay"] if compressed else 0.0  # Adam's, then
+        if wd and st.gathered:  # 1-bit Adam's momentum includes the decay term
             flat_grad.add_(st.flat.detach(), alpha=wd)
         if self.config.stage == 3:
             self.on_bucket_backward_done(st)

@@ -98,7 +98,7 @@ def resolve(optimizer: OptimizerArg, model: nn.Module, kwargs: dict[str, Any]) -
             f"cadence.zero cannot shard {type(built).__name__}: its update may read a whole "
             f"parameter or the whole model; use one of {names}, or cadence.data_parallel"
         )
-    if built.state:
+    if any(float(s.get("step", 1)) > 0 for s in built.state.values()):  # Adagrad: step 0
         raise UserError(
             "the optimizer passed to cadence.zero has already stepped: wrap the model before "
             "training, then load saved state with the returned optimizer's load_state_dict"
