@@ -155,3 +155,24 @@ def test_every_elementwise_optimizer_steps_segments_as_torch_steps_parameters(cl
     got = model.state_dict()
     for key, value in plain.state_dict().items():
         torch.testing.assert_close(got[key], value, rtol=1e-5, atol=1e-6, msg=key)
+
+
+@pytest.mark.parametrize("norm_type", [1.0, 2.0, float("inf")])
+def test_clip_returns_torchs_norm_and_scales_as_torch(norm_type):
+    torch.manual_seed(0)
+    plain, x = Tied(), torch.randn(4, 6)
+    torch.manual_seed(0)
+    model, opt = cadence.zero(Tied(), stage=2, optimizer=lambda ps: torch.optim.SGD(ps, lr=1.0))
+    ref = torch.optim.SGD(plain.parameters(), lr=1.0)
+    norms = []
+    for m, o, clip in ((plain, ref, torch.nn.utils.clip_grad_norm_), (model, opt, None)):
+        m(x).square().mean().backward()
+        if clip is None:
+            norms.append(opt.clip_grad_norm_(0.01, norm_type=norm_type))
+        else:
+            norms.append(clip(m.parameters(), 0.01, norm_type=norm_type))
+        o.step()
+    torch.testing.assert_close(norms[1], norms[0])
+    got = model.state_dict()
+    for key, value in plain.state_dict().items():
+        torch.testing.assert_close(got[key], value, rtol=1e-5, atol=1e-6, msg=key)

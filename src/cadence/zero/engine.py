@@ -214,7 +214,7 @@ class ZeroEngine:
         # Stages 1-2 in fp32 update the model's own piece in place: no second copy.
         own = self.config.stage < 3 and self.config.gather_dtype == "fp32"
         shard = nn.Parameter(flat[lo:hi] if own else flat[lo:hi].clone())
-        used = torch.zeros(len(params), dtype=torch.float32)
+        used = torch.zeros(len(params), dtype=torch.float32, device=flat.device)
         return BucketState(spec, block, params, flat, shard, used=used)
 
     # ----------------------------------------------------------------- communication thread
@@ -508,9 +508,10 @@ class ZeroEngine:
         no gradient on any rank keeps grad None, so the optimizer leaves it alone."""
         for st in self.states:
             assert st.used is not None
+            used = st.used.tolist()  # one copy to the host per bucket, not one per segment
             for seg, piece in st.segments:
-                used = bool(st.used[seg.slot]) and st.grad is not None
-                piece.grad = st.grad[seg.lo : seg.hi] if used else None  # type: ignore[index]
+                has = bool(used[seg.slot]) and st.grad is not None
+                piece.grad = st.grad[seg.lo : seg.hi] if has else None  # type: ignore[index]
 
     def clear_step(self) -> None:
         """After the update: segment gradients and used flags go, the next step starts."""
@@ -535,12 +536,14 @@ class ZeroEngine:
         self.finish_reductions()
         norm_type = float(norm_type)
         grads = [st.grad for st in self.states if st.grad is not None]
+        device = self.states[0].shard.device
         inf = norm_type == float("inf")
-        if inf:
-            local = torch.stack([g.abs().max() for g in grads]).max() if grads else None
-        else:
-            local = sum((g.abs().pow(norm_type).sum() for g in grads), torch.zeros(()))
-        total = torch.zeros(1) if local is None else local.reshape(1).float().clone()
+        total = torch.zeros(1, dtype=torch.float32, device=device)
+        for g in grads:  # padding and unused entries are zero: they add nothing
+            if inf:
+                torch.maximum(total, g.abs().max().reshape(1), out=total)
+            else:
+                total += g.abs().pow(norm_type).sum()
         if self.p > 1:
             op = "max" if inf else "sum"
             self.submit(lambda: collectives.all_reduce(total, op=op, group=self.group),
