@@ -2,9 +2,7 @@
 
 A strategy module (a test file) defines `STRATEGIES: dict[str, Wrap]` and may define
 `REFERENCE: dict[str, str]` (strategy -> the strategy in `STRATEGIES` or "ddp" it is compared
-with; "ddp" by default) and `TOLERANCE: dict[tuple[str, int], tuple[float, float]]` ((strategy,
-world size) -> (atol, rtol) where a strategy rounds differently from its reference, replacing
-the habit's tolerance). `run_matrix` trains every cell on this rank and returns, per cell,
+with; "ddp" by default). `run_matrix` trains every cell on this rank and returns, per cell,
 either the largest error against the reference or what the strategy said when it refused.
 """
 
@@ -74,10 +72,16 @@ def run_matrix(rank: int, world_size: int, strategy_module: str, cells: list[Cel
             results[cell_id((model_name, habit, strategy))] = {"error": traceback.format_exc()}
             continue
         partial = getattr(module, "PARTIAL", set())
-        tolerance = getattr(module, "TOLERANCE", {}).get((strategy, world_size))
         results[cell_id((model_name, habit, strategy))] = compare(
-            cache[key], got, habit, strategy in partial, tolerance
+            cache[key], got, habit, strategy in partial
         )
+        # A strategy module's TOLERANCE: {(strategy, world size): (atol, rtol)} for a strategy
+        # that rounds differently from its reference; it replaces the habit's tolerance.
+        tolerance = getattr(module, "TOLERANCE", {}).get((strategy, world_size))
+        if tolerance is not None:
+            results[cell_id((model_name, habit, strategy))] = compare(
+                cache[key], got, habit, strategy in partial, tolerance
+            )
     return results
 
 
