@@ -61,6 +61,8 @@ class BucketState:
     """Reduced gradient of the piece since zero_grad (unused by 1-bit Adam after warm-up)."""
     ready: set[int] = field(default_factory=set)
     """Indices of the parameters whose gradient this backward pass has accumulated."""
+    complete: bool = False
+    """Every parameter's gradient of this backward is in; the reduction waits its turn."""
     used: torch.Tensor | None = None
     """Per parameter, 1 where it got a gradient since the last step (on this rank, then, after
     `ZeroEngine.finish_reductions`, on any rank)."""
@@ -119,6 +121,8 @@ class ZeroEngine:
         """False inside `no_sync()`: backward passes accumulate gradients without reducing."""
         self.reductions_done = False
         """Every bucket of this step is reduced (by `finish_reductions`, or a clip before)."""
+        self._next_reduce = -1
+        """The bucket whose reduction goes next during a backward (see `_reduce_in_order`)."""
         self.gather_group = gather_group if gather_group is not None else group
         entries = [e for e in bucket_params(model) if e[2]]
         self.layout: ZeroLayout = build_layout(
@@ -129,6 +133,7 @@ class ZeroEngine:
             self._make_state(spec, block, [p for _, p in params])
             for spec, (_, block, params) in zip(self.layout.buckets, entries, strict=True)
         ]
+        self._restart_order()
         self.inner = self._shard_optimizer(user_optimizer)
         for st in self.states:
             for p in st.params:  # how torch's clip_grad_norm_ finds the engine (`grad_norm`)
@@ -273,9 +278,25 @@ class ZeroEngine:
                 if not self.syncing:  # no_sync: gradients stay in p.grad and accumulate
                     self.on_bucket_backward_done(st)
                 elif self.config.stage >= 2 or self.compressed_phase:
-                    self.reduce_bucket(st)
+                    st.complete = True
+                    self._reduce_in_order()
 
         return hook
+
+    def _reduce_in_order(self) -> None:
+        """Reduce the completed buckets strictly from the last to the first: a bucket whose
+        parameter went unused on this rank only (no hook completes it) holds back the ones
+        before it until `step()`, so every rank issues the reductions in the same order."""
+        while self._next_reduce >= 0 and self.states[self._next_reduce].complete:
+            st = self.states[self._next_reduce]
+            st.complete = False
+            self._next_reduce -= 1
+            self.reduce_bucket(st)
+
+    def _restart_order(self) -> None:
+        self._next_reduce = len(self.states) - 1
+        for st in self.states:
+            st.complete = False
 
     @contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -303,6 +324,7 @@ class ZeroEngine:
 
     def _after_forward(self, _module: nn.Module, _args: Any, _output: Any) -> None:
         self._buffers_due = torch.is_grad_enabled() and self.syncing
+        self._restart_order()  # a backward follows: its buckets complete anew
 
     def params_loaded(self) -> None:
         """After `model.load_state_dict`: the loaded full parameters become the master pieces."""
@@ -479,9 +501,10 @@ class ZeroEngine:
         without onebit, learn which parameters got a gradient on any rank. Once per step."""
         if self.reductions_done:
             return
-        for st in self.states:
+        for st in reversed(self.states):  # the order the hooks follow (`_reduce_in_order`)
             if not st.reduced:
                 self.reduce_bucket(st)
+        self._restart_order()
         for st in self.states:
             for fut in st.in_flight:
                 fut.result()
