@@ -19,7 +19,9 @@ import torch.nn.utils.clip_grad
 
 from cadence.errors import UserError
 
-_TORCH_CLIP = torch.nn.utils.clip_grad.clip_grad_norm_
+_previous: Any = torch.nn.utils.clip_grad.clip_grad_norm_
+"""What `torch.nn.utils.clip_grad_norm_` was when `install()` replaced it (torch's, or another
+wrapper of it): every call that is not about a ZeRO model goes there."""
 
 
 def engine_of(p: torch.Tensor) -> Any:
@@ -39,7 +41,7 @@ def clip_grad_norm_(
     params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
     engines = {id(e): e for p in params if (e := engine_of(p)) is not None}
     if not engines:
-        return _TORCH_CLIP(params, max_norm, norm_type, error_if_nonfinite, foreach)
+        return _previous(params, max_norm, norm_type, error_if_nonfinite, foreach)
     (engine,) = engines.values() if len(engines) == 1 else (None,)
     given = {id(p) for p in params if engine_of(p) is not None}
     whole = {id(p) for st in engine.states for p in st.params} if engine is not None else set()
@@ -54,6 +56,11 @@ def clip_grad_norm_(
 
 
 def install() -> None:
-    """Route `torch.nn.utils.clip_grad_norm_` through `clip_grad_norm_` (idempotent)."""
+    """Route `torch.nn.utils.clip_grad_norm_` through `clip_grad_norm_` (idempotent); whatever
+    was installed there before keeps serving every other call."""
+    global _previous
+    current = torch.nn.utils.clip_grad.clip_grad_norm_
+    if current is not clip_grad_norm_:
+        _previous = current
     torch.nn.utils.clip_grad_norm_ = clip_grad_norm_
     torch.nn.utils.clip_grad.clip_grad_norm_ = clip_grad_norm_
