@@ -19,8 +19,9 @@ from cadence.zero.engine import ZeroEngine
 FORMAT = "cadence.zero/1"
 
 
-def sharded_state(engine: ZeroEngine) -> dict[str, Any]:
-    """This rank's share of the training state, as plain tensors (cloned)."""
+def optimizer_state(engine: ZeroEngine) -> dict[str, Any]:
+    """This rank's share of the optimizer state, as plain tensors (cloned): the inner
+    optimizer's state over this rank's pieces, and 1-bit Adam's error buffers and momentum."""
 
     def opt(t: torch.Tensor | None) -> torch.Tensor | None:
         return None if t is None else t.detach().clone()
@@ -33,7 +34,6 @@ def sharded_state(engine: ZeroEngine) -> dict[str, Any]:
         "compression": engine.config.compression,
         "layout": engine.layout.fingerprint(),
         "steps_done": engine.steps_done,
-        "shards": [st.shard.detach().clone() for st in engine.states],
         "optimizer": engine.inner.state_dict(),
         "sender_error": [opt(st.sender_error) for st in engine.states],
         "reducer_error": [opt(st.reducer_error) for st in engine.states],
@@ -41,9 +41,16 @@ def sharded_state(engine: ZeroEngine) -> dict[str, Any]:
     }
 
 
-def load_sharded_state(engine: ZeroEngine, state: dict[str, Any]) -> None:
-    """Restore `sharded_state` output; every rank must call it (parameters are re-gathered)."""
-    if state.get("format") != FORMAT:
+def sharded_state(engine: ZeroEngine) -> dict[str, Any]:
+    """`optimizer_state` plus this rank's master pieces of the parameters."""
+    return {
+        **optimizer_state(engine),
+        "shards": [st.shard.detach().clone() for st in engine.states],
+    }
+
+
+def _check(engine: ZeroEngine, state: dict[str, Any]) -> None:
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise UserError("not a cadence.zero checkpoint (missing format tag)")
     if state["world_size"] != engine.p:
         raise UserError(
@@ -54,20 +61,39 @@ def load_sharded_state(engine: ZeroEngine, state: dict[str, Any]) -> None:
         raise UserError(f"ZeRO checkpoint of rank {state['rank']} loaded on rank {engine.rank}")
     if [tuple(x) for x in state["layout"]] != [tuple(x) for x in engine.layout.fingerprint()]:
         raise UserError("ZeRO checkpoint was saved from a different model (bucket sizes differ)")
-    with torch.no_grad():
-        for st, shard, se, re, mw in zip(
-            engine.states,
-            state["shards"],
-            state["sender_error"],
-            state["reducer_error"],
-            state["momentum_wire"],
-            strict=True,
-        ):
-            st.shard.copy_(shard)
-            st.sender_error, st.reducer_error, st.momentum_wire = se, re, mw
-            st.denominator = None  # made again from the loaded variance
-    engine.inner.load_state_dict(state["optimizer"])
+    if state["compression"] != engine.config.compression:
+        raise UserError(
+            f"ZeRO optimizer state was saved with compression {state['compression']}; this "
+            f"job runs {engine.config.compression}: resume with the same compression"
+        )
+
+
+def load_optimizer_state(engine: ZeroEngine, state: dict[str, Any]) -> None:
+    """Restore `optimizer_state` output; the parameters are left as they are."""
+    _check(engine, state)
+    for st, se, re, mw in zip(
+        engine.states,
+        state["sender_error"],
+        state["reducer_error"],
+        state["momentum_wire"],
+        strict=True,
+    ):
+        st.sender_error, st.reducer_error, st.momentum_wire = se, re, mw
+        st.denominator = None  # made again from the loaded variance
+    try:
+        engine.inner.load_state_dict(state["optimizer"])
+    except ValueError as exc:  # torch: groups or sizes differ
+        raise UserError(f"ZeRO optimizer state does not fit this optimizer: {exc}") from None
     engine.steps_done = state["steps_done"]
+
+
+def load_sharded_state(engine: ZeroEngine, state: dict[str, Any]) -> None:
+    """Restore `sharded_state` output; every rank must call it (parameters are re-gathered)."""
+    _check(engine, state)
+    with torch.no_grad():
+        for st, shard in zip(engine.states, state["shards"], strict=True):
+            st.shard.copy_(shard)
+    load_optimizer_state(engine, state)
     engine.after_update()
     engine.wait_gathers()
 
@@ -103,3 +129,4 @@ def load(directory: str | os.PathLike[str], optimizer: Any) -> None:
             f"{engine.p}; shards are not resharded, resume with {world} workers"
         )
     load_sharded_state(engine, torch.load(target, weights_only=False))
+    optimizer.param_groups, optimizer.state = engine.inner.param_groups, engine.inner.state

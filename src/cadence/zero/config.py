@@ -36,7 +36,8 @@ class ZeroConfig:
     stage: int = 2
     """1: optimizer state sharded; 2: plus gradients; 3: plus parameters (gathered per block)."""
     optimizer: str = "adam"
-    """One of `ZERO_OPTIMIZERS`; "onebit" compression needs "adam"."""
+    """One of `ZERO_OPTIMIZERS`; "onebit" compression needs "adam". `cadence.zero` also takes
+    the user's torch optimizer: then this names its class ("adam" for other classes)."""
     compression: str = "none"
     """Gradient/momentum traffic: "none" (fp32), "fp16", or "onebit" (1-bit Adam)."""
     freeze_steps: int = 100

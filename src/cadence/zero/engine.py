@@ -13,8 +13,10 @@ reduction overlaps the rest of the backward pass; stage 3's gather/release hooks
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +36,7 @@ from cadence.zero.onebit import (
     momentum_all_reduce,
     momentum_reduce_scatter,
 )
+from cadence.zero.shard_optim import Segment, group_index, rebuild, segments, single_group
 from cadence.zero.update import (
     FrozenAdamArgs,
     frozen_adam_update,
@@ -41,12 +44,6 @@ from cadence.zero.update import (
     replicated_update,
     step_size,
 )
-
-_TORCH_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
-    "adam": torch.optim.Adam,
-    "adamw": torch.optim.AdamW,
-    "sgd": torch.optim.SGD,
-}
 
 
 @dataclass(eq=False)
@@ -62,7 +59,16 @@ class BucketState:
     """This rank's master piece, the parameter the optimizer updates."""
     grad: torch.Tensor | None = None
     """Reduced gradient of the piece since zero_grad (unused by 1-bit Adam after warm-up)."""
-    ready: int = 0
+    ready: set[int] = field(default_factory=set)
+    """Indices of the parameters whose gradient this backward pass has accumulated."""
+    complete: bool = False
+    """Every parameter's gradient of this backward is in; the reduction waits its turn."""
+    used: torch.Tensor | None = None
+    """Per parameter, 1 where it got a gradient since the last step (on this rank, then, after
+    `ZeroEngine.finish_reductions`, on any rank)."""
+    segments: list[tuple[Segment, nn.Parameter]] = field(default_factory=list)
+    """Without onebit: the optimizer's parameters, views into `shard`, one per overlap of the
+    piece with a parameter that the user's optimizer trains."""
     reduced: bool = False
     gathered: bool = True
     pending: Future[None] | None = None
@@ -101,13 +107,22 @@ class ZeroEngine:
         self,
         model: nn.Module,
         config: ZeroConfig,
-        optimizer_kwargs: dict[str, Any],
+        user_optimizer: torch.optim.Optimizer,
         group: dist.ProcessGroup | None,
         world_size: int,
         rank: int,
         gather_group: dist.ProcessGroup | None = None,
+        broadcast_buffers: bool = True,
     ) -> None:
         self.config, self.group, self.p, self.rank = config, group, world_size, rank
+        self.model = model
+        self.broadcast_buffers = broadcast_buffers
+        self.syncing = True
+        """False inside `no_sync()`: backward passes accumulate gradients without reducing."""
+        self.reductions_done = False
+        """Every bucket of this step is reduced (by `finish_reductions`, or a clip before)."""
+        self._next_reduce = -1
+        """The bucket whose reduction goes next during a backward (see `_reduce_in_order`)."""
         self.gather_group = gather_group if gather_group is not None else group
         entries = [e for e in bucket_params(model) if e[2]]
         self.layout: ZeroLayout = build_layout(
@@ -118,12 +133,11 @@ class ZeroEngine:
             self._make_state(spec, block, [p for _, p in params])
             for spec, (_, block, params) in zip(self.layout.buckets, entries, strict=True)
         ]
-        try:
-            self.inner = _TORCH_OPTIMIZERS[config.optimizer](
-                [st.shard for st in self.states], **optimizer_kwargs
-            )
-        except TypeError as exc:
-            raise UserError(f"bad arguments for optimizer {config.optimizer}: {exc}") from None
+        self._restart_order()
+        self.inner = self._shard_optimizer(user_optimizer)
+        for st in self.states:
+            for p in st.params:  # how torch's clip_grad_norm_ finds the engine (`grad_norm`)
+                p._cadence_zero = weakref.ref(self)  # type: ignore[attr-defined]
         self.steps_done = 0
         self._lock = threading.Lock()
         self._bytes = {"gradients": 0, "parameters": 0}
@@ -153,8 +167,8 @@ class ZeroEngine:
         # needs only this backward's gradient, so it can overlap the rest of the backward.
         if config.stage >= 2 or config.compression == "onebit":
             for st in self.states:
-                for p in st.params:
-                    p.register_post_accumulate_grad_hook(self._grad_hook(st))
+                for i, p in enumerate(st.params):
+                    p.register_post_accumulate_grad_hook(self._grad_hook(st, i))
         if config.overlap_gather and config.stage < 3:
             for st in self.states:
                 st.block.register_forward_pre_hook(self._wait_gather_hook(st))
@@ -164,6 +178,28 @@ class ZeroEngine:
             ):
                 st.forward_gather = front
             model.register_state_dict_pre_hook(lambda *_a, **_k: self.wait_gathers())
+        self._buffers_due = True
+        model.register_forward_pre_hook(self._sync_buffers)
+        model.register_forward_hook(self._after_forward)
+        model.register_load_state_dict_post_hook(lambda *_a: self.params_loaded())
+
+    def _shard_optimizer(self, user: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """The user's optimizer over this rank's pieces: 1-bit Adam steps whole pieces (its
+        own update after warm-up); otherwise one segment per parameter in the piece."""
+        if self.config.compression == "onebit":
+            hyper = single_group(user, "onebit compression")
+            return torch.optim.Adam([st.shard for st in self.states], **hyper)
+        index = group_index(user, [p for st in self.states for p in st.params])
+        groups: list[list[nn.Parameter]] = [[] for _ in user.param_groups]
+        for st in self.states:
+            for seg in segments(st.spec, self.rank):
+                gi = index.get(id(st.params[seg.slot]))
+                if gi is None:  # the user's optimizer does not train it
+                    continue
+                piece = nn.Parameter(st.shard.detach()[seg.lo : seg.hi])
+                st.segments.append((seg, piece))
+                groups[gi].append(piece)
+        return rebuild(user, groups)
 
     def _make_state(
         self, spec: Bucket, block: nn.Module, params: list[nn.Parameter]
@@ -183,14 +219,21 @@ class ZeroEngine:
         # Stages 1-2 in fp32 update the model's own piece in place: no second copy.
         own = self.config.stage < 3 and self.config.gather_dtype == "fp32"
         shard = nn.Parameter(flat[lo:hi] if own else flat[lo:hi].clone())
-        return BucketState(spec, block, params, flat, shard)
+        used = torch.zeros(len(params), dtype=torch.float32, device=flat.device)
+        return BucketState(spec, block, params, flat, shard, used=used)
 
     # ----------------------------------------------------------------- communication thread
-    def submit(self, fn: Callable[[], None], kind: str, gather_lane: bool = False) -> Future[None]:
+    def submit(
+        self, fn: Callable[[], None], kind: str | None, gather_lane: bool = False
+    ) -> Future[None]:
         """Run `fn` on the communication thread (`gather_lane`: the gathers' thread, where there
-        is one), counting the bytes it sends under `kind`."""
+        is one), counting the bytes it sends under `kind` (None: buffers and used-parameter
+        flags, which `comm_bytes_per_step` leaves out)."""
 
         def task() -> None:
+            if kind is None:
+                fn()
+                return
             with collectives.count_bytes() as counter:
                 fn()
             with self._lock:
@@ -227,20 +270,76 @@ class ZeroEngine:
         return self.config.compression == "onebit" and self.steps_done >= self.config.freeze_steps
 
     # ----------------------------------------------------------------- gradients
-    def _grad_hook(self, st: BucketState) -> Callable[[torch.Tensor], None]:
+    def _grad_hook(self, st: BucketState, index: int) -> Callable[[torch.Tensor], None]:
         def hook(_param: torch.Tensor) -> None:
-            st.ready += 1
-            if st.ready == len(st.params):
-                st.ready = 0
-                if self.config.stage >= 2 or self.compressed_phase:
-                    self.reduce_bucket(st)
+            st.ready.add(index)
+            if len(st.ready) == len(st.params):
+                st.ready.clear()
+                if not self.syncing:  # no_sync: gradients stay in p.grad and accumulate
+                    self.on_bucket_backward_done(st)
+                elif self.config.stage >= 2 or self.compressed_phase:
+                    st.complete = True
+                    self._reduce_in_order()
 
         return hook
 
+    def _reduce_in_order(self) -> None:
+        """Reduce the completed buckets strictly from the last to the first: a bucket whose
+        parameter went unused on this rank only (no hook completes it) holds back the ones
+        before it until `step()`, so every rank issues the reductions in the same order."""
+        while self._next_reduce >= 0 and self.states[self._next_reduce].complete:
+            st = self.states[self._next_reduce]
+            st.complete = False
+            self._next_reduce -= 1
+            self.reduce_bucket(st)
+
+    def _restart_order(self) -> None:
+        self._next_reduce = len(self.states) - 1
+        for st in self.states:
+            st.complete = False
+
+    @contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """DDP's `no_sync`: backward passes inside accumulate gradients locally (full-size, in
+        the parameters' .grad); the first backward after it reduces their sum."""
+        previous, self.syncing = self.syncing, False
+        try:
+            yield
+        finally:
+            self.syncing = previous
+
+    def _sync_buffers(self, module: nn.Module, _args: Any) -> None:
+        """Forward pre-hook: rank 0's buffers to every rank when DDP sends them: when the
+        previous forward recorded gradients outside `no_sync` (and at the first forward)."""
+        if not (self.broadcast_buffers and self.p > 1 and self._buffers_due):
+            return
+        buffers = [b for b in module.buffers() if b.numel()]
+        if buffers:
+
+            def send() -> None:
+                for b in buffers:
+                    collectives.broadcast(b, src=0, group=self.group)
+
+            self.submit(send, None).result()
+
+    def _after_forward(self, _module: nn.Module, _args: Any, _output: Any) -> None:
+        self._buffers_due = torch.is_grad_enabled() and self.syncing
+        self._restart_order()  # a backward follows: its buckets complete anew
+
+    def params_loaded(self) -> None:
+        """After `model.load_state_dict`: the loaded full parameters become the master pieces."""
+        with torch.no_grad():
+            for st in self.states:
+                if st.flat.untyped_storage().nbytes():
+                    lo, hi = st.spec.piece_range(self.rank)
+                    st.shard.copy_(st.flat[lo:hi])
+
     def _flat_grad(self, st: BucketState, keep: bool) -> torch.Tensor:
         g = torch.zeros(st.spec.padded, dtype=torch.float32, device=st.shard.device)
-        for slot, p in zip(st.spec.slots, st.params, strict=True):
+        for i, (slot, p) in enumerate(zip(st.spec.slots, st.params, strict=True)):
             if p.grad is not None:
+                assert st.used is not None
+                st.used[i] = 1.0
                 g[slot.offset : slot.offset + slot.numel].copy_(p.grad.reshape(-1))
                 if not keep:
                     p.grad = None
@@ -249,14 +348,14 @@ class ZeroEngine:
     def reduce_bucket(self, st: BucketState) -> None:
         """Hand this bucket's local gradients to the communication thread (main thread)."""
         self.sample_memory()
-        st.ready = 0
+        st.ready.clear()
         compressed = self.compressed_phase
         # Stage 1 keeps full gradients, except under 1-bit Adam's compression, which reduces
         # each backward's gradient into the momentum as soon as it exists (as stage 2 does).
         flat_grad = self._flat_grad(st, keep=self.config.stage == 1 and not compressed)
         st.reduced = True
-        wd = self.inner.param_groups[0]["weight_decay"]
-        if compressed and wd and st.gathered:  # 1-bit Adam's momentum includes the decay term
+        wd = self.inner.param_groups[0]["weight_decay"] if compressed else 0.0  # Adam's, then
+        if wd and st.gathered:  # 1-bit Adam's momentum includes the decay term
             flat_grad.add_(st.flat.detach(), alpha=wd)
         if self.config.stage == 3:
             self.on_bucket_backward_done(st)
@@ -291,13 +390,16 @@ class ZeroEngine:
             else:
                 self._onebit_reduce_scatter(st, flat_grad)
             return
-        wire = flat_grad.half() if self.config.compression == "fp16" else flat_grad
+        op = "avg"
+        wire = flat_grad
+        if self.config.compression == "fp16":  # divided first, as torch's fp16 hook: no overflow
+            wire, op = flat_grad.half().div_(self.p), "sum"
         if self.p > 1 and self.config.stage == 1:
-            collectives.all_reduce(wire, op="avg", group=self.group)
+            collectives.all_reduce(wire, op=op, group=self.group)
             out = wire[lo:hi]
         elif self.p > 1:
             out = torch.empty(st.spec.piece, dtype=wire.dtype, device=wire.device)
-            collectives.reduce_scatter_tensor(out, wire, op="avg", group=self.group)
+            collectives.reduce_scatter_tensor(out, wire, op=op, group=self.group)
         else:
             out = wire
         self._accumulate(st, out.float())
@@ -395,15 +497,90 @@ class ZeroEngine:
         return mean_of_received(out, st.everyone_sent[:, j])
 
     def finish_reductions(self) -> None:
-        """Reduce buckets no hook reduced (stage 1: all of them), then wait for every one."""
-        for st in self.states:
+        """Reduce buckets no hook reduced (stage 1: all of them), then wait for every one;
+        without onebit, learn which parameters got a gradient on any rank. Once per step."""
+        if self.reductions_done:
+            return
+        for st in reversed(self.states):  # the order the hooks follow (`_reduce_in_order`)
             if not st.reduced:
                 self.reduce_bucket(st)
+        self._restart_order()
         for st in self.states:
             for fut in st.in_flight:
                 fut.result()
             st.in_flight.clear()
             st.reduced = False
+        if self.config.compression != "onebit":
+            self._exchange_used()
+        self.reductions_done = True
+
+    def _exchange_used(self) -> None:
+        """OR every rank's used-parameter flags (one float per parameter, uncounted)."""
+        flags = torch.cat([st.used for st in self.states if st.used is not None])
+        if self.p > 1:
+            self.submit(lambda: collectives.all_reduce(flags, op="max", group=self.group),
+                        None).result()  # fmt: skip
+        offset = 0
+        for st in self.states:
+            assert st.used is not None
+            st.used.copy_(flags[offset : offset + len(st.params)])
+            offset += len(st.params)
+
+    def set_segment_grads(self) -> None:
+        """Hand the reduced gradient pieces to the optimizer's segments; a parameter that got
+        no gradient on any rank keeps grad None, so the optimizer leaves it alone."""
+        for st in self.states:
+            assert st.used is not None
+            used = st.used.tolist()  # one copy to the host per bucket, not one per segment
+            for seg, piece in st.segments:
+                has = bool(used[seg.slot]) and st.grad is not None
+                piece.grad = st.grad[seg.lo : seg.hi] if has else None  # type: ignore[index]
+
+    def clear_step(self) -> None:
+        """After the update: segment gradients and used flags go, the next step starts."""
+        for st in self.states:
+            for _, piece in st.segments:
+                piece.grad = None
+            if st.used is not None:
+                st.used.zero_()
+            st.ready.clear()
+        self.reductions_done = False
+
+    def clip_grad_norm_(
+        self, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False
+    ) -> torch.Tensor:
+        """torch's `clip_grad_norm_` over the whole model's reduced gradients: every rank
+        adds up its pieces, one all-reduce makes the total norm, every piece is scaled."""
+        if self.config.compression == "onebit":
+            raise UserError(
+                "clip_grad_norm_ is not available with onebit compression (after warm-up the "
+                "gradients are folded into the 1-bit momentum): use compression none or fp16"
+            )
+        self.finish_reductions()
+        norm_type = float(norm_type)
+        grads = [st.grad for st in self.states if st.grad is not None]
+        device = self.states[0].shard.device
+        inf = norm_type == float("inf")
+        total = torch.zeros(1, dtype=torch.float32, device=device)
+        for g in grads:  # padding and unused entries are zero: they add nothing
+            if inf:
+                torch.maximum(total, g.abs().max().reshape(1), out=total)
+            else:
+                total += g.abs().pow(norm_type).sum()
+        if self.p > 1:
+            op = "max" if inf else "sum"
+            self.submit(lambda: collectives.all_reduce(total, op=op, group=self.group),
+                        "gradients").result()  # fmt: skip
+        norm = total[0] if inf else total[0].pow(1.0 / norm_type)
+        if error_if_nonfinite and not torch.isfinite(norm):
+            raise UserError(
+                f"the total gradient norm of order {norm_type} is non-finite: gradients "
+                "hold inf or NaN; set error_if_nonfinite=False to clip anyway"
+            )
+        coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+        for g in grads:
+            g.mul_(coef)
+        return norm
 
     # ----------------------------------------------------------------- parameters
     def gather_task(self, st: BucketState) -> None:
@@ -489,6 +666,9 @@ class ZeroEngine:
     def zero_grad(self) -> None:
         for st in self.states:
             st.grad = None
+            st.ready.clear()
+            if st.used is not None:
+                st.used.zero_()
             for p in st.params:
                 p.grad = None
 

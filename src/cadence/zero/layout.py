@@ -1,9 +1,11 @@
 """The shard plan, as data: which parameters form each bucket and which slice each rank owns.
 
-A bucket is one block of the model (`BlockModel.blocks()`, else the model's children, else the
-model itself). Its trainable parameters are flattened in registration order and padded to a
-multiple of p x `SCALE_CHUNK` elements, so every rank owns an equal, contiguous, byte-balanced
-piece whose sign bits pack into whole bytes and whose 1-bit scales cover whole chunks.
+A bucket is one unit of the model (`model_units`: the model itself and every item of a
+module container at any depth; a zoo `BlockModel`'s blocks), holding the parameters no deeper
+unit holds (a tied weight: the deepest unit holding all its users). Its trainable parameters
+are flattened in registration order and padded to a multiple of p x `SCALE_CHUNK` elements,
+so every rank owns an equal, contiguous, byte-balanced piece whose sign bits pack into whole
+bytes and whose 1-bit scales cover whole chunks.
 Stages 2 and 3 reduce a bucket as soon as its backward is done, and stage 3 gathers
 parameters one bucket at a time. Pure: no process group in here.
 """
@@ -87,31 +89,74 @@ def round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-def model_blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The units ZeRO buckets and (in stage 3) gathers: blocks, else children, else the model."""
-    children = list(model.named_children())
-    return children if children else [("model", model)]
+CONTAINERS = (nn.ModuleList, nn.Sequential, nn.ModuleDict)
+"""Modules whose items are ZeRO units: repeated layers live in them (transformers' `h`,
+`layer`, `layers`, torchvision-style stages), and they call (or their owner calls) each item."""
+
+
+def model_units(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The units ZeRO buckets and (in stage 3) gathers, in pre-order (forward order as far as
+    the module tree tells it): the model itself, then every item of a container module
+    (`CONTAINERS`) at any depth. A zoo `BlockModel` is the model plus its blocks (not deeper),
+    so buckets stay its blocks, as the simulator assumes."""
+    units: list[tuple[str, nn.Module]] = [("", model)]
+    seen = {id(model)}
+
+    def walk(prefix: str, module: nn.Module, deeper: bool) -> None:
+        for name, child in module.named_children():
+            path = prefix + name
+            if isinstance(module, CONTAINERS) and id(child) not in seen:
+                seen.add(id(child))
+                units.append((path, child))
+            if deeper:
+                walk(path + ".", child, deeper)
+
+    walk("", model, deeper=not callable(getattr(model, "blocks", None)))
+    return units
+
+
+def _owner(path: str, unit_paths: list[str]) -> str:
+    """The deepest unit whose subtree holds the module at `path`."""
+    best = ""
+    for u in unit_paths:
+        if (path == u or path.startswith(u + ".")) and len(u) > len(best):
+            best = u
+    return best
+
+
+def _common_unit(paths: set[str], unit_paths: list[str]) -> str:
+    """The deepest unit holding every module path in `paths` (their lowest common unit)."""
+    split = [p.split(".") if p else [] for p in paths]
+    common: list[str] = []
+    for parts in zip(*split, strict=False):
+        if len(set(parts)) != 1:
+            break
+        common.append(parts[0])
+    return _owner(".".join(common), unit_paths)
 
 
 def bucket_params(model: nn.Module) -> list[tuple[str, nn.Module, list[tuple[str, nn.Parameter]]]]:
-    """(block name, block, its trainable parameters); a shared parameter goes to its first block."""
-    seen: set[int] = set()
-    out = []
-    for block_name, block in model_blocks(model):
-        prefix = "" if block is model else f"{block_name}."
-        params = []
-        for name, p in block.named_parameters():
-            if p.requires_grad and id(p) not in seen:
-                seen.add(id(p))
-                params.append((prefix + name, p))
-        out.append((block_name, block, params))
-    stray = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in seen]
-    if stray:
-        raise UserError(
-            f"cadence.zero needs every parameter inside a block (child module); "
-            f"found {', '.join(stray[:3])} on the model itself"
-        )
-    return out
+    """(unit name, unit, its trainable parameters) for every unit of `model_units`, in pre-order.
+
+    A parameter belongs to the deepest unit that holds every module registering it: a weight
+    tied between two units (GPT-2's embedding and head) goes to their common ancestor (the model
+    itself at worst), whose parameters stay gathered while any of its descendants computes.
+    The model itself is named "model" (a unit without parameters gets an empty list).
+    """
+    units = model_units(model)
+    unit_paths = [path for path, _ in units]
+    users: dict[int, set[str]] = {}
+    for mod_path, module in model.named_modules(remove_duplicate=False):
+        for p in module.parameters(recurse=False):
+            if p is None or not p.requires_grad:
+                continue
+            users.setdefault(id(p), set()).add(mod_path)
+    home = {pid: _common_unit(paths, unit_paths) for pid, paths in users.items()}
+    by_unit: dict[str, list[tuple[str, nn.Parameter]]] = {path: [] for path in unit_paths}
+    for name, p in model.named_parameters():  # registration order, each parameter once
+        if id(p) in home:
+            by_unit[home[id(p)]].append((name, p))
+    return [(path or "model", unit, by_unit[path]) for path, unit in units]
 
 
 def build_layout(

@@ -1,13 +1,15 @@
 """`ZeroOptimizer`: the torch Optimizer the user holds; its `step()` drives the engine.
 
-Without compression (and during 1-bit Adam's warm-up) the update is torch's own optimizer
-over this rank's flat shards, so the arithmetic is exactly torch's, element by element. After
-warm-up, 1-bit Adam updates with the frozen variance and the communicated momentum.
+Without compression (and during 1-bit Adam's warm-up) the update is the user's own torch
+optimizer, rebuilt over this rank's pieces of the flat buckets (`shard_optim`), so the
+arithmetic is torch's, element by element. After warm-up, 1-bit Adam updates with the frozen
+variance and the communicated momentum.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -18,11 +20,13 @@ from cadence.zero.update import FrozenAdamArgs
 
 
 class ZeroOptimizer(Optimizer):
-    """Sharded optimizer: param_groups and state are the inner torch optimizer's (over shards),
-    so LR schedulers work; `state_dict()` is this rank's shard (see `cadence.zero.checkpoint`)."""
+    """Sharded optimizer: param_groups and state are the inner torch optimizer's (over this
+    rank's pieces, in the user's groups), so LR schedulers and edits of param_groups work;
+    `state_dict()` is this rank's shard of the optimizer state (see `cadence.zero.checkpoint`)."""
 
     def __init__(self, engine: ZeroEngine) -> None:
         super().__init__(engine.inner.param_groups, engine.inner.defaults)
+        self.param_groups = engine.inner.param_groups  # the very same dicts and list
         self.state = engine.inner.state
         self.engine = engine
 
@@ -40,6 +44,20 @@ class ZeroOptimizer(Optimizer):
         """With `overlap_gather`: make every parameter current now (no-op otherwise)."""
         self.engine.wait_gathers()
 
+    @contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """DDP's `no_sync` (also `model.no_sync()`): see `ZeroEngine.no_sync`."""
+        with self.engine.no_sync():
+            yield
+
+    def clip_grad_norm_(
+        self, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False
+    ) -> torch.Tensor:
+        """Clip the whole model's gradient by its global norm, between backward and `step()`,
+        as `torch.nn.utils.clip_grad_norm_` does on an unsharded model; returns the norm.
+        Costs one all-reduce of a scalar after the gradients are reduced."""
+        return self.engine.clip_grad_norm_(max_norm, norm_type, error_if_nonfinite)
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.engine.zero_grad()
 
@@ -56,12 +74,16 @@ class ZeroOptimizer(Optimizer):
         eng.finish_reductions()
         if compressed:
             self._onebit_update()
-        else:
+        elif eng.config.compression == "onebit":  # warm-up: plain Adam over whole pieces
             for st in eng.states:
                 st.shard.grad = st.grad if st.grad is not None else torch.zeros_like(st.shard)
             eng.inner.step()
             for st in eng.states:
                 st.shard.grad = None
+        else:
+            eng.set_segment_grads()
+            eng.inner.step()
+        eng.clear_step()
         eng.sample_memory()
         eng.after_update()
         eng.steps_done += 1
@@ -78,12 +100,17 @@ class ZeroOptimizer(Optimizer):
                 st.updated = st.replicated  # then every piece is current: no gather
 
     def state_dict(self) -> dict[str, Any]:
-        from cadence.zero.checkpoint import sharded_state
+        """This rank's optimizer state (not the parameters: those are the model's)."""
+        from cadence.zero.checkpoint import optimizer_state
 
         self.engine.wait_gathers()  # early updates still queued change the state
-        return sharded_state(self.engine)
+        return optimizer_state(self.engine)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        from cadence.zero.checkpoint import load_sharded_state
+        """Load `state_dict()` output saved by the same rank of a job of the same world size
+        and model; the model's parameters are left as they are."""
+        from cadence.zero.checkpoint import load_optimizer_state
 
-        load_sharded_state(self.engine, state_dict)
+        load_optimizer_state(self.engine, state_dict)
+        self.param_groups = self.engine.inner.param_groups
+        self.state = self.engine.inner.state

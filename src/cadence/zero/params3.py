@@ -1,19 +1,25 @@
-"""Stage 3: parameters live only as shards; a block's full parameters exist just around its
+"""Stage 3: parameters live only as shards; a unit's full parameters exist just around its
 forward and its backward.
 
-Before a block's forward its bucket is all-gathered (the next bucket's gather is queued right
-behind it, so it travels while this block computes) and released after the forward; a hook
-on the block's output gathers it again before its backward (prefetching the previous bucket)
-and the gradient hook releases it once all its gradients exist. The last bucket stays gathered
-from its forward to its backward.
+Units nest (`layout.model_units`): the model itself, and every item of a module container at
+any depth. Before a unit's forward its bucket is all-gathered (the next bucket's gather is
+queued right behind it, so it travels while this unit computes) and released after the
+forward, so an enclosing unit's parameters stay gathered while its inner units compute; a
+hook on the unit's output gathers it again before its backward (prefetching the previous
+bucket) and the gradient hook releases it once all its gradients exist. The model's own
+bucket (tied weights live there), the last bucket, and a unit whose output carries no
+gradient stay gathered from forward to backward.
 
 Evaluation and checkpoints need full parameters without collectives inside forward (ranks may
 score different numbers of batches), so `model.eval()` gathers every bucket on every rank and
-keeps them ("pinned") until training resumes or the optimizer steps.
+keeps them ("pinned") until training resumes or the optimizer steps. `model.state_dict()` and
+`model.load_state_dict()` gather every bucket too (every rank calls them, as under FSDP), and
+`state_dict()` returns copies, so its values outlive the next release.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -21,6 +27,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from cadence.errors import UserError
 from cadence.zero.config import ZeroConfig
 from cadence.zero.engine import BucketState, ZeroEngine
 
@@ -42,19 +49,27 @@ class Stage3Engine(ZeroEngine):
         self,
         model: nn.Module,
         config: ZeroConfig,
-        optimizer_kwargs: dict[str, Any],
+        user_optimizer: torch.optim.Optimizer,
         group: dist.ProcessGroup | None,
         world_size: int,
         rank: int,
+        broadcast_buffers: bool = True,
     ) -> None:
-        super().__init__(model, config, optimizer_kwargs, group, world_size, rank)
+        super().__init__(
+            model, config, user_optimizer, group, world_size, rank,
+            broadcast_buffers=broadcast_buffers,
+        )  # fmt: skip
         self.pinned = False
+        self._pinned_for_state = False
         self.handles: list[RemovableHandle] = []
         for st in self.states:
             self.handles.append(st.block.register_forward_pre_hook(self._pre_forward(st)))
             self.handles.append(st.block.register_forward_hook(self._post_forward(st)))
             self.release(st)
-        model.register_state_dict_pre_hook(self._check_full)
+        model.register_state_dict_pre_hook(lambda *_a: self._pin_for_state())
+        model.register_state_dict_post_hook(lambda *a: self._copy_state(*a))
+        model.register_load_state_dict_pre_hook(lambda *_a: self._pin_for_state())
+        model.register_load_state_dict_post_hook(lambda *_a: self._unpin_after_state())
         _swap_train(model, self)
 
     # ---------------------------------------------------------------- gather / release
@@ -113,11 +128,13 @@ class Stage3Engine(ZeroEngine):
             if self.pinned:
                 return
             needs_grad = [t for t in _tensors(output) if t.requires_grad]
-            if module.training and torch.is_grad_enabled() and needs_grad:
+            if module.training and torch.is_grad_enabled():
                 for t in needs_grad:
                     t.register_hook(self._pre_backward(st))
-                if st.spec.index == len(self.states) - 1:
-                    return  # backward starts here at once
+                if st.spec.index == len(self.states) - 1 or st.block is self.model:
+                    return  # backward starts here at once, or the whole model's is held
+                if not needs_grad:
+                    return  # no output hook would gather it again before its backward
             self.release(st)
 
         return hook
@@ -137,16 +154,34 @@ class Stage3Engine(ZeroEngine):
     def after_update(self) -> None:
         self.release_all()  # stale now; the next forward gathers fresh pieces
 
-    def _check_full(self, *_args: Any, **_kwargs: Any) -> None:
-        if not all(st.gathered for st in self.states):
-            raise RuntimeError(
-                "ZeRO-3 parameters are sharded: call model.eval() on every rank before "
-                "model.state_dict() to gather them"
-            )
+    def _pin_for_state(self) -> None:
+        """Before (load_)state_dict: every bucket gathered (collective), as under eval()."""
+        if not self.pinned:
+            self.pin()
+            self._pinned_for_state = True
+
+    def _unpin_after_state(self) -> None:
+        if self._pinned_for_state:
+            self._pinned_for_state = False
+            self.release_all()
+
+    def _copy_state(self, _module: nn.Module, state: dict[str, Any], *_args: Any) -> None:
+        """state_dict's values that live in ZeRO's buffers become copies (the buffers are
+        released again), then the buckets gathered for it go."""
+        storages = {st.flat.untyped_storage().data_ptr() for st in self.states}
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor) and value.untyped_storage().data_ptr() in storages:
+                state[key] = value.clone()
+        self._unpin_after_state()
+
+
+RELEASED_MARKS = ("data is not allocated yet", "storage of size 0", "setStorage")
+"""Phrases of torch's errors on reading a parameter whose storage stage 3 has released."""
 
 
 def _swap_train(model: nn.Module, engine: Stage3Engine) -> None:
-    """Give `model` a train() that pins full parameters on eval(), as FSDP2 swaps classes."""
+    """Give `model` a train() that pins full parameters on eval(), as FSDP2 swaps classes, and
+    a forward that turns torch's error on a released parameter into one line saying why."""
     base = type(model)
 
     def train(self: nn.Module, mode: bool = True) -> nn.Module:
@@ -155,4 +190,19 @@ def _swap_train(model: nn.Module, engine: Stage3Engine) -> None:
             engine.pin()
         return result
 
-    model.__class__ = type(f"Zero3{base.__name__}", (base,), {"train": train})
+    @functools.wraps(base.forward)  # its signature stays the model's (HF Trainer reads it)
+    def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return base.forward(self, *args, **kwargs)
+        except RuntimeError as exc:
+            if not any(mark in str(exc) for mark in RELEASED_MARKS):
+                raise
+            raise UserError(
+                "cadence.zero stage 3: the model read a parameter outside the forward of the "
+                "unit holding it (units: the model and each item of its ModuleList, Sequential "
+                "or ModuleDict); call that module instead, or use stage 2"
+            ) from None
+
+    model.__class__ = type(
+        f"Zero3{base.__name__}", (base,), {"train": train, "forward": forward}
+    )

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from cadence.errors import UserError
 from cadence.models import loss_fn
 from cadence.zero.config import ZeroConfig
-from cadence.zero.layout import model_blocks
+from cadence.zero.layout import model_units
 
 Step = Callable[[Tensor, Tensor], Tensor]
 
@@ -67,7 +67,7 @@ def wrap_fsdp2(model: nn.Module, lr: float) -> Job:
     """FSDP2: `fully_shard` on every block (ZeRO-3 style, resharded after forward), then root."""
     from torch.distributed.fsdp import fully_shard
 
-    for _, block in model_blocks(model):
+    for _, block in reversed(model_units(model)):  # innermost first, as fully_shard needs
         if block is not model and any(p.requires_grad for p in block.parameters()):
             fully_shard(block)
     fully_shard(model)
