@@ -6,7 +6,9 @@ so, as under FSDP, every rank must run the same units.)"""
 import pytest
 import torch
 from torch import nn
+from torch.nn.utils import clip_grad_norm_ as clip_bound_at_import  # before any ZeRO model
 
+from cadence.errors import UserError
 from cadence.testing import run_ranks
 
 
@@ -61,3 +63,27 @@ def test_a_parameter_some_ranks_skip_trains_as_under_ddp(stage):
             torch.testing.assert_close(zero[key], value, rtol=1e-5, atol=1e-6, msg=key)
         assert torch.equal(zero["never.weight"], initial["never.weight"])  # no decay either
         assert not torch.equal(zero["layers.1.weight"], initial["layers.1.weight"])
+
+
+def _clip_bound_at_import(rank: int, world_size: int, stage: int) -> str:
+    import cadence
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 2))
+    wrapped, opt = cadence.zero(model, stage=stage, optimizer=lambda ps: torch.optim.SGD(ps, 0.1))
+    wrapped(torch.randn(4, 8)).square().mean().backward()
+    try:
+        clip_bound_at_import(wrapped.parameters(), 0.01)
+    except UserError as exc:
+        return str(exc)
+    finally:
+        opt.engine.close()
+    return "clipped"
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_a_clip_bound_before_wrapping_is_refused_not_wrong(stage):
+    """torch's clip_grad_norm_ imported before cadence.zero existed cannot see the sharded,
+    reduced gradients: it is stopped with one line instead of clipping the wrong ones."""
+    for message in run_ranks(_clip_bound_at_import, 2, stage, timeout=120):
+        assert "imported before cadence.zero wrapped the model" in message

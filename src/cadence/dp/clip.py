@@ -34,7 +34,6 @@ _lock = threading.Lock()
 _installed = False
 
 original_clip_grad_norm: Callable[..., torch.Tensor] = clip_module.clip_grad_norm_
-_original_clip_grad_value: Callable[..., None] = clip_module.clip_grad_value_
 _original_unscale: Callable[..., None] = torch.amp.GradScaler.unscale_
 _original_group: Callable[..., Any] | None = getattr(
     clip_module, "_group_tensors_by_device_and_dtype", None
@@ -91,7 +90,9 @@ def _unscale_(self: Any, optimizer: Any) -> None:
 
 
 def _install() -> None:
-    norm, value = _waiting(original_clip_grad_norm), _waiting(_original_clip_grad_value)
+    # Wrap what is installed now, not torch's own: another wrapper (ZeRO's route) keeps serving.
+    norm = _waiting(clip_module.clip_grad_norm_)
+    value = _waiting(clip_module.clip_grad_value_)
     for module in (nn_utils, clip_module):
         module.clip_grad_norm_ = norm  # type: ignore[attr-defined]
         module.clip_grad_value_ = value  # type: ignore[attr-defined]

@@ -5,7 +5,10 @@ Under ZeRO the reduced gradients live as pieces in the engine, not in the parame
 function would see no gradients or the wrong ones and clip nothing. `install()` wraps it: a
 call over exactly the parameters of one ZeRO model clips by the global norm through the
 engine (the same result as torch on an unsharded model); a call over part of a ZeRO model's
-parameters is refused in one line; any other call goes to torch unchanged.
+parameters is refused in one line; any other call goes to torch unchanged. A reference to
+torch's function taken before `install()` (`from torch.nn.utils import clip_grad_norm_` at
+import) would clip the wrong gradients: the helper it scales them with, looked up in torch's
+module at each call, refuses ZeRO parameters in one line instead.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import torch.nn.utils.clip_grad
 from cadence.errors import UserError
 
 _previous: Any = torch.nn.utils.clip_grad.clip_grad_norm_
+_scale_with_norm: Any = torch.nn.utils.clip_grad._clip_grads_with_norm_
 """What `torch.nn.utils.clip_grad_norm_` was when `install()` replaced it (torch's, or another
 wrapper of it): every call that is not about a ZeRO model goes there."""
 
@@ -55,6 +59,19 @@ def clip_grad_norm_(
     return engine.clip_grad_norm_(max_norm, norm_type, error_if_nonfinite)
 
 
+def _clip_grads_with_norm_(parameters: Any, *args: Any, **kwargs: Any) -> None:
+    """torch's scaling step, refused on a ZeRO model's parameters: reached only through a
+    clip function bound before the model was wrapped, whose norm saw no reduced gradients."""
+    params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+    if any(engine_of(p) is not None for p in params):
+        raise UserError(
+            "this clip_grad_norm_ was imported before cadence.zero wrapped the model and cannot "
+            "see its sharded gradients: call torch.nn.utils.clip_grad_norm_(...) through the "
+            "module, or optimizer.clip_grad_norm_(max_norm)"
+        )
+    _scale_with_norm(params, *args, **kwargs)
+
+
 def install() -> None:
     """Route `torch.nn.utils.clip_grad_norm_` through `clip_grad_norm_` (idempotent); whatever
     was installed there before keeps serving every other call."""
@@ -64,3 +81,4 @@ def install() -> None:
         _previous = current
     torch.nn.utils.clip_grad_norm_ = clip_grad_norm_
     torch.nn.utils.clip_grad.clip_grad_norm_ = clip_grad_norm_
+    torch.nn.utils.clip_grad._clip_grads_with_norm_ = _clip_grads_with_norm_
