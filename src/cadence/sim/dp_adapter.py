@@ -412,7 +412,12 @@ def build_dp(
     taken = add_input(
         graph, costs, stream=workers[0][0], worker=0, iteration=total, after=compute_prev[0]
     )
-    starts.append(_marker(graph, workers[0][0], taken, gates[0][0], total))
+    buffers = _buffer_broadcast(
+        graph, buffer_bytes, nics, link, world_size, [*compute_prev], total, computes, options,
+        buffer_broadcasts, main_group,
+    )  # fmt: skip
+    gate = [*gates[0][0], *(buffers[0] if buffers else [])]
+    starts.append(_marker(graph, workers[0][0], taken, gate, total))
     return Built(graph, tuple(starts), options.warmup_iterations, "cadence-dp", world_size)
 
 
