@@ -7,13 +7,18 @@ parameters; backward: W1 ends at 4, W0 at 5) and 80 B/s links: one 400 B chunk t
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from cadence.cli import main
 from cadence.dp.plan import build_plan
 from cadence.sim import SimOptions, simulate_ddp, simulate_dp
 from cadence.sim.metrics import SimResult
 from cadence.sim.options import CLIP_SHARE_OF_STEP
 from cadence.sim.zero_graph import ZeroSimPlan, simulate_zero
+from tests.unit.test_sim_cli import zoo_profile
 from tests.unit.test_sim_dp import LINK, TWO, params_of
 
 PLAN = build_plan(params_of(TWO), threshold_bytes=400, credit_bytes=800)  # one chunk per block
@@ -114,3 +119,22 @@ def test_buffers_are_broadcast_before_each_forward_and_the_forward_waits() -> No
     assert simulate_dp(TWO, PLAN, 1, LINK, buffer_bytes=800).iteration_s == pytest.approx(
         simulate_dp(TWO, PLAN, 1, LINK).iteration_s
     )
+
+
+@pytest.mark.parametrize("strategy", ["cadence-dp", "ddp", "zero"])
+def test_the_clip_flag_prices_the_clip_in_simulate_and_plan(
+    strategy: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = tmp_path / "cnn.json"
+    zoo_profile("cnn").save(profile)
+    common = ["--model", "cnn", "--profile", str(profile), "--workers", "2",
+              "--bandwidth", "100mbit", "--optimizer-step", "0.05"]  # fmt: skip
+
+    def predicted(*extra: str) -> float:
+        out = tmp_path / "r.json"
+        assert main(["simulate", *common, "--strategy", strategy, "--json", str(out), *extra]) == 0
+        return float(json.loads(out.read_text())["iteration_time_s"])
+
+    assert predicted("--clip") > predicted()
+    assert main(["plan", "dp", *common, "--thresholds", "64kib", "--clip"]) == 0
+    assert "cadence-dp" in capsys.readouterr().out
