@@ -19,7 +19,7 @@ from cadence.sim.metrics import SimResult
 from cadence.sim.options import CLIP_SHARE_OF_STEP
 from cadence.sim.zero_graph import ZeroSimPlan, simulate_zero
 from tests.unit.test_sim_cli import zoo_profile
-from tests.unit.test_sim_dp import LINK, TWO, params_of
+from tests.unit.test_sim_dp import LINK, THREE, TWO, params_of
 
 PLAN = build_plan(params_of(TWO), threshold_bytes=400, credit_bytes=800)  # one chunk per block
 
@@ -56,15 +56,37 @@ def test_the_used_flags_follow_the_last_chunk_at_one_messages_latency() -> None:
     from cadence.comm.cost import AlphaBeta
 
     link = AlphaBeta(alpha_s=0.5, beta_s_per_byte=1 / LINK)
-    dp = simulate_dp(TWO, PLAN, 2, link, iterations=1)
+    dp = simulate_dp(TWO, PLAN, 2, link, iterations=1, options=SimOptions(clip=True))
     # c0 4..10 and c1 10..16 (two messages of 0.5 s each, then 5 s of bytes); the flags'
-    # all-reduce follows, 16..17, with no bytes priced; the updates start after it.
+    # all-reduce follows, 16..17, with no bytes priced; the clip waits for it.
     flags = _spans(dp, "collective", 0)["ar flags"]
     assert flags == pytest.approx((16.0, 17.0))
-    assert min(start for start, _ in _spans(dp, "update", 0).values()) == pytest.approx(17.0)
+    assert _spans(dp, "update", 0)["clip"][0] == pytest.approx(17.0)
     # A one-chunk plan carries its flags in its one all-reduce.
     one = build_plan(params_of(TWO), threshold_bytes=800, credit_bytes=800)
     assert "ar flags" not in _spans(simulate_dp(TWO, one, 2, link), "collective")
+
+
+def test_a_chunk_completing_after_step_is_applied_at_once_an_earlier_one_after_all() -> None:
+    # THREE: three blocks of 400 B, one chunk each, 400 B in flight at most, 400 B take 1 s.
+    # W2 ends at 5: c0 5..6. W1 at 7: c0 is completed to make room (before step(), which
+    # comes at the backward's end, 8), c1 goes 7..8. W0 at 8: c1 is completed (after step():
+    # layer 1 is updated at once), c2 goes 8..9 and is completed at 9 (layer 0 at once);
+    # layer 2's update, held since 7, runs once every chunk and the flags are reduced: last.
+    plan = build_plan(params_of(THREE), threshold_bytes=400, credit_bytes=400)
+    dp = simulate_dp(THREE, plan, 2, 400.0, iterations=1, options=SimOptions(warmup_iterations=0))
+    s = dp.schedule
+    ran = {t.name: s.start_s[t.id] for t in s.graph.tasks
+           if t.kind == "update" and t.worker == 0 and s.did_work(t.id)}  # fmt: skip
+    flows = _spans(dp, "allreduce", 0)
+    assert [flows[f"ar c{c}"] for c in range(3)] == [(5.0, 6.0), (7.0, 8.0), (8.0, 9.0)]
+    assert ran == {"U1": 8.0, "U0": 9.0, "U2": 9.0}
+    # Each update twice: at its chunk's completion if step() has happened by then, else
+    # deferred behind every reduction (in completion order); one of the two does the work.
+    updates = [t for t in s.graph.tasks if t.kind == "update" and t.worker == 0]
+    assert [(t.name, s.did_work(t.id)) for t in updates] == [
+        ("U2", False), ("U1", True), ("U0", True), ("U2", True), ("U1", False), ("U0", False)
+    ]
 
 
 def test_with_clip_the_first_update_starts_after_the_last_reduction_and_the_clip() -> None:
@@ -79,8 +101,10 @@ def test_with_clip_the_first_update_starts_after_the_last_reduction_and_the_clip
     assert clip_task[0] == pytest.approx(last) and clip_task[1] == pytest.approx(last + 1.0)
     layers = {k: v for k, v in _spans(dp, "update").items() if k != "clip"}
     assert min(start for start, _ in layers.values()) == pytest.approx(last + 1.0)
-    # Periods: c1 ends 14; clip 14..15; U1 15..(15 + 7/6), U0 after it: 1 s more than plain.
-    assert dp.iteration_s == pytest.approx(plain.iteration_s + 1.0)
+    # Without the clip U1 runs at c0's end (9) and U0 at c1's (14): a period of 14 + 7/6.
+    # With it: c1 ends 14; clip 14..15; U1 15..(15 + 7/6), then U0: 17 + 1/3.
+    assert plain.iteration_s == pytest.approx(14.0 + 7 / 6)
+    assert dp.iteration_s == pytest.approx(17.0 + 1 / 3)
     # DDP steps after its backward and its bucket anyway: the clip goes in between.
     ddp = simulate_ddp(TWO, 2, LINK, params=PLAN.params, options=clip)
     unclipped = SimOptions(update_s_per_byte=step)

@@ -11,11 +11,12 @@ Both follow what the executors do, step by step:
   chunk (waits for it, unpacks it). After the last issue and the backward's end it all-reduces
   one "used" flag per parameter (priced at one message's latency; not with a one-chunk plan,
   whose flags travel in its one all-reduce), then completes the remaining chunks in order.
-  Updates are released by `optimizer.step()`, at the backward's end: every layer is updated
-  after the last reduction and the flags, in the order its last chunk completed. That is the
-  runtime's order when its reductions keep pace with the backward; where chunks complete after
-  step() (a slow link), the runtime applies those at once, ahead of the earlier ones, so the
-  front layers' updates come sooner than simulated. With `SimOptions.clip` the main thread
+  Updates are released by `optimizer.step()`, at the backward's end: a layer whose last
+  chunk is completed after it is updated at once (a conditional task, working only if the
+  backward had ended); one completed before it is held, and the held ones run in completion
+  order once every chunk and the flags are reduced (each a deferred copy, which ends with the
+  early one where that one worked). A completion at the very instant the backward ends counts
+  as after step(): the runtime's two threads race there. With `SimOptions.clip` the main thread
   waits for every reduction and the flags, clips (`SimOptions.clip_s` on the compute), then
   steps. Layer b's next forward waits for its update only; a model with buffers has them
   broadcast from rank 0 before each forward, as DDP does (main thread, default group), and
@@ -223,8 +224,10 @@ class _CommThread:
         deps: Sequence[int | None],
         mem: int = 0,
         stream: int | None = None,
+        **conditional: int | None,
     ) -> int:
-        """The thread's next step; it runs on `stream` (default: the thread's own)."""
+        """The thread's next step; it runs on `stream` (default: the thread's own);
+        `conditional`: `work_if_ended` / `ends_with` (see `Task`)."""
         tid = self.graph.add_work(
             name,
             kind,
@@ -234,6 +237,7 @@ class _CommThread:
             worker=w,
             iteration=self.iteration,
             mem_end=mem,
+            **conditional,
         )
         self.prev[w] = tid
         return tid
@@ -253,17 +257,44 @@ class _CommThread:
         layer_bytes: Sequence[int],
         update_s_per_byte: float,
         update_streams: Sequence[int] | None,
+        inline: dict[tuple[int, int], int] | None = None,
+        reduced: Sequence[int | None] = (),
     ) -> None:
-        """Update `layers` once `released[w]` (the step) has happened."""
+        """Update `layers` once `released[w]` (the step) has happened and, where `reduced` is
+        given, every chunk is reduced; where `inline` holds the layer's update applied at its
+        chunk's completion if step() had happened by then, this is the deferred copy, which
+        ends with that one if it worked."""
         for w in range(len(self.streams)):
             for layer in layers:
                 seconds = update_s_per_byte * layer_bytes[layer]
                 # The update frees the layer's gradients and gates its next forward.
                 stream = None if update_streams is None else update_streams[w]
+                early = None if inline is None else inline.get((w, layer))
+                deps = [released[w], *(reduced[w : w + 1])]
                 t = self.step(
-                    w, f"U{layer}", "update", seconds, [released[w]], -layer_bytes[layer], stream
-                )
+                    w, f"U{layer}", "update", seconds, deps, -layer_bytes[layer], stream,
+                    ends_with=early,
+                )  # fmt: skip
                 self.gates[w][layer_block[layer]].append(t)
+
+    def apply_if_released(
+        self,
+        layers: Sequence[int],
+        released: Sequence[int | None],
+        layer_bytes: Sequence[int],
+        update_s_per_byte: float,
+        update_streams: Sequence[int] | None,
+        inline: dict[tuple[int, int], int],
+    ) -> None:
+        """`layers`' updates at their chunk's completion, done only if step() (`released[w]`)
+        has happened by then; recorded in `inline`."""
+        for w in range(len(self.streams)):
+            for layer in layers:
+                seconds = update_s_per_byte * layer_bytes[layer]
+                stream = None if update_streams is None else update_streams[w]
+                inline[w, layer] = self.step(
+                    w, f"U{layer}", "update", seconds, [], 0, stream, work_if_ended=released[w]
+                )
 
 
 def build_dp(
@@ -351,6 +382,24 @@ def build_dp(
         comm.gates = gates = [[[] for _ in costs.forward_s] for _ in workers]
 
         pending: list[int] = []  # layers whose last chunk is complete, in completion order
+        # With a clip, step() comes after every reduction: nothing is applied at completion.
+        inline: dict[tuple[int, int], int] | None = None if options.clip else {}
+        backward_end = list(compute_prev)  # where step() releases the updates, unclipped
+
+        def completed(
+            c: int,
+            pending: list[int] = pending,
+            inline: dict[tuple[int, int], int] | None = inline,
+            backward_end: list[int | None] = backward_end,
+        ) -> None:
+            comm.complete(c)
+            layers = updates_at.get(c, [])
+            pending.extend(layers)
+            if inline is not None:
+                comm.apply_if_released(
+                    layers, backward_end, layer_bytes, options.update_s_per_byte,
+                    update_streams, inline,
+                )  # fmt: skip
         window: deque[int] = deque()
         in_flight = 0
         for c in plan.issue_order:
@@ -358,8 +407,7 @@ def build_dp(
             while window and in_flight + nbytes > plan.credit_bytes:
                 oldest = window.popleft()
                 in_flight -= plan.chunks[oldest].nbytes
-                comm.complete(oldest)
-                pending += updates_at.get(oldest, [])
+                completed(oldest)
             issued = [
                 comm.step(
                     w,
@@ -392,9 +440,7 @@ def build_dp(
                           deps=group.after(issued), iteration=it)
             )  # fmt: skip
         while window:
-            oldest = window.popleft()
-            comm.complete(oldest)
-            pending += updates_at.get(oldest, [])
+            completed(window.popleft())
         reduced = [comm.step(w, "reduced", "complete", 0.0, [flags]) for w in range(len(workers))]
         released: list[int | None] = []  # optimizer.step(), on each main thread
         for w, compute in enumerate(computes):
@@ -407,7 +453,7 @@ def build_dp(
         for layer in pending:
             comm.update(
                 [layer], released, layer_block, layer_bytes, options.update_s_per_byte,
-                update_streams,
+                update_streams, inline, reduced,
             )  # fmt: skip
     taken = add_input(
         graph, costs, stream=workers[0][0], worker=0, iteration=total, after=compute_prev[0]
