@@ -155,3 +155,25 @@ def test_only_a_link_is_slowed_by_an_existing_resource_at_a_share_in_0_1() -> No
         with pytest.raises(ValueError, match="slowed_share"):
             g.resource("nic", LINK, bytes_per_s=1.0, slowed_by=cpu, slowed_share=share)
     assert g.resource("nic", LINK, bytes_per_s=1.0, slowed_by=cpu, slowed_share=0.5) == 1
+
+
+@pytest.mark.parametrize("release_s, works_early", [(1.0, True), (3.0, False)])
+def test_a_conditional_task_works_only_if_its_condition_ended_else_its_deferred_copy_does(
+    release_s: float, works_early: bool
+) -> None:
+    g = TaskGraph()
+    cpu = g.resource("cpu", STREAM)
+    release = g.add("release", "marker", duration_s=release_s)
+    ready = g.add("ready", "marker", duration_s=2.0)
+    early = g.add("early", "x", resources=[cpu], duration_s=1.0, deps=[ready],
+                  work_if_ended=release)  # fmt: skip
+    late_gate = g.add("late gate", "marker", duration_s=5.0)
+    late = g.add("late", "x", resources=[cpu], duration_s=1.0, deps=[late_gate, release],
+                 ends_with=early)  # fmt: skip
+    after = g.add("after", "x", resources=[cpu], duration_s=1.0, deps=[late])
+    s = run(g)
+    # Ready at 2: released at 1, the early copy works 2..3 and the late one ends with it;
+    # released at 3, the early copy ends at once and the late one works 5..6.
+    assert (s.did_work(early), s.did_work(late)) == (works_early, not works_early)
+    assert s.end_s[late] == (3.0 if works_early else 6.0)
+    assert s.end_s[after] == s.end_s[late] + 1.0

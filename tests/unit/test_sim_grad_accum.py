@@ -48,7 +48,7 @@ def test_cadence_dp_overlaps_only_the_last_micro_batchs_backward() -> None:
     # c1 14..19, whose update starts the next iteration: 14 s + one 5 s pass.
     assert one.iteration_s == pytest.approx(14.0)
     assert two.iteration_s == pytest.approx(19.0)
-    assert _syncs(two) == _syncs(one) == 2
+    assert _syncs(two) == _syncs(one) == 3  # two chunks and the "used" flags
     first = [t for t in two.schedule.graph.tasks if t.kind == "allreduce" and t.iteration == 0]
     assert min(two.schedule.start_s[t.id] for t in first) == pytest.approx(9.0)
 

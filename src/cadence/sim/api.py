@@ -22,11 +22,20 @@ from cadence.sim.metrics import SimResult, analyse
 from cadence.sim.options import SimOptions
 
 DDP_BUCKET_BYTES = 25 * 2**20
+
+
 def _check(world_size: int, iterations: int) -> None:
     if world_size < 1:
         raise UserError(f"workers must be >= 1, got {world_size}")
     if iterations < 1:
         raise UserError(f"iterations must be >= 1, got {iterations}")
+
+
+def _check_buffers(buffer_bytes: int, buffer_broadcasts: int) -> None:
+    if buffer_bytes < 0:
+        raise UserError(f"buffer bytes must be >= 0, got {buffer_bytes}")
+    if buffer_broadcasts < 1:
+        raise UserError(f"buffer broadcasts must be >= 1, got {buffer_broadcasts}")
 
 
 def simulate_dp(
@@ -36,14 +45,22 @@ def simulate_dp(
     link: AlphaBeta | float,
     iterations: int = 2,
     options: SimOptions | None = None,
+    buffer_bytes: int = 0,
+    buffer_broadcasts: int = 1,
 ) -> SimResult:
     """Predict cadence-dp running `plan` on `world_size` workers joined by `link` (an
     `AlphaBeta`, or bytes/s for a latency-free link). One warm-up iteration is simulated,
-    then `iterations` measured ones; `iteration_s` is their mean period."""
+    then `iterations` measured ones; `iteration_s` is their mean period. `buffer_bytes`,
+    `buffer_broadcasts`: the model's buffers, broadcast before every forward as under DDP
+    (`simulate_ddp`)."""
     _check(world_size, iterations)
+    _check_buffers(buffer_bytes, buffer_broadcasts)
     options = options or SimOptions()
     costs = block_costs(profile, options.calibrate_compute)
-    built = build_dp(costs, plan, world_size, link_model(link), iterations, options)
+    built = build_dp(
+        costs, plan, world_size, link_model(link), iterations, options, buffer_bytes,
+        buffer_broadcasts,
+    )  # fmt: skip
     return analyse(built, run(built.graph), sum(costs.param_bytes))
 
 
@@ -69,10 +86,7 @@ def simulate_ddp(
     _check(world_size, iterations)
     if bucket_bytes < 1:
         raise UserError(f"bucket size must be >= 1 byte, got {bucket_bytes}")
-    if buffer_bytes < 0:
-        raise UserError(f"buffer bytes must be >= 0, got {buffer_bytes}")
-    if buffer_broadcasts < 1:
-        raise UserError(f"buffer broadcasts must be >= 1, got {buffer_broadcasts}")
+    _check_buffers(buffer_bytes, buffer_broadcasts)
     options = options or SimOptions()
     costs = block_costs(profile, options.calibrate_compute)
     infos = list(params) if params is not None else block_params(costs)
@@ -98,10 +112,11 @@ def plan_dp(
     """The plan the runtime builds after its warm-up iteration, which it runs with the initial
     plan (expected order, no rates) while timing gradient ready times and the link: the
     warm-up is simulated and the same figures are read off it (ready times from backward
-    start; link rate = chunk bytes / time from the first gradient to the last update). With
-    `one_chunk_warmup` (the runtime's default plan), the warm-up is one chunk instead and the
-    rate its all-reduce's bytes / duration. `arrival_order` (`gradient_arrival_order`): the
-    order one block's gradients reach the runtime's hooks, which the simulator times alike."""
+    start; link rate = chunk bytes / time from the first gradient until every chunk and the
+    used flags are reduced). With `one_chunk_warmup` (the runtime's default plan), the warm-up
+    is one chunk instead and the rate its all-reduce's bytes / duration. `arrival_order`
+    (`gradient_arrival_order`): the order one block's gradients reach the runtime's hooks,
+    which the simulator times alike."""
     if threshold_bytes < 1 or credit_bytes < 1:
         raise UserError(
             f"threshold and credit must be >= 1 byte, got {threshold_bytes}, {credit_bytes}"
@@ -134,9 +149,9 @@ def plan_dp(
     for p in params:
         ready[p.index] = grads_done[blocks[p.index], points.point[p.index]]
     first = backward_start + min(ready, default=0.0)  # the first gradient wakes the thread
+    # Until every chunk and the used flags are reduced (the updates wait for step()).
     last = max(
-        (schedule.end_s[t.id] for t in graph.tasks if t.kind in ("complete", "update")),
-        default=first,
+        (schedule.end_s[t.id] for t in graph.tasks if t.kind == "complete"), default=first
     )
     if one_chunk_warmup:
         (reduce,) = (t for t in graph.tasks if t.kind == "allreduce" and t.iteration == 0)

@@ -78,6 +78,9 @@ def _sim_arguments(p: Any, worker_list: bool = False) -> None:
         default=1,
         help="workers simulated one by one (the others behave alike)",
     )
+    p.add_argument(
+        "--clip", action="store_true", help="the loop clips gradients by global norm before step"
+    )
     p.add_argument("--json", default=None, metavar="FILE", help="write the figures here")
 
 

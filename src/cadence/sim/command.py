@@ -232,6 +232,7 @@ def run_strategy(
             setup.update_s_per_byte,
             profile_codec(setup.profile) if zero.compression == "onebit" else None,
             options.grad_accum,
+            options.clip,
         )
         return zero_result, None
     if strategy == "ddp":
@@ -251,10 +252,7 @@ def run_strategy(
     if strategy != "cadence-dp":
         raise UserError(f"unknown strategy {strategy!r}; accepted: {', '.join(STRATEGIES)}")
     if dp_plan is not None:
-        result = simulate_dp(
-            setup.profile, dp_plan, setup.world_size, setup.link, iterations, options
-        )
-        return result, dp_plan
+        return _simulate_dp(setup, dp_plan, iterations, options), dp_plan
     gradient_bytes = sum(p.nbytes for p in setup.params)
     # The runtime's own default plan is chosen after timed one-chunk iterations.
     default = threshold_bytes is None and reorder_k is None
@@ -282,7 +280,7 @@ def run_strategy(
         share = DEFAULT_ONE_CHUNK_WIRE_SHARE
         if one_chunk_suffices(reduce_s, result.iteration_s, len(plan.chunks), share):
             return result, one
-    return simulate_dp(setup.profile, plan, setup.world_size, setup.link, iterations, options), plan
+    return _simulate_dp(setup, plan, iterations, options), plan
 
 
 def _one_chunk(
@@ -292,8 +290,15 @@ def _one_chunk(
     all-reduce, and the simulation of it."""
     whole = max(1, gradient_bytes)
     one = plan_dp(setup.profile, setup.params, whole, whole, setup.world_size, setup.link, options)
-    result = simulate_dp(setup.profile, one, setup.world_size, setup.link, iterations, options)
-    return result, one
+    return _simulate_dp(setup, one, iterations, options), one
+
+
+def _simulate_dp(setup: Setup, plan: DPPlan, iterations: int, options: SimOptions) -> SimResult:
+    """cadence-dp running `plan` on `setup`'s cluster, its model's buffers broadcast per forward."""
+    return simulate_dp(
+        setup.profile, plan, setup.world_size, setup.link, iterations, options,
+        setup.buffer_bytes, setup.buffer_broadcasts,
+    )  # fmt: skip
 
 
 def last_allreduce_s(result: SimResult) -> float:
@@ -427,7 +432,8 @@ def sim_options(args: Any) -> SimOptions:
         raise UserError(f"--replicas must be >= 1, got {args.replicas}")
     if args.grad_accum < 1:
         raise UserError(f"--grad-accum must be >= 1, got {args.grad_accum}")
-    return SimOptions(replicas=args.replicas, grad_accum=args.grad_accum)
+    clip = getattr(args, "clip", False)
+    return SimOptions(replicas=args.replicas, grad_accum=args.grad_accum, clip=clip)
 
 
 def accumulation_note(options: SimOptions) -> str:

@@ -8,16 +8,27 @@ Both follow what the executors do, step by step:
 - cadence-dp (`cadence/dp/runtime.py`): the communication thread walks `plan.issue_order`;
   before issuing a chunk it waits for the chunk's gradients and then, while the bytes in
   flight plus the chunk's would exceed `plan.credit_bytes`, completes the *oldest* in-flight
-  chunk (waits for it, unpacks it, updates every layer whose chunks are now all in). The
-  remaining chunks are completed in order after the last issue. Layer b's next forward waits
-  for its update only. Backward runs in ordinary order, or reordered at `plan.reorder_k`
-  (all input gradients first, then weight gradients of layers K..1, L..K+1).
+  chunk (waits for it, unpacks it). After the last issue and the backward's end it all-reduces
+  one "used" flag per parameter (priced at one message's latency; not with a one-chunk plan,
+  whose flags travel in its one all-reduce), then completes the remaining chunks in order.
+  Updates are released by `optimizer.step()`, at the backward's end: a layer whose last
+  chunk is completed after it is updated at once (a conditional task, working only if the
+  backward had ended); one completed before it is held, and the held ones run in completion
+  order once every chunk and the flags are reduced (each a deferred copy, which ends with the
+  early one where that one worked). A completion at the very instant the backward ends counts
+  as after step(): the runtime's two threads race there. With `SimOptions.clip` the main thread
+  waits for every reduction and the flags, clips (`SimOptions.clip_s` on the compute), then
+  steps. Layer b's next forward waits for its update only; a model with buffers has them
+  broadcast from rank 0 before each forward, as DDP does (main thread, default group), and
+  the forward waits for it. Backward runs in ordinary order, or reordered at
+  `plan.reorder_k` (all input gradients first, then weight gradients of layers K..1, L..K+1).
 - DDP: before each forward, a model with buffers (BatchNorm's running statistics) has them
   broadcast from rank 0 (`broadcast_buffers`, on by default), and the forward waits for it;
   gradients are bucketed in the order they arrive (DDP rebuilds its buckets so after the
   first iteration; first bucket 1 MiB, then `bucket_bytes`), a bucket's all-reduce is
   launched once it is ready and every earlier bucket is launched, the optimizer steps after
-  backward once all are done, and the next forward waits for that step.
+  backward once all are done (after the clip with `SimOptions.clip`), and the next forward
+  waits for that step.
 """
 
 from __future__ import annotations
@@ -210,11 +221,13 @@ class _CommThread:
         name: str,
         kind: str,
         seconds: float,
-        deps: Sequence[int],
+        deps: Sequence[int | None],
         mem: int = 0,
         stream: int | None = None,
+        **conditional: int | None,
     ) -> int:
-        """The thread's next step; it runs on `stream` (default: the thread's own)."""
+        """The thread's next step; it runs on `stream` (default: the thread's own);
+        `conditional`: `work_if_ended` / `ends_with` (see `Task`)."""
         tid = self.graph.add_work(
             name,
             kind,
@@ -224,29 +237,64 @@ class _CommThread:
             worker=w,
             iteration=self.iteration,
             mem_end=mem,
+            **conditional,
         )
         self.prev[w] = tid
         return tid
 
-    def complete(
-        self,
-        c: int,
-        layers: Sequence[int],
-        layer_block: Sequence[int],
-        layer_bytes: Sequence[int],
-        update_s_per_byte: float,
-        update_streams: Sequence[int] | None,
-    ) -> None:
+    def complete(self, c: int) -> None:
+        """Wait for chunk `c`'s all-reduce and unpack it (its packed copy is freed)."""
         for w in range(len(self.streams)):
             cpu = self.cpu[c][w] if c in self.cpu else None
             deps = [self.flows[c]] if cpu is None else [self.flows[c], cpu]
             self.step(w, f"done c{c}", "complete", 0.0, deps, -_packed(self.plan, c))
+
+    def update(
+        self,
+        layers: Sequence[int],
+        released: Sequence[int | None],
+        layer_block: Sequence[int],
+        layer_bytes: Sequence[int],
+        update_s_per_byte: float,
+        update_streams: Sequence[int] | None,
+        inline: dict[tuple[int, int], int] | None = None,
+        reduced: Sequence[int | None] = (),
+    ) -> None:
+        """Update `layers` once `released[w]` (the step) has happened and, where `reduced` is
+        given, every chunk is reduced; where `inline` holds the layer's update applied at its
+        chunk's completion if step() had happened by then, this is the deferred copy, which
+        ends with that one if it worked."""
+        for w in range(len(self.streams)):
             for layer in layers:
                 seconds = update_s_per_byte * layer_bytes[layer]
                 # The update frees the layer's gradients and gates its next forward.
                 stream = None if update_streams is None else update_streams[w]
-                t = self.step(w, f"U{layer}", "update", seconds, [], -layer_bytes[layer], stream)
+                early = None if inline is None else inline.get((w, layer))
+                deps = [released[w], *(reduced[w : w + 1])]
+                t = self.step(
+                    w, f"U{layer}", "update", seconds, deps, -layer_bytes[layer], stream,
+                    ends_with=early,
+                )  # fmt: skip
                 self.gates[w][layer_block[layer]].append(t)
+
+    def apply_if_released(
+        self,
+        layers: Sequence[int],
+        released: Sequence[int | None],
+        layer_bytes: Sequence[int],
+        update_s_per_byte: float,
+        update_streams: Sequence[int] | None,
+        inline: dict[tuple[int, int], int],
+    ) -> None:
+        """`layers`' updates at their chunk's completion, done only if step() (`released[w]`)
+        has happened by then; recorded in `inline`."""
+        for w in range(len(self.streams)):
+            for layer in layers:
+                seconds = update_s_per_byte * layer_bytes[layer]
+                stream = None if update_streams is None else update_streams[w]
+                inline[w, layer] = self.step(
+                    w, f"U{layer}", "update", seconds, [], 0, stream, work_if_ended=released[w]
+                )
 
 
 def build_dp(
@@ -256,8 +304,11 @@ def build_dp(
     link: AlphaBeta,
     iterations: int,
     options: SimOptions,
+    buffer_bytes: int = 0,
+    buffer_broadcasts: int = 1,
 ) -> Built:
-    """Graph of `options.warmup_iterations + iterations` iterations of cadence-dp."""
+    """Graph of `options.warmup_iterations + iterations` iterations of cadence-dp
+    (`buffer_bytes`, `buffer_broadcasts`: as for `build_ddp`)."""
     graph = TaskGraph()
     blocks = param_blocks(costs, plan.params)
     points = ready_points(plan.params, blocks, len(costs.forward_s))
@@ -288,8 +339,11 @@ def build_dp(
     nics = [nic for _, _, nic in workers]
     comm = _CommThread(graph, plan, [c for _, c, _ in workers])
     group = _ProcessGroup()
+    main_group = _ProcessGroup()  # the main thread's collectives (buffers), on the default group
     computes = [compute for compute, _, _ in workers]
     update_streams = computes if options.updates_share_compute else None
+    total_bytes = sum(layer_bytes)
+    flag_bytes = 4 * len(plan.params) if len(plan.chunks) > 1 else 0
     total = options.warmup_iterations + iterations
     starts: list[int] = []
     compute_prev: list[int | None] = [None] * options.replicas
@@ -297,10 +351,17 @@ def build_dp(
     no_gates: list[list[int]] = [[] for _ in costs.forward_s]
     for it in range(total):
         grads_ready = []
+        buffers = _buffer_broadcast(
+            graph, buffer_bytes, nics, link, world_size, [*compute_prev], it, computes, options,
+            buffer_broadcasts, main_group,
+        )  # fmt: skip
         for w, (compute, _, _) in enumerate(workers):
+            forward_gates = [list(g) for g in gates[w]]
+            if buffers:  # before the first micro-batch only, as under DDP's no_sync
+                forward_gates[0] += buffers[0]
             first, after = add_accumulation(
                 graph, costs, stream=compute, worker=w, iteration=it, after=compute_prev[w],
-                gates=gates[w], passes=options.grad_accum - 1,
+                gates=forward_gates, passes=options.grad_accum - 1,
             )  # fmt: skip
             done = add_compute_iteration(
                 graph,
@@ -309,7 +370,7 @@ def build_dp(
                 worker=w,
                 iteration=it,
                 after=after,
-                gates=gates[w] if first is None else no_gates,
+                gates=forward_gates if first is None else no_gates,
                 steps=steps,
                 shares=points.shares,
             )
@@ -320,12 +381,25 @@ def build_dp(
         comm.iteration, comm.flows, comm.cpu = it, {}, {}
         comm.gates = gates = [[[] for _ in costs.forward_s] for _ in workers]
 
-        def complete(c: int) -> None:
-            layers = updates_at.get(c, [])
-            comm.complete(
-                c, layers, layer_block, layer_bytes, options.update_s_per_byte, update_streams
-            )
+        pending: list[int] = []  # layers whose last chunk is complete, in completion order
+        # With a clip, step() comes after every reduction: nothing is applied at completion.
+        inline: dict[tuple[int, int], int] | None = None if options.clip else {}
+        backward_end = list(compute_prev)  # where step() releases the updates, unclipped
 
+        def completed(
+            c: int,
+            pending: list[int] = pending,
+            inline: dict[tuple[int, int], int] | None = inline,
+            backward_end: list[int | None] = backward_end,
+        ) -> None:
+            comm.complete(c)
+            layers = updates_at.get(c, [])
+            pending.extend(layers)
+            if inline is not None:
+                comm.apply_if_released(
+                    layers, backward_end, layer_bytes, options.update_s_per_byte,
+                    update_streams, inline,
+                )  # fmt: skip
         window: deque[int] = deque()
         in_flight = 0
         for c in plan.issue_order:
@@ -333,7 +407,7 @@ def build_dp(
             while window and in_flight + nbytes > plan.credit_bytes:
                 oldest = window.popleft()
                 in_flight -= plan.chunks[oldest].nbytes
-                complete(oldest)
+                completed(oldest)
             issued = [
                 comm.step(
                     w,
@@ -353,12 +427,43 @@ def build_dp(
             )
             window.append(c)
             in_flight += nbytes
+        flags = None
+        if flag_bytes:  # once the backward has ended: which parameters got a gradient
+            issued = [
+                comm.step(w, "issue flags", "issue", 0.0, [compute_prev[w]])
+                for w in range(options.replicas)
+            ]
+            # A few bytes per parameter: priced at its latency only (the alpha of one message).
+            latency, _ = allreduce_flow(link, flag_bytes, world_size)
+            flags = group.issued(
+                graph.add("ar flags", "collective", resources=nics, duration_s=latency,
+                          deps=group.after(issued), iteration=it)
+            )  # fmt: skip
         while window:
-            complete(window.popleft())
+            completed(window.popleft())
+        reduced = [comm.step(w, "reduced", "complete", 0.0, [flags]) for w in range(len(workers))]
+        released: list[int | None] = []  # optimizer.step(), on each main thread
+        for w, compute in enumerate(computes):
+            if options.clip:  # clip_grad_norm_ waits for every reduction, then reads them all
+                compute_prev[w] = graph.add_work(
+                    "clip", "update", compute, options.clip_s(total_bytes),
+                    deps=[compute_prev[w], reduced[w]], worker=w, iteration=it,
+                )  # fmt: skip
+            released.append(compute_prev[w])
+        for layer in pending:
+            comm.update(
+                [layer], released, layer_block, layer_bytes, options.update_s_per_byte,
+                update_streams, inline, reduced,
+            )  # fmt: skip
     taken = add_input(
         graph, costs, stream=workers[0][0], worker=0, iteration=total, after=compute_prev[0]
     )
-    starts.append(_marker(graph, workers[0][0], taken, gates[0][0], total))
+    buffers = _buffer_broadcast(
+        graph, buffer_bytes, nics, link, world_size, [*compute_prev], total, computes, options,
+        buffer_broadcasts, main_group,
+    )  # fmt: skip
+    gate = [*gates[0][0], *(buffers[0] if buffers else [])]
+    starts.append(_marker(graph, workers[0][0], taken, gate, total))
     return Built(graph, tuple(starts), options.warmup_iterations, "cadence-dp", world_size)
 
 
@@ -489,6 +594,11 @@ def build_ddp(
             )
             flows += [t for t in cpu if t is not None]
         for w, (compute, _, _) in enumerate(workers):
+            if options.clip:  # after backward, with every bucket reduced, as the step
+                prev[w] = graph.add_work(
+                    "clip", "update", compute, options.clip_s(total_bytes),
+                    deps=[prev[w], *flows], worker=w, iteration=it,
+                )  # fmt: skip
             prev[w] = graph.add_work(
                 "step",
                 "update",

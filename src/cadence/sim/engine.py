@@ -33,6 +33,12 @@ class Schedule:
     """Start of each task (for a flow: when it became ready, latency included)."""
     end_s: tuple[float, ...]
     """End of each task."""
+    worked: tuple[bool, ...] = ()
+    """Whether each task did its work (False: a conditional task that ended at once, see
+    `Task.work_if_ended` and `Task.ends_with`); empty: every task did."""
+
+    def did_work(self, tid: int) -> bool:
+        return not self.worked or self.worked[tid]
 
     @property
     def makespan_s(self) -> float:
@@ -97,10 +103,22 @@ def run(graph: TaskGraph) -> Schedule:
             tokens[r] = h - used
         return used
 
+    worked = [True] * n
+    followers: dict[int, list[int]] = {}  # task -> deferred copies that end with its work
+    for t in tasks:
+        if t.ends_with is not None:
+            followers.setdefault(t.ends_with, []).append(t.id)
+
     def ready(tid: int, now: float) -> None:
+        if not math.isnan(end[tid]):
+            return  # a deferred copy that ended with the task it follows
         task = tasks[tid]
         start[tid] = now
-        if task.resources and resources[task.resources[0]].kind == STREAM:
+        cond = task.work_if_ended
+        if cond is not None and not end[cond] <= now:  # (NaN: not ended)
+            worked[tid] = False
+            push(now, _END, tid)
+        elif task.resources and resources[task.resources[0]].kind == STREAM:
             r = task.resources[0]
             heapq.heappush(queues[r], (task.priority, now, tid))
             dirty.add(r)
@@ -129,7 +147,12 @@ def run(graph: TaskGraph) -> Schedule:
     def finish(tid: int, now: float) -> None:
         end[tid] = now
         task = tasks[tid]
-        if task.resources:
+        if worked[tid]:
+            for f in followers.get(tid, ()):
+                if math.isnan(start[f]):
+                    start[f], worked[f] = now, False
+                    finish(f, now)
+        if task.resources and worked[tid]:
             r = task.resources[0]
             if resources[r].kind == STREAM:
                 busy[r] = False
@@ -187,4 +210,4 @@ def run(graph: TaskGraph) -> Schedule:
     if any(math.isnan(e) for e in end):
         stuck = [tasks[i].name for i in range(n) if math.isnan(end[i])][:5]
         raise ValueError(f"tasks never ran (dependency cycle?): {stuck}")
-    return Schedule(graph, tuple(start), tuple(end))
+    return Schedule(graph, tuple(start), tuple(end), tuple(worked))

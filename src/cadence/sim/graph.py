@@ -8,6 +8,8 @@ Two kinds of resource:
   bandwidth, and a flow over several links moves at its slowest share.
 
 A task with no resource is a pure delay (or a zero-time marker joining dependencies).
+A task may be conditional: it works only if another task has ended by the time it is ready
+(`Task.work_if_ended`), and a deferred copy of it ends with it when it did (`Task.ends_with`).
 A processor shared by two threads (compute and the optimizer work of a communication thread
 on one core) is a link of rate 1 whose "bytes" are seconds of work (`add_work`).
 """
@@ -74,6 +76,12 @@ class Task:
     """Bytes this worker allocates when the task ends (negative frees)."""
     deps: tuple[int, ...] = ()
     """Tasks that must end before this one may start."""
+    work_if_ended: int | None = None
+    """A task this one does its work only if it had ended when this one became ready;
+    otherwise this one ends at once with no work (a runtime's "apply now if released")."""
+    ends_with: int | None = None
+    """A task whose work makes this one unnecessary: if that task ends having worked, this one
+    ends with it, with no work, whatever its own deps (the deferred copy of a conditional)."""
 
 
 class TaskGraph:
@@ -130,8 +138,11 @@ class TaskGraph:
         iteration: int = 0,
         mem_start: int = 0,
         mem_end: int = 0,
+        work_if_ended: int | None = None,
+        ends_with: int | None = None,
     ) -> int:
-        """Append a task and return its id; `None` entries in `deps` are skipped."""
+        """Append a task and return its id; `None` entries in `deps` are skipped
+        (`work_if_ended`, `ends_with`: see `Task`)."""
         tid = len(self.tasks)
         res = tuple(resources)
         dep_list = [d for d in deps if d is not None]
@@ -156,6 +167,8 @@ class TaskGraph:
                 mem_start,
                 mem_end,
                 tuple(dep_list),
+                work_if_ended,
+                ends_with,
             )
         )
         return tid

@@ -203,7 +203,7 @@ def analyse(built: Built, schedule: Schedule, base_memory: int) -> SimResult:
     compute = [r for r, res in enumerate(graph.resources) if res.name == "w0.compute"][0]
     nic = [r for r, res in enumerate(graph.resources) if res.name == "w0.nic"][0]
     link = graph.resources[nic]
-    mine = [t for t in measured if t.worker == 0 and t.resources]
+    mine = [t for t in measured if t.worker == 0 and t.resources and schedule.did_work(t.id)]
     flows = [t for t in measured if t.kind in COLLECTIVE_KINDS]
     work: dict[int, float] = {}  # per worker-0 resource: seconds it must be busy
     for t in mine:

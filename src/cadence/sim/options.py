@@ -5,6 +5,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+CLIP_SHARE_OF_STEP = 3 / 7
+"""Time of a global-norm clip relative to an optimizer step over the same bytes: both are
+memory-bound passes; the clip reads every gradient for the norm and reads and writes it to
+scale it (3 tensor passes), Adam reads parameter, gradient and two moments and writes three
+(7 passes)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class SimOptions:
@@ -45,6 +51,11 @@ class SimOptions:
     link_bucket_bytes: float = 0.0
     """Token bucket of each worker's link (`Resource.bucket_bytes`): an emulated link's tbf
     passes this many bytes at once after an idle spell. 0: a real link."""
+    clip: bool = False
+    """The loop clips gradients by their global norm between backward and step
+    (`clip_grad_norm_`): the step waits for every reduction, then a norm pass over the
+    gradients (`CLIP_SHARE_OF_STEP` of the optimizer step's time) runs on the compute; ZeRO
+    adds a scalar all-reduce of the shards' norms."""
     warmup_iterations: int = 1
     """Iterations simulated before the measured ones (the first has no communication to wait
     for, so it is not steady state)."""
@@ -76,6 +87,10 @@ class SimOptions:
     def charges_comm_cpu(self) -> bool:
         """Whether communication takes processor time from compute."""
         return self.comm_cpu_s_per_message > 0 or self.comm_cpu_s_per_byte > 0
+
+    def clip_s(self, nbytes: float) -> float:
+        """Compute seconds of the clip over `nbytes` of gradients (0 without `clip`)."""
+        return CLIP_SHARE_OF_STEP * self.update_s_per_byte * nbytes if self.clip else 0.0
 
     def comm_cpu_s(self, nbytes: float) -> float:
         """Processor seconds one all-reduce of `nbytes` takes from its worker's compute."""

@@ -88,7 +88,10 @@ def _data_parallel(setup: Setup, costs: BlockCosts, options: SimOptions) -> list
             options,
             arrival_order=setup.arrival_order,
         )
-        result = simulate_dp(setup.profile, plan, n, setup.link, 3, options)
+        result = simulate_dp(
+            setup.profile, plan, n, setup.link, 3, options, setup.buffer_bytes,
+            setup.buffer_broadcasts,
+        )  # fmt: skip
         if best is None or result.iteration_s < best[0].iteration_s:
             best = (result, threshold)
     assert best is not None
@@ -104,7 +107,9 @@ REPLICATED_FRONT = 0.3
 parameters, whose gathers the next forward waits for first."""
 
 
-def _zero(setup: Setup, costs: BlockCosts, grad_accum: int = 1) -> list[Candidate]:
+def _zero(
+    setup: Setup, costs: BlockCosts, grad_accum: int = 1, clip: bool = False
+) -> list[Candidate]:
     n, p = setup.world_size, sum(costs.param_bytes)
     rows = []
     largest = max(costs.param_bytes)
@@ -119,7 +124,7 @@ def _zero(setup: Setup, costs: BlockCosts, grad_accum: int = 1) -> list[Candidat
                            replicated_share=share, overlap_gather=partial)  # fmt: skip
         # (the adapter prices the codec only where a plan has one: onebit)
         result = simulate_zero(
-            costs, plan, n, setup.link, 3, setup.update_s_per_byte, codec, grad_accum
+            costs, plan, n, setup.link, 3, setup.update_s_per_byte, codec, grad_accum, clip
         )
         memory = state_bytes(p, 2, f"zero{stage}", n) + _activations(costs)
         if stage == 3:
@@ -242,7 +247,7 @@ def rank_strategies(
     update_s = setup.update_s_per_byte * sum(costs.param_bytes)
     rows = _data_parallel(setup, costs, options)
     if setup.world_size > 1:
-        rows += _zero(setup, costs, options.grad_accum)
+        rows += _zero(setup, costs, options.grad_accum, options.clip)
         if options.grad_accum == 1:
             rows += _ps(setup, costs, update_s)
             rows += _tensor(setup, costs, update_s, model_name)

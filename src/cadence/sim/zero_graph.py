@@ -44,6 +44,7 @@ from cadence.sim.engine import run
 from cadence.sim.estimates import state_bytes
 from cadence.sim.graph import LINK, STREAM, TaskGraph
 from cadence.sim.metrics import SimResult, analyse
+from cadence.sim.options import CLIP_SHARE_OF_STEP
 from cadence.zero.codec_cost import CodecCost, codec_work
 from cadence.zero.config import DEFAULT_FORWARD_GATHER_SHARE, ZeroConfig
 from cadence.zero.layout import front_blocks
@@ -245,11 +246,15 @@ def build_zero(
     warmup_iterations: int = 1,
     codec: CodecCost | None = None,
     grad_accum: int = 1,
+    clip: bool = False,
 ) -> Built:
     """Graph of `warmup_iterations + iterations` ZeRO iterations on worker 0; `codec` prices
     1-bit Adam's encoding and decoding (None: free); `grad_accum` micro-batches per
     iteration, the gradients reduced in the last one's backward (stage 3 still gathers every
-    block's parameters for every micro-batch)."""
+    block's parameters for every micro-batch). `clip`: a global-norm clip before the step, as
+    sharded optimizers do it: each rank's norm over its shard of the gradients (a memory-bound
+    pass, `CLIP_SHARE_OF_STEP` of its step), one scalar all-reduce of the squared norms, then
+    the step (early updates, onebit at stages 1-2, are not held back for it)."""
     graph = TaskGraph()
     w = _Worker(graph, link, world_size, codec)
     nb, pb = len(costs.forward_s), costs.param_bytes
@@ -315,6 +320,12 @@ def build_zero(
         # With early updates the step waits for the reductions and the updates are done or
         # under way on the communication thread; their processor time is charged here all
         # the same (two ranks' threads share the cores).
+        if clip:
+            norm = w.work(
+                "clip", "update", CLIP_SHARE_OF_STEP * update_s_per_byte * stepped, reductions, it
+            )
+            summed = w.collective("ar norm", "allreduce", 8, [norm], it)
+            reductions = [t for t in (summed,) if t is not None]
         step = w.work("step", "update", update_s_per_byte * stepped, reductions, it)
         if early:
             for b in range(nb):  # the front blocks' gathers, in forward order
@@ -351,11 +362,12 @@ def simulate_zero(
     update_s_per_byte: float = 0.0,
     codec: CodecCost | None = None,
     grad_accum: int = 1,
+    clip: bool = False,
 ) -> SimResult:
     """Predict ZeRO `plan` on `world_size` ranks joined by `link` (an `AlphaBeta`, or
     bytes/s), from a profile or its block costs; `update_s_per_byte` prices the step,
     `codec` 1-bit Adam's encoding and decoding (None: free), `grad_accum` the micro-batches
-    of gradient accumulation per step."""
+    of gradient accumulation per step, `clip` a global-norm clip before the step."""
     if world_size < 1:
         raise UserError(f"workers must be >= 1, got {world_size}")
     if isinstance(costs, Profile):
@@ -364,7 +376,7 @@ def simulate_zero(
         raise UserError(f"grad_accum must be >= 1, got {grad_accum}")
     built = build_zero(
         costs, plan, world_size, link_model(link), iterations, update_s_per_byte, codec=codec,
-        grad_accum=grad_accum,
+        grad_accum=grad_accum, clip=clip,
     )  # fmt: skip
     base = state_bytes(sum(costs.param_bytes), 2, f"zero{plan.stage}", world_size)
     return analyse(built, run(built.graph), base)
