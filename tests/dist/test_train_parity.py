@@ -18,7 +18,7 @@ STEPS = 6
 
 
 def _config(optimizer: str, world_size: int, strategy: str = "ddp") -> TrainConfig:
-    return TrainConfig(
+    return TrainConfig.from_flat(
         model="cnn",
         strategy=strategy,
         workers=world_size,

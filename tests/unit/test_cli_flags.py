@@ -15,6 +15,12 @@ from cadence.cli import main
             "(see 'cadence train -h')",
         ),
         (
+            ["train", "--strategy", "horovod"],
+            "cadence train: error: argument --strategy: invalid choice: 'horovod' (choose from "
+            "'cadence-dp', 'ddp', 'pipeline', 'ps', 'zero')",
+        ),
+        (["train", "--device", "gpu"], "cadence train: error: argument --device: invalid choice"),
+        (
             ["bench", "pipeline", "--contention", "maybe"],
             "cadence bench pipeline: error: argument --contention: invalid choice: 'maybe'",
         ),
