@@ -117,7 +117,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
     profile = profile_command(
         args.model,
-        batch_size=args.batch_size,
+        batch_size=args.micro_batch_size,
         iterations=args.iterations,
         out=args.out,
         threads=args.threads,
@@ -129,13 +129,15 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _add_profile(sub: Any) -> None:
+    from cadence.sim.cli import add_micro_batch_size
+
     p = sub.add_parser(
         "profile",
         help="time every block (forward, input-grad, weight-grad) and record sizes and memory",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--model", default="vgg16", help="model zoo name")
-    p.add_argument("--batch-size", type=int, default=32, help="per-worker batch")
+    add_micro_batch_size(p, "timed", default=32)
     p.add_argument("--iterations", type=int, default=10, help="timed iterations (median)")
     p.add_argument("--threads", type=int, default=1, help="intra-op CPU threads")
     p.add_argument("--device", default="auto", help="cpu, cuda, or auto (cuda where there is one)")
