@@ -24,9 +24,10 @@ def _write_json(path: str | None, data: Any) -> None:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from cadence.config_flags import config_from_args
+
+    config = config_from_args(args)  # a bad file or value is refused before torch loads
     from cadence.train.run import summary_lines, train
 
-    config = config_from_args(args)
     metrics, run_dir = train(config)
     if run_dir is not None:
         for line in summary_lines(metrics, run_dir):

@@ -209,7 +209,7 @@ class ZeroSection:
     stage: ZeroStage = opt(2, flag="--zero-stage")
     """1 shards optimizer state, 2 also gradients, 3 also parameters."""
     compression: ZeroCompression = "none"
-    """Gradient/momentum traffic: fp32, fp16, or onebit (1-bit Adam)."""
+    """Gradient/momentum traffic: none (fp32), fp16, or onebit (1-bit Adam)."""
     freeze_steps: int = 100
     """onebit: plain Adam warm-up steps before the variance freezes and compression starts."""
     replicated_update: bool = False
@@ -294,7 +294,7 @@ class PSSection:
     consistency: str = opt("bsp", metavar="bsp|asp|ssp:S|backup:K")
     """ssp:S lets a worker run at most S steps ahead of the slowest; backup:K makes each step
     of the first K of the workers' gradients (late ones are dropped)."""
-    priority: str = opt("graph", flag="--ps-priority")
+    priority: str = opt("graph", flag="--ps-priority", metavar="ORDER[+net]")
     """Transfer order fifo, layer (block order) or graph (torch.fx critical path); ORDER+net
     also installs priority classes on the emulated switch ports (needs emulate_bandwidth)."""
     checkpoint_dir: str | None = opt(None, flag="--ps-checkpoint-dir", metavar="DIR")

@@ -65,6 +65,9 @@ def _help(doc: str, default: Any) -> str:
     return f"{doc} (default: {shown})".replace("%", "%%")
 
 
+_METAVARS = {int: "N", float: "X"}
+
+
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """One help group per section and one flag per field. The flags default to nothing set
     (argparse.SUPPRESS), so `config_from_args` can tell a flag given from a default."""
@@ -85,7 +88,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
                 if choices:
                     kwargs["choices"] = choices
                 else:
-                    kwargs["metavar"] = f.metadata.get("metavar") or f.name.upper()
+                    kwargs["metavar"] = f.metadata.get("metavar") or _METAVARS.get(kind, "TEXT")
             group.add_argument(flag_of(f), **kwargs)
 
 

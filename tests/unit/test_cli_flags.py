@@ -28,6 +28,11 @@ from cadence.cli import main
             ["bench", "collectives", "--workers", "all"],
             "cadence bench collectives: error: argument --workers: invalid int value: 'all'",
         ),
+        (
+            ["simulate", "--batch-size", "8"],
+            "cadence simulate: error: --batch-size is the global batch (cadence train, bench, "
+            "plan pipeline); this command takes --micro-batch-size",
+        ),
         (["plan", "--workers", "x"], "cadence plan strategies: error: argument --workers"),
         (["frobnicate"], "cadence: error: argument COMMAND: invalid choice: 'frobnicate'"),
     ],

@@ -124,3 +124,13 @@ def test_every_strategy_name_has_a_registered_strategy() -> None:
     assert all(get_strategy(name).name == name for name in STRATEGY_NAMES)
     with pytest.raises(UserError, match="unknown strategy 'horovod': choose one of cadence-dp"):
         get_strategy("horovod")
+
+
+def test_cadence_train_refuses_a_bad_config_file_in_one_line(tmp_path, capsys):
+    from cadence.cli import main
+
+    job = tmp_path / "job.toml"
+    job.write_text("[zero]\nstages = 3\n")
+    assert main(["train", "--config", str(job), "--steps", "5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown key 'stages' in [zero]: choose from stage," in err
