@@ -172,20 +172,20 @@ def pipeline_wrap_for(
         built: nn.Module, optimizer: Optimizer, ctx: DistContext
     ) -> tuple[nn.Module, Optimizer]:
         model = pipeline_blocks(built, config.model.name)
-        balance([1.0] * len(model.blocks()), config.pipeline.stages)  # every rank: too many stages?
         stages = config.pipeline.stages
+        balance([1.0] * len(model.blocks()), stages)  # every rank: too many stages?
         if ctx.world_size % stages:
             raise UserError(
                 f"--strategy pipeline needs --workers a multiple of --stages {stages} "
                 f"(replicas x stages), got {ctx.world_size}"
             )
-        replicas = ctx.world_size // config.pipeline.stages
+        replicas = ctx.world_size // stages
         # --grad-accum N runs N x the micro-batches in one step: each micro-batch's loss is
         # divided by their count, so the gradients are the mean loss's, as N groups would give.
         microbatches = config.pipeline.microbatches * config.data.grad_accum
         schedule, record = config.pipeline.schedule, None
         backend = config.pipeline.backend
-        link_probe = probe or stage_link_probe(config.pipeline.stages, ctx.world_size)
+        link_probe = probe or stage_link_probe(stages, ctx.world_size)
         examples = job_examples(config, model)
         inputs = None
         if schedule == "auto":
@@ -203,11 +203,7 @@ def pipeline_wrap_for(
             found = None
             if ctx.is_main:
                 found = profiled_ranges(
-                    model,
-                    config.model.name,
-                    config.pipeline.stages,
-                    microbatch,
-                    examples.profile_batch,
+                    model, config.model.name, stages, microbatch, examples.profile_batch
                 )
             ranges = broadcast_object(found)
         if model is not built and _has_batchnorm(model):  # the user's nn.Sequential
