@@ -11,7 +11,6 @@ from typing import Any, NoReturn
 
 from cadence.errors import UserError, WorkerFailed
 from cadence.profile.record import DEFAULT_BLOCK_TIMING
-from cadence.sizes import parse_memory_limit
 
 
 def _write_json(path: str | None, data: Any) -> None:
@@ -24,58 +23,11 @@ def _write_json(path: str | None, data: Any) -> None:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from cadence.config import TrainConfig
+    from cadence.config_flags import config_from_args
+
+    config = config_from_args(args)  # a bad file or value is refused before torch loads
     from cadence.train.run import summary_lines, train
 
-    config = TrainConfig(
-        model=args.model,
-        dataset=args.dataset,
-        loss=args.loss,
-        workers=args.workers,
-        batch_size=args.batch_size,
-        grad_accum=args.grad_accum,
-        epochs=args.epochs,
-        steps=args.steps,
-        lr=args.lr,
-        optimizer=args.optimizer,
-        momentum=args.momentum,
-        strategy=args.strategy,
-        seed=args.seed,
-        out=args.out,
-        name=args.name,
-        threads=args.threads,
-        device=args.device,
-        emulate_bandwidth=args.emulate_bandwidth,
-        master_port=args.master_port,
-        ddp_bucket_mb=args.bucket_mb,
-        dp_threshold_mb=args.threshold_mb,
-        reorder_k=args.reorder_k,
-        autotune=args.autotune,
-        autotune_file=args.autotune_file,
-        autotune_trials=args.autotune_trials,
-        zero_stage=args.zero_stage,
-        compression=args.compression,
-        freeze_steps=args.freeze_steps,
-        replicated_update=args.replicated_update,
-        replicated_share=args.replicated_share,
-        gather_dtype=args.gather_dtype,
-        overlap_gather=args.overlap_gather,
-        stages=args.stages,
-        microbatches=args.microbatches,
-        schedule=args.schedule,
-        recompute=args.recompute,
-        pipeline_backend=args.pipeline_backend,
-        memory_limit=parse_memory_limit(args.memory_limit),
-        replan_every=args.replan_every,
-        replan_file=args.replan_file,
-        servers=args.servers,
-        consistency=args.consistency,
-        ps_checkpoint_dir=args.ps_checkpoint_dir,
-        ps_checkpoint_every=args.ps_checkpoint_every,
-        ps_dead_after_s=args.ps_dead_after,
-        ps_priority=args.ps_priority,
-        straggler=args.straggler,
-    )
     metrics, run_dir = train(config)
     if run_dir is not None:
         for line in summary_lines(metrics, run_dir):
@@ -166,7 +118,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
     profile = profile_command(
         args.model,
-        batch_size=args.batch_size,
+        batch_size=args.micro_batch_size,
         iterations=args.iterations,
         out=args.out,
         threads=args.threads,
@@ -178,13 +130,15 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _add_profile(sub: Any) -> None:
+    from cadence.sim.cli import add_micro_batch_size
+
     p = sub.add_parser(
         "profile",
         help="time every block (forward, input-grad, weight-grad) and record sizes and memory",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--model", default="vgg16", help="model zoo name")
-    p.add_argument("--batch-size", type=int, default=32, help="per-worker batch")
+    add_micro_batch_size(p, "timed", default=32)
     p.add_argument("--iterations", type=int, default=10, help="timed iterations (median)")
     p.add_argument("--threads", type=int, default=1, help="intra-op CPU threads")
     p.add_argument("--device", default="auto", help="cpu, cuda, or auto (cuda where there is one)")
@@ -201,197 +155,21 @@ def _add_profile(sub: Any) -> None:
 
 
 def _add_train(sub: Any) -> None:
+    from cadence.config_flags import add_config_arguments
+
     p = sub.add_parser(
         "train",
         help="train a model on local workers, under torchrun, or in an emulated cluster",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        usage="%(prog)s [--config FILE] [--json FILE] [--FLAG VALUE ...]",
+        description="Train a model. Every setting is a field of cadence.TrainConfig, grouped "
+        "in sections below; --config FILE reads them from a TOML file ([section] tables of "
+        "field = value, e.g. [data] batch_size = 64) and the flags given override the file.",
     )
     p.add_argument(
-        "--model",
-        default="cnn",
-        help="model zoo name (see `cadence models`), or pkg.module:factory: factory() returns "
-        "your nn.Module (docs/your-model.md)",
-    )
-    p.add_argument(
-        "--dataset",
-        default=None,
-        help="digits, stdlib-text or synthetic (default: the zoo model's own), or "
-        "pkg.module:factory: factory() returns (train, test) of (input, target) samples",
-    )
-    p.add_argument(
-        "--loss",
-        default=None,
-        metavar="PKG.MODULE:FN",
-        help="fn(output, target) -> mean loss (default: cross entropy over the last dimension)",
-    )
-    p.add_argument("--workers", type=int, default=2, help="local worker processes")
-    p.add_argument("--batch-size", type=int, default=64, help="global batch per step")
-    p.add_argument(
-        "--grad-accum",
-        type=int,
-        default=1,
-        metavar="N",
-        help="N micro-batches of --batch-size/N per optimizer step, gradients synced once "
-        "(pipeline: N x --microbatches in one step)",
-    )
-    p.add_argument("--epochs", type=int, default=12)
-    p.add_argument("--steps", type=int, default=None, help="run exactly this many steps instead")
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--optimizer", default="adam", help="adam, adamw or sgd")
-    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
-    p.add_argument("--strategy", default="ddp", help="distribution strategy")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="runs", help="runs directory")
-    p.add_argument("--name", default=None, help="run name (default: model-strategy-time)")
-    p.add_argument(
-        "--threads", type=int, default=None, help="threads per worker (default: cores / workers)"
-    )
-    p.add_argument(
-        "--device",
-        default="auto",
-        help="auto (a GPU per worker where there are enough, else the CPU), cpu, or cuda "
-        "(fewer GPUs than workers: shared over gloo)",
-    )
-    p.add_argument(
-        "--emulate-bandwidth",
-        default=None,
-        metavar="RATE",
-        help="run workers as hosts of an emulated cluster capped at RATE, e.g. 400mbit",
-    )
-    p.add_argument("--master-port", type=int, default=None, help="rendezvous port (default: free)")
-    p.add_argument(
-        "--bucket-mb", type=float, default=25.0, help="ddp: gradient bucket size in MB"
-    )
-    p.add_argument(
-        "--threshold-mb",
-        type=float,
-        default=None,
-        help="cadence-dp: split/fuse threshold in MB, where autotuning starts (default: a "
-        "quarter of the model's gradients, within 1-4 MB)",
-    )
-    p.add_argument(
-        "--reorder-k",
-        type=int,
-        default=None,
-        help="cadence-dp: backward reordering point K (default: autograd's order)",
-    )
-    p.add_argument(
-        "--autotune",
-        default="off",
-        help="cadence-dp: tune threshold and K in warm-up: off, exhaustive or guided",
-    )
-    p.add_argument(
-        "--autotune-file",
-        default=None,
-        metavar="FILE",
-        help="cadence-dp: save the tuned setting here; reuse it when the file exists",
-    )
-    p.add_argument(
-        "--autotune-trials",
-        type=int,
-        default=100,
-        help="cadence-dp exhaustive tuning: thresholds tried, each 10%% above the last",
-    )
-    # --strategy zero (cadence.zero)
-    p.add_argument("--zero-stage", type=int, default=2, help="ZeRO stage 1, 2 or 3")
-    p.add_argument(
-        "--compression", default="none", help="ZeRO traffic: none, fp16 or onebit (1-bit Adam)"
-    )
-    p.add_argument(
-        "--freeze-steps", type=int, default=100, help="1-bit Adam warm-up steps (plain Adam)"
-    )
-    p.add_argument(
-        "--replicated-update",
-        action="store_true",
-        help="ZeRO 1-2 with onebit: every rank updates every piece after warm-up, so no "
-        "parameters are all-gathered (4 more bytes per parameter per rank)",
-    )
-    p.add_argument(
-        "--replicated-share",
-        type=float,
-        default=1.0,
-        metavar="S",
-        help="with --replicated-update: only the front blocks within this share of the "
-        "parameters are updated on every rank, the rest gathered (default 1: all)",
-    )
-    p.add_argument(
-        "--gather-dtype",
-        default="fp32",
-        help="ZeRO parameter all-gather: fp32 or bf16 (half the bytes, bf16-rounded parameters)",
-    )
-    p.add_argument(
-        "--overlap-gather",
-        action="store_true",
-        help="ZeRO 1-2: each block waits for its own parameter gather just before its forward",
-    )
-    # --strategy pipeline (cadence.pipeline)
-    p.add_argument(
-        "--stages", type=int, default=2, help="pipeline stages; --workers/--stages replicas"
-    )
-    p.add_argument("--microbatches", type=int, default=4, help="pipeline micro-batches per step")
-    p.add_argument(
-        "--schedule",
-        default="1f1b",
-        help="pipeline schedule: gpipe, 1f1b, kfkb:K, or auto (simulate every schedule and "
-        "micro-batch split at start under the probed link and --memory-limit; pick the fastest)",
-    )
-    p.add_argument(
-        "--memory-limit", default=None, help="pipeline --schedule auto: bytes per stage, e.g. 2GiB"
-    )
-    p.add_argument(
-        "--recompute", action="store_true", help="pipeline: recompute activations in backward"
-    )
-    p.add_argument(
-        "--replan-every", type=int, default=0, metavar="N",
-        help="pipeline --schedule auto: every N steps re-probe the link and re-plan (0: never)",
-    )  # fmt: skip
-    p.add_argument(
-        "--replan-file", default=None, metavar="PATH",
-        help="pipeline --schedule auto: re-plan before the next step when PATH appears "
-        "(`touch PATH`; rank 0 deletes it)",
-    )  # fmt: skip
-    p.add_argument(
-        "--pipeline-backend",
-        default="auto",
-        help="pipeline runtime: auto, cadence, torch (torch's runtime on our action lists) "
-        "or torch-builtin (torch's ScheduleGPipe/Schedule1F1B)",
-    )
-    # --strategy ps (cadence.ps)
-    p.add_argument("--servers", type=int, default=1, help="ps: parameter server processes")
-    p.add_argument(
-        "--consistency", default="bsp", help="ps: bsp, asp, ssp:S (staleness) or backup:K"
-    )
-    p.add_argument(
-        "--ps-priority",
-        default="graph",
-        help="ps: transfer order fifo, layer or graph; ORDER+net (e.g. graph+net) also "
-        "installs priority classes on the emulated switch ports (needs --emulate-bandwidth)",
-    )
-    p.add_argument(
-        "--straggler",
-        default=None,
-        metavar="RANK:DELAY",
-        help="ps: that worker sleeps DELAY seconds every step",
-    )
-    p.add_argument(
-        "--ps-checkpoint-dir",
-        default=None,
-        metavar="DIR",
-        help="ps: servers save shards + optimizer state here at the end (and every "
-        "--ps-checkpoint-every steps) and restore them on start when present",
-    )
-    p.add_argument(
-        "--ps-checkpoint-every", type=int, default=0, metavar="N", help="ps: checkpoint period"
-    )
-    p.add_argument(
-        "--ps-dead-after",
-        type=float,
-        default=10.0,
-        metavar="SECONDS",
-        help="ps: a worker silent this long is declared dead (asp/ssp/backup train on "
-        "without it, bsp stops naming it)",
+        "--config", default=None, metavar="FILE", help="TOML file of settings (flags override it)"
     )
     p.add_argument("--json", default=None, metavar="FILE", help="also write the metrics here")
+    add_config_arguments(p)
     p.set_defaults(func=_cmd_train)
 
 

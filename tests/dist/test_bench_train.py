@@ -6,7 +6,9 @@ from cadence.config import TrainConfig
 
 def test_checkpoint_is_dropped_and_metrics_kept(tmp_path):
     metrics = train_for_bench(
-        TrainConfig(model="cnn", workers=1, steps=2, out=str(tmp_path), eval_every_epoch=False)
+        TrainConfig.from_flat(
+            model="cnn", workers=1, steps=2, out=str(tmp_path), eval_every_epoch=False
+        )
     )
     assert metrics["steps"] == 2
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]

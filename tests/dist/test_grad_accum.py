@@ -18,7 +18,7 @@ REFUSED = "refused"
 
 
 def _config(strategy: str, grad_accum: int, workers: int) -> TrainConfig:
-    return TrainConfig(
+    return TrainConfig.from_flat(
         model="tests.user_parts:small_net",
         dataset="tests.user_parts:blobs",
         strategy=strategy,

@@ -57,8 +57,8 @@ def _train(
     ran, losses = [], []
     for step, (x, y) in enumerate(batches("mlp", steps)):
         if rank == 0 and step == touch_before:
-            assert config.replan_file is not None
-            Path(config.replan_file).touch()
+            assert config.pipeline.replan_file is not None
+            Path(config.pipeline.replan_file).touch()
         loss = trainer.train_step(x, y, opt)
         sched = trainer.executor.schedule
         ran.append((sched.name, sched.num_microbatches))
@@ -75,7 +75,7 @@ def _train(
 
 
 def _config(world: int, **replan: Any) -> TrainConfig:
-    return TrainConfig(
+    return TrainConfig.from_flat(
         model="mlp", strategy="pipeline", workers=world, stages=2, batch_size=BATCH,
         schedule="auto", optimizer="sgd", lr=0.1, **replan,
     )  # fmt: skip

@@ -20,7 +20,7 @@ SCHEDULES = [("1f1b", False), ("kfkb:2", True)]  # torch's runtime; ours with re
 
 
 def _config(world: int, strategy: str, schedule: str = "1f1b", recompute: bool = False):
-    return TrainConfig(
+    return TrainConfig.from_flat(
         model="cnn",
         strategy=strategy,
         workers=world,
@@ -72,7 +72,7 @@ def test_hybrid_pipeline_training_equals_single_process(tmp_path: Path) -> None:
 
 
 def test_too_many_stages_for_the_model() -> None:
-    config = TrainConfig(model="cnn", strategy="pipeline", workers=4, stages=4)
+    config = TrainConfig.from_flat(model="cnn", strategy="pipeline", workers=4, stages=4)
     model = get_model_spec("cnn").build()
     ctx = DistContext(0, 1, 0, "gloo", torch.device("cpu"))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

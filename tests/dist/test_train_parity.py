@@ -18,7 +18,7 @@ STEPS = 6
 
 
 def _config(optimizer: str, world_size: int, strategy: str = "ddp") -> TrainConfig:
-    return TrainConfig(
+    return TrainConfig.from_flat(
         model="cnn",
         strategy=strategy,
         workers=world_size,
@@ -77,7 +77,7 @@ def test_distributed_training_equals_single_process(tmp_path, strategy, world_si
 
 
 def _scores_rank(rank: int, world_size: int, strategy: str) -> tuple[float, float]:
-    config = TrainConfig(model="resnet32", strategy=strategy, workers=world_size,
+    config = TrainConfig.from_flat(model="resnet32", strategy=strategy, workers=world_size,
                          batch_size=16, steps=3, optimizer="sgd", lr=0.05)  # fmt: skip
     metrics = run_training(config, init_from_env(), None)
     return metrics["final_test_loss"], metrics["final_test_accuracy"]

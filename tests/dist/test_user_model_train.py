@@ -16,7 +16,7 @@ from tests.user_parts import two_tower
 
 
 def _config(strategy: str, workers: int) -> TrainConfig:
-    return TrainConfig(
+    return TrainConfig.from_flat(
         model="tests.user_parts:two_tower",
         dataset="tests.user_parts:blobs",
         strategy=strategy,
@@ -64,7 +64,7 @@ _PIPELINE_RUNS = {2: [("1f1b", 2), ("auto", 1)], 4: [("gpipe", 2)]}
 
 
 def _regression(strategy: str, workers: int, schedule: str = "1f1b", grad_accum: int = 1):
-    return TrainConfig(
+    return TrainConfig.from_flat(
         model=f"{P}:deep_regressor",
         dataset=f"{P}:line",  # float targets: the profiler gets labels of its own
         loss=f"{P}:mse",
@@ -126,7 +126,7 @@ def _ps_rank(rank: int, world_size: int, out: str) -> list[float]:
 def _loss_config(
     strategy: str, workers: int, grad_accum: int, loss: str | None = f"{P}:smooth_loss"
 ) -> TrainConfig:
-    return TrainConfig(
+    return TrainConfig.from_flat(
         model=f"{P}:small_net",
         dataset=f"{P}:blobs",
         loss=loss,

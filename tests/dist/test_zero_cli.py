@@ -36,6 +36,13 @@ def test_train_zero_onebit_writes_full_checkpoint(tmp_path, flags):
 
 
 def test_bad_zero_stage_is_one_line_and_exit_2(tmp_path):
-    # The other bad settings are checked where TrainConfig is made (tests/unit/test_zero_config).
+    # The parser refuses a stage outside the field's Literal choices; the other bad settings
+    # are checked where TrainConfig is made (tests/unit/test_zero_config).
     proc = run_cadence("train", "--strategy", "zero", "--zero-stage", "4", cwd=tmp_path, timeout=60)
-    assert_one_line_error(proc, "--zero-stage must be 1, 2 or 3 (got 4)")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "argument --zero-stage: invalid choice: 4 (choose from 1, 2, 3)" in proc.stderr
+    proc = run_cadence(
+        "train", "--strategy", "zero", "--compression", "onebit", "--optimizer", "sgd",
+        cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    assert_one_line_error(proc, "--compression onebit is 1-bit Adam: use --optimizer adam")

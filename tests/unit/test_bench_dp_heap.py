@@ -35,7 +35,7 @@ def test_only_the_heap_variants_runs_start_with_the_fixed_thresholds(
     seen: dict[str, dict[str, str | None]] = {}
 
     def fake_train(config: Any) -> dict[str, Any]:  # what the spawned workers would inherit
-        seen[f"{config.strategy} {config.ddp_bucket_mb}"] = {
+        seen[f"{config.job.strategy} {config.dp.bucket_mb}"] = {
             key: os.environ.get(key) for key in FIXED_HEAP_ENV
         }
         return {}

@@ -15,12 +15,23 @@ from cadence.cli import main
             "(see 'cadence train -h')",
         ),
         (
+            ["train", "--strategy", "horovod"],
+            "cadence train: error: argument --strategy: invalid choice: 'horovod' (choose from "
+            "'cadence-dp', 'ddp', 'pipeline', 'ps', 'zero')",
+        ),
+        (["train", "--device", "gpu"], "cadence train: error: argument --device: invalid choice"),
+        (
             ["bench", "pipeline", "--contention", "maybe"],
             "cadence bench pipeline: error: argument --contention: invalid choice: 'maybe'",
         ),
         (
             ["bench", "collectives", "--workers", "all"],
             "cadence bench collectives: error: argument --workers: invalid int value: 'all'",
+        ),
+        (
+            ["simulate", "--batch-size", "8"],
+            "cadence simulate: error: --batch-size is the global batch (cadence train, bench, "
+            "plan pipeline); this command takes --micro-batch-size",
         ),
         (["plan", "--workers", "x"], "cadence plan strategies: error: argument --workers"),
         (["frobnicate"], "cadence: error: argument COMMAND: invalid choice: 'frobnicate'"),

@@ -29,6 +29,8 @@ print("torch" in sys.modules, code)
         ["train", "--strategy", "horovod"],
         ["train", "--workers", "3"],
         ["train", "--model", "gpt_mini", "--dataset", "digits"],
+        ["train", "--config", "no-such-job.toml"],
+        ["simulate", "--batch-size", "8"],
         ["bench", "dp", "--models", "alexnet"],
         ["bench", "collectives", "--sizes", "1XB"],
     ],

@@ -38,8 +38,8 @@ def test_the_ps_strategy_is_refused_up_front_without_pyzmq(monkeypatch: pytest.M
         importlib.util, "find_spec", lambda name, *a: None if name == "zmq" else real(name, *a)
     )
     with pytest.raises(UserError, match="pyzmq"):
-        TrainConfig(strategy="ps", workers=2)
-    TrainConfig(strategy="ddp", workers=2)  # the other strategies do not need it
+        TrainConfig.from_flat(strategy="ps", workers=2)
+    TrainConfig.from_flat(strategy="ddp", workers=2)  # the other strategies do not need it
 
 
 def test_a_lazy_name_whose_module_needs_a_missing_package_is_one_line(

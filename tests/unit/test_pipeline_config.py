@@ -29,14 +29,16 @@ from cadence.errors import UserError
 )
 def test_bad_pipeline_settings(fields: dict[str, object], needle: str) -> None:
     with pytest.raises(UserError, match=needle) as info:
-        TrainConfig(strategy="pipeline", **fields)  # type: ignore[arg-type]
+        TrainConfig.from_flat(strategy="pipeline", **fields)  # type: ignore[arg-type]
     assert "\n" not in str(info.value)
 
 
 def test_pipeline_batch_need_not_divide_by_workers() -> None:
     # Pipeline ranks share one batch (not 1/W each): 3 stages with batch 64 is fine.
-    config = TrainConfig(strategy="pipeline", workers=3, stages=3, batch_size=64, microbatches=8)
-    assert config.schedule == "1f1b"
+    config = TrainConfig.from_flat(
+        strategy="pipeline", workers=3, stages=3, batch_size=64, microbatches=8
+    )
+    assert config.pipeline.schedule == "1f1b"
     with pytest.raises(UserError, match="not divisible by --workers 3"):
-        TrainConfig(strategy="ddp", workers=3, batch_size=64)
-    TrainConfig(strategy="ddp", stages=5, schedule="zb")  # ignored by other strategies
+        TrainConfig.from_flat(strategy="ddp", workers=3, batch_size=64)
+    TrainConfig.from_flat(strategy="ddp", stages=5, schedule="zb")  # ignored by other strategies

@@ -46,7 +46,7 @@ def test_decide_keeps_the_pick_when_it_is_still_best_or_the_planner_fails() -> N
 
 
 def _replanner(**replan: Any) -> Replanner:
-    config = TrainConfig(strategy="pipeline", schedule="auto", **replan)
+    config = TrainConfig.from_flat(strategy="pipeline", schedule="auto", **replan)
     return Replanner(
         config, replicas=1, is_main=True, ranges=((0, 1), (1, 2)), inputs=None,
         probe=lambda: None,
@@ -88,4 +88,4 @@ def test_a_request_file_asks_once_and_a_stale_one_nothing(tmp_path: Path) -> Non
 )  # fmt: skip
 def test_bad_replan_input(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(UserError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
-        TrainConfig(**{"strategy": "pipeline", **kwargs})
+        TrainConfig.from_flat(**{"strategy": "pipeline", **kwargs})

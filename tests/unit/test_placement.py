@@ -40,7 +40,7 @@ def test_bad_requests_are_one_line_errors():
     with pytest.raises(UserError, match="unknown device 'gpu'"):
         place_worker("gpu", 0, 1, 1)
     with pytest.raises(UserError, match="unknown device 'tpu'"):
-        TrainConfig(device="tpu")
+        TrainConfig.from_flat(device="tpu")
     with pytest.raises(ValueError):
         place_worker("auto", 2, 2, 0)
 

@@ -148,8 +148,8 @@ def test_config_rejects_bad_values(kwargs, match):
 )
 def test_train_config_checks_ps_settings(kwargs, match):
     with pytest.raises(UserError, match=match):
-        TrainConfig(**kwargs)
-    assert TrainConfig(strategy="ps", servers=2, consistency="ssp:2", straggler="1:0.5")
+        TrainConfig.from_flat(**kwargs)
+    assert TrainConfig.from_flat(strategy="ps", servers=2, consistency="ssp:2", straggler="1:0.5")
 
 
 def test_header_round_trips_and_rejects_garbage():

@@ -121,7 +121,7 @@ def test_a_mismatch_of_model_data_and_loss_is_one_line(model, dataset, loss, nee
 )  # fmt: skip
 def test_config_refuses_what_cannot_run(kwargs, needle) -> None:
     with pytest.raises(UserError) as info:
-        TrainConfig(**kwargs)
+        TrainConfig.from_flat(**kwargs)
     _one_line(info, needle)
 
 
@@ -135,8 +135,8 @@ def test_config_refuses_what_cannot_run(kwargs, needle) -> None:
     ],
 )  # fmt: skip
 def test_config_takes_a_users_model_loss_and_accumulation_in_every_strategy(kwargs) -> None:
-    config = TrainConfig(**kwargs)
-    assert config.loss == f"{P}:smooth_loss" and config.grad_accum == 2
+    config = TrainConfig.from_flat(**kwargs)
+    assert config.model.loss == f"{P}:smooth_loss" and config.data.grad_accum == 2
 
 
 def test_the_pipeline_cuts_a_users_sequential_under_its_own_names() -> None:
@@ -158,7 +158,7 @@ def test_the_pipeline_refuses_a_model_that_is_not_a_sequential(factory: str, kin
     from cadence.pipeline.train import pipeline_wrap_for
 
     ref = f"{P}:{factory}"
-    config = TrainConfig(model=ref, dataset=f"{P}:blobs", strategy="pipeline")
+    config = TrainConfig.from_flat(model=ref, dataset=f"{P}:blobs", strategy="pipeline")
     model = getattr(user_parts, factory)()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     ctx = DistContext(0, 1, 0, "gloo", torch.device("cpu"))
@@ -175,7 +175,7 @@ def test_the_pipeline_refuses_batchnorm_over_micro_batches() -> None:
     ref = f"{P}:batchnorm_net"
     ctx = DistContext(0, 1, 0, "gloo", torch.device("cpu"))
     for microbatches, grad_accum in ((2, 1), (1, 2)):
-        config = TrainConfig(
+        config = TrainConfig.from_flat(
             model=ref, dataset=f"{P}:blobs", strategy="pipeline", workers=1, stages=1,
             microbatches=microbatches, grad_accum=grad_accum, batch_size=8,
         )  # fmt: skip
@@ -184,7 +184,7 @@ def test_the_pipeline_refuses_batchnorm_over_micro_batches() -> None:
         with pytest.raises(UserError) as info:
             pipeline_wrap_for(config)(model, optimizer, ctx)
         _one_line(info, f"BatchNorm in --model {ref} would normalise each of the pipeline's")
-    config = TrainConfig(
+    config = TrainConfig.from_flat(
         model=ref, dataset=f"{P}:blobs", strategy="pipeline", workers=1, stages=1,
         microbatches=1, batch_size=8,
     )  # fmt: skip

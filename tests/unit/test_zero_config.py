@@ -31,7 +31,7 @@ from cadence.errors import UserError
 )
 def test_bad_zero_settings_are_user_errors(kwargs, needle):
     with pytest.raises(UserError, match=re.escape(needle)) as info:
-        TrainConfig(strategy="zero", **kwargs)
+        TrainConfig.from_flat(strategy="zero", **kwargs)
     assert "\n" not in str(info.value)
 
 
@@ -60,25 +60,28 @@ def test_replicated_update_needs_onebit_at_stage_1_or_2_in_fp32(kwargs):
 
 
 def test_good_zero_settings_round_trip_through_json():
-    config = TrainConfig(strategy="zero", zero_stage=3, compression="onebit", freeze_steps=7)
+    config = TrainConfig.from_flat(
+        strategy="zero", zero_stage=3, compression="onebit", freeze_steps=7
+    )
     assert TrainConfig.from_json(config.to_json()) == config
     # Other strategies ignore the ZeRO fields: sgd + onebit is only refused under zero.
-    TrainConfig(strategy="ddp", compression="onebit", optimizer="sgd")
+    TrainConfig.from_flat(strategy="ddp", compression="onebit", optimizer="sgd")
 
 
 def test_train_settings_reach_the_zero_config_and_its_simulation_by_one_mapping():
-    from dataclasses import asdict, fields
+    from dataclasses import fields
 
+    from cadence.config import flat_keys
     from cadence.sim.zero_graph import ZeroSimPlan
     from cadence.zero.config import TRAIN_SETTINGS, ZeroConfig
 
-    assert set(TRAIN_SETTINGS) <= {f.name for f in fields(TrainConfig)}
+    assert set(TRAIN_SETTINGS) <= set(flat_keys())
     assert set(TRAIN_SETTINGS.values()) <= {f.name for f in fields(ZeroConfig)}
-    train = TrainConfig(
+    train = TrainConfig.from_flat(
         strategy="zero", zero_stage=1, compression="onebit", freeze_steps=7,
         overlap_gather=True, replicated_update=True, replicated_share=0.3,
     )  # fmt: skip
-    zero = ZeroConfig.from_train_settings(asdict(train))
+    zero = ZeroConfig.from_train_settings(train.to_flat())
     assert (zero.stage, zero.compression, zero.freeze_steps) == (1, "onebit", 7)
     assert zero.overlap_gather and zero.replicated_update and zero.replicated_share == 0.3
     plan = ZeroSimPlan.from_config(zero)

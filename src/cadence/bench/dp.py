@@ -113,19 +113,19 @@ COMPUTE_ONLY = Variant("compute", "ddp")
 
 
 def variants(config: DPBenchConfig) -> list[Variant]:
-    ddp = [Variant("ddp", "ddp", {"ddp_bucket_mb": 25.0})]
+    ddp = [Variant("ddp", "ddp", {"bucket_mb": 25.0})]
     ddp += [
-        Variant(f"ddp-{mb:g}mb", "ddp", {"ddp_bucket_mb": mb})
+        Variant(f"ddp-{mb:g}mb", "ddp", {"bucket_mb": mb})
         for mb in config.ddp_buckets_mb
         if mb != 25.0
     ]
     if config.ddp_fixed_heap:
-        ddp.append(Variant(DDP_FIXED_HEAP, "ddp", {"ddp_bucket_mb": 25.0}, dict(FIXED_HEAP_ENV)))
+        ddp.append(Variant(DDP_FIXED_HEAP, "ddp", {"bucket_mb": 25.0}, dict(FIXED_HEAP_ENV)))
     cadence = Variant(
         "cadence",
         "cadence-dp",
         {
-            "dp_threshold_mb": config.threshold_mb,
+            "threshold_mb": config.threshold_mb,
             "reorder_k": config.reorder_k,
             "autotune": config.autotune,
         },
@@ -142,7 +142,7 @@ def train_variant(
     from cadence.bench._train import train_for_bench
     from cadence.config import TrainConfig
 
-    train_config = TrainConfig(
+    train_config = TrainConfig.from_flat(
         model=model,
         workers=workers,
         batch_size=config.batch_size // (config.workers // workers),

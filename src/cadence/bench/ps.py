@@ -92,7 +92,7 @@ def _train(model: str, cap: str, config: PSBenchConfig, **settings: Any) -> dict
         "emulate_bandwidth": cap,
         **settings,
     }
-    train_config = TrainConfig(
+    train_config = TrainConfig.from_flat(
         model=model, steps=config.steps, out=config.run_root, eval_every_epoch=False, threads=1,
         **fields,
     )  # fmt: skip

@@ -72,12 +72,12 @@ def _worker_env(
     rank: int, config: TrainConfig, port: int, logs: Path, cluster: ClusterLike | None
 ) -> dict[str, str]:
     env = dict(os.environ)
-    threads = config.threads or max(1, (os.cpu_count() or 1) // config.workers)
+    threads = config.cluster.threads or max(1, (os.cpu_count() or 1) // config.cluster.workers)
     env.update(
         RANK=str(rank),
         LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(config.workers),
-        LOCAL_WORLD_SIZE=str(config.workers),
+        WORLD_SIZE=str(config.cluster.workers),
+        LOCAL_WORLD_SIZE=str(config.cluster.workers),
         MASTER_PORT=str(port),
         OMP_NUM_THREADS=str(threads),
         PYTHONUNBUFFERED="1",
@@ -150,8 +150,8 @@ def launch_local(
     """Run `config.workers` ranks here and return rank 0's metrics once all succeed."""
     from cadence.comm.process_group import visible_gpus  # loads torch: only when launching
 
-    placement = place_worker(config.device, 0, config.workers, visible_gpus())
-    check_strategy(config.strategy, placement.device, placement.backend)
+    placement = place_worker(config.cluster.device, 0, config.cluster.workers, visible_gpus())
+    check_strategy(config.job.strategy, placement.device, placement.backend)
     if placement.note:
         print(f"cadence: {placement.note}", file=sys.stderr, flush=True)
     logs = run_dir / "logs"
@@ -159,17 +159,17 @@ def launch_local(
     config_path = run_dir / "config.json"
     config_path.write_text(json.dumps(config.to_json(), indent=2) + "\n")
     if cluster is None:
-        port = config.master_port or free_port()
-        if config.master_port:
+        port = config.cluster.master_port or free_port()
+        if config.cluster.master_port:
             check_port_free(port)
     else:
-        port = config.master_port or 29500  # inside a fresh namespace every port is free
-    for rank in range(config.workers):
+        port = config.cluster.master_port or 29500  # inside a fresh namespace every port is free
+    for rank in range(config.cluster.workers):
         error_file(logs, rank).unlink(missing_ok=True)
 
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        for rank in range(config.workers):
+        for rank in range(config.cluster.workers):
             cmd = [sys.executable, "-m", "cadence.launch.worker", str(config_path), str(run_dir)]
             if cluster is not None:
                 cmd = cluster.exec_prefix(rank) + cmd
@@ -188,7 +188,7 @@ def launch_local(
         # Parameter server with asp/ssp/backup: a worker other than rank 0 (which writes the
         # outputs) may die and the others train on; its servers, if any, die with it, and then
         # the workers that need them fail in turn.
-        survivable = survives_dead_workers(config.strategy, config.consistency)
+        survivable = survives_dead_workers(config.job.strategy, config.ps.consistency)
         lost: set[int] = set()
         while True:
             codes = [p.poll() for p in procs]
@@ -198,7 +198,7 @@ def launch_local(
                     print(
                         f"cadence: worker {rank} exited with code {codes[rank]} "
                         f"(log: {log_file(logs, rank)}); the others train on without it "
-                        f"(--consistency {config.consistency})",
+                        f"(--consistency {config.ps.consistency})",
                         file=sys.stderr,
                         flush=True,
                     )

@@ -26,19 +26,19 @@ def run_worker(config: TrainConfig, run_dir: Path | None) -> dict[str, Any]:
     """Join the process group from the environment and train; always leave the group."""
     from cadence.train.loop import run_training  # heavy imports only in workers
 
-    threads = int(os.environ.get(THREADS_ENV, "0")) or config.threads
+    threads = int(os.environ.get(THREADS_ENV, "0")) or config.cluster.threads
     if threads:
         torch.set_num_threads(threads)
     bandwidth = os.environ.get(BANDWIDTH_ENV)
-    ctx = init_from_env(device=config.device)
+    ctx = init_from_env(device=config.cluster.device)
     try:
-        check_strategy(config.strategy, str(ctx.device), ctx.backend)  # under torchrun too
+        check_strategy(config.job.strategy, str(ctx.device), ctx.backend)  # under torchrun too
         metrics = run_training(config, ctx, run_dir, float(bandwidth) if bandwidth else None)
         # Leave together: a rank that tears down its process group while rank 0 still writes
         # outputs can abort inside gloo ("terminate called without an active exception").
         # Not where a dead worker must not stop the others (`exit_worker` skips the teardown).
         if dist.is_initialized() and not survives_dead_workers(
-            config.strategy, config.consistency
+            config.job.strategy, config.ps.consistency
         ):
             dist.barrier()
         return metrics

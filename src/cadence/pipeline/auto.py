@@ -83,8 +83,8 @@ def start_profiles(
     """Profiles at every candidate micro-batch size of the per-replica batch, taken on every
     rank at once (rank 0 plans with its own at start and keeps them for every re-plan:
     profiling is the slow part). Every rank must call it."""
-    sizes = profile_sizes(config.batch_size // replicas)
-    return profiles_for_model(model, config.model, sizes, True, examples.profile_batch)
+    sizes = profile_sizes(config.data.batch_size // replicas)
+    return profiles_for_model(model, config.model.name, sizes, True, examples.profile_batch)
 
 
 def measure_stage_times(
@@ -140,12 +140,12 @@ def plan_record(
     try:
         plan = plan_pipeline(
             inputs.profiles,
-            stages=config.stages,
-            batch_size=config.batch_size // replicas,
+            stages=config.pipeline.stages,
+            batch_size=config.data.batch_size // replicas,
             link=link or _FREE_LINK,
-            memory_limit=config.memory_limit,
-            recompute=config.recompute,
-            optimizer=config.optimizer,
+            memory_limit=config.pipeline.memory_limit,
+            recompute=config.pipeline.recompute,
+            optimizer=config.optim.name,
             ranges=ranges or inputs.ranges,
             costs=inputs.costs,
         )
@@ -186,12 +186,12 @@ def plan_at_start(
     rank calls it; rank 0's answer counts); `examples` the batches it profiles on (default:
     `job_examples(config, model)`)."""
     examples = examples or job_examples(config, model)
-    link = (probe or stage_link_probe(config.stages, world_size))()
+    link = (probe or stage_link_probe(config.pipeline.stages, world_size))()
     # on every rank: see profiles_for_model
     profiles = start_profiles(model, config, replicas, examples)
-    ranges = agreed_ranges(profiles, config.stages, is_main)
-    per_replica = config.batch_size // replicas
-    times = measure_stage_times(model, config.model, ranges, per_replica, examples)
+    ranges = agreed_ranges(profiles, config.pipeline.stages, is_main)
+    per_replica = config.data.batch_size // replicas
+    times = measure_stage_times(model, config.model.name, ranges, per_replica, examples)
     record: dict[str, Any] | str = ""
     inputs = None
     if is_main:

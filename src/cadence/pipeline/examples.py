@@ -41,14 +41,16 @@ class Examples:
 def job_examples(config: TrainConfig, model: nn.Module) -> Examples:
     """The example batches of `config`'s model and data; `model` is the built model (only
     run forward, in eval mode without gradients, to shape labels for the profiler)."""
-    loss = load_loss(config.loss)
+    loss = load_loss(config.model.loss)
     batch: BatchOf
-    if is_ref(config.model) or is_ref(config.dataset):
-        _, data = model_and_data(config.model, config.dataset, config.seed)  # user data: cached
+    if is_ref(config.model.name) or is_ref(config.data.dataset):
+        _, data = model_and_data(
+            config.model.name, config.data.dataset, config.job.seed
+        )  # user data: cached
         batch = functools.partial(_first_samples, data.train_x, data.train_y)
     else:
-        batch = get_model_spec(config.model).synthetic_batch
-    if config.loss is None:  # cross entropy trains on these targets: the profiler's loss too
+        batch = get_model_spec(config.model.name).synthetic_batch
+    if config.model.loss is None:  # cross entropy trains on these targets: the profiler's loss too
         return Examples(batch, batch, loss)
     return Examples(batch, lambda size: _labelled(model, batch(size)[0]), loss)
 

@@ -158,8 +158,8 @@ class Replanner:
         self.ranges = ranges
         self.inputs = inputs  # rank 0's, measured once at start
         self.probe = probe
-        self.every = config.replan_every
-        self.request = Path(config.replan_file) if config.replan_file else None
+        self.every = config.pipeline.replan_every
+        self.request = Path(config.pipeline.replan_file) if config.pipeline.replan_file else None
         self.history: list[Replan] = []
         if self.request is not None and is_main:
             consume_request(self.request)  # a file left from before the start asks nothing

@@ -171,20 +171,21 @@ def pipeline_wrap_for(
     def wrap(
         built: nn.Module, optimizer: Optimizer, ctx: DistContext
     ) -> tuple[nn.Module, Optimizer]:
-        model = pipeline_blocks(built, config.model)
-        balance([1.0] * len(model.blocks()), config.stages)  # every rank: too many stages?
-        if ctx.world_size % config.stages:
+        model = pipeline_blocks(built, config.model.name)
+        stages = config.pipeline.stages
+        balance([1.0] * len(model.blocks()), stages)  # every rank: too many stages?
+        if ctx.world_size % stages:
             raise UserError(
-                f"--strategy pipeline needs --workers a multiple of --stages {config.stages} "
+                f"--strategy pipeline needs --workers a multiple of --stages {stages} "
                 f"(replicas x stages), got {ctx.world_size}"
             )
-        replicas = ctx.world_size // config.stages
+        replicas = ctx.world_size // stages
         # --grad-accum N runs N x the micro-batches in one step: each micro-batch's loss is
         # divided by their count, so the gradients are the mean loss's, as N groups would give.
-        microbatches = config.microbatches * config.grad_accum
-        schedule, record = config.schedule, None
-        backend = config.pipeline_backend
-        link_probe = probe or stage_link_probe(config.stages, ctx.world_size)
+        microbatches = config.pipeline.microbatches * config.data.grad_accum
+        schedule, record = config.pipeline.schedule, None
+        backend = config.pipeline.backend
+        link_probe = probe or stage_link_probe(stages, ctx.world_size)
         examples = job_examples(config, model)
         inputs = None
         if schedule == "auto":
@@ -198,17 +199,17 @@ def pipeline_wrap_for(
             if ctx.is_main:
                 print(f"pipeline plan: {record['why']}", flush=True)
         else:
-            microbatch = config.batch_size // (replicas * microbatches)
+            microbatch = config.data.batch_size // (replicas * microbatches)
             found = None
             if ctx.is_main:
                 found = profiled_ranges(
-                    model, config.model, config.stages, microbatch, examples.profile_batch
+                    model, config.model.name, stages, microbatch, examples.profile_batch
                 )
             ranges = broadcast_object(found)
         if model is not built and _has_batchnorm(model):  # the user's nn.Sequential
             if microbatches > 1:
                 raise UserError(
-                    f"BatchNorm in --model {config.model} would normalise each of the "
+                    f"BatchNorm in --model {config.model.name} would normalise each of the "
                     "pipeline's micro-batches on its own statistics: use --microbatches 1 and "
                     "--grad-accum 1 (exact), or GroupNorm/LayerNorm"
                 )
@@ -217,12 +218,18 @@ def pipeline_wrap_for(
                 # running statistics once more than training does.
                 backend = "cadence"
         executor = pipeline(
-            model, examples.loss, schedule, microbatches, ranges, config.recompute,
-            backend=backend, data_parallel=replicas,
+            model,
+            examples.loss,
+            schedule,
+            microbatches,
+            ranges,
+            config.pipeline.recompute,
+            backend=backend,
+            data_parallel=replicas,
         )
         trainer = PipelineTrainer(model, executor, ranges)
         trainer.plan_record = record
-        if record is not None and (config.replan_every or config.replan_file):
+        if record is not None and (config.pipeline.replan_every or config.pipeline.replan_file):
             trainer.replanner = Replanner(
                 config, replicas=replicas, is_main=ctx.is_main, ranges=ranges,
                 inputs=inputs, probe=link_probe,

@@ -107,7 +107,9 @@ def steps_in_loop(
     copies = [nn.Parameter(p.detach().clone()) for p in params]
     # Nothing to step (no trainable parameter): no optimizer adds anything.
     steppers = {
-        name: build_optimizer(copies, TrainConfig(optimizer=name)) for name in optimizers if copies
+        name: build_optimizer(copies, TrainConfig.from_flat(optimizer=name))
+        for name in optimizers
+        if copies
     }
 
     def loop_step(optimizer: torch.optim.Optimizer | None) -> float:

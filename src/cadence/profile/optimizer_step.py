@@ -29,7 +29,7 @@ def optimizer_step_s(model: nn.Module, optimizer: str, repeats: int = 5) -> floa
     device = params[0].device
     for p in params:
         p.grad = torch.randn_like(p)
-    opt = build_optimizer(params, TrainConfig(optimizer=optimizer))
+    opt = build_optimizer(params, TrainConfig.from_flat(optimizer=optimizer))
     samples = []
     for i in range(repeats + 1):
         sync(device)

@@ -148,14 +148,15 @@ class PSConfig:
 
 
 def ps_config(train: Any, workers: int) -> PSConfig:
-    """The PS settings of a `TrainConfig` (validated by `PSConfig`)."""
+    """The PS settings of a `TrainConfig` (its `ps` section; validated by `PSConfig`)."""
+    ps = train.ps
     return PSConfig(
-        servers=train.servers,
+        servers=ps.servers,
         workers=workers,
-        consistency=train.consistency,
-        priority=train.ps_priority,
-        straggler=train.straggler,
-        checkpoint_dir=train.ps_checkpoint_dir,
-        checkpoint_every=train.ps_checkpoint_every,
-        dead_after_s=train.ps_dead_after_s,
+        consistency=ps.consistency,
+        priority=ps.priority,
+        straggler=ps.straggler,
+        checkpoint_dir=ps.checkpoint_dir,
+        checkpoint_every=ps.checkpoint_every,
+        dead_after_s=ps.dead_after_s,
     )

@@ -7,16 +7,19 @@ leave when their parent worker process ends.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from torch import nn
 from torch.optim import Optimizer
 
 from cadence.ps.config import ps_config
 
+if TYPE_CHECKING:
+    from cadence.config import TrainConfig
+
 
 def ps_wrap(
-    model: nn.Module, optimizer: Optimizer, rank: int, world_size: int, train: Any
+    model: nn.Module, optimizer: Optimizer, rank: int, world_size: int, train: TrainConfig
 ) -> tuple[nn.Module, Optimizer]:
     """Wrap for the training loop; the optimizer stays the user's (the servers rebuild it)."""
     from cadence.models.user import load_loss, model_and_data
@@ -24,22 +27,23 @@ def ps_wrap(
     from cadence.train.sharding import steps_per_epoch
 
     config = ps_config(train, world_size)
-    spec, data = model_and_data(train.model, train.dataset, train.seed)  # zoo or the user's
+    # zoo or the user's
+    spec, data = model_and_data(train.model.name, train.data.dataset, train.job.seed)
     example = None
     if config.order == "graph":  # a batch to trace and time the forward ops on
-        per_worker = max(1, train.batch_size // (world_size * train.grad_accum))
+        per_worker = max(1, train.data.batch_size // (world_size * train.data.grad_accum))
         example = spec.synthetic_batch(per_worker)[0]
     # The loop waits for every worker at each epoch end (and at the last step): backup
     # workers must say they pause there, or a straggler's steps would wait for them forever.
-    per_epoch = max(1, steps_per_epoch(len(data.train_x), train.batch_size))
-    last = train.steps if train.steps is not None else per_epoch * train.epochs
+    per_epoch = max(1, steps_per_epoch(len(data.train_x), train.data.batch_size))
+    last = train.job.steps if train.job.steps is not None else per_epoch * train.job.epochs
 
     def pause_after(iteration: int) -> bool:
         return iteration % per_epoch == 0 or iteration == last
 
     trainer = PSTrainer(
-        model, optimizer, config, rank, example, pause_after, load_loss(train.loss),
-        train.grad_accum,
+        model, optimizer, config, rank, example, pause_after, load_loss(train.model.loss),
+        train.data.grad_accum,
     )  # fmt: skip
     return trainer, optimizer
 

@@ -177,7 +177,7 @@ def run_emulated(
         for strategy in strategies:
             path = Path(out_dir) / f"sim-{model}-{cap}-{strategy}.json"
             echo(f"training {model} {strategy} at {cap} ({steps} steps) -> {path}")
-            config = TrainConfig(
+            config = TrainConfig.from_flat(
                 model=model,
                 dataset="synthetic",
                 workers=workers,

@@ -61,13 +61,13 @@ def _sim_arguments(p: Any, worker_list: bool = False) -> None:
         metavar="FILE",
         help="saved `cadence profile` JSON; default: profile the model now",
     )
-    p.add_argument("--batch-size", type=int, default=32, help="per-worker batch when profiling")
+    add_micro_batch_size(p, "when profiling now")
     p.add_argument(
         "--grad-accum",
         type=int,
         default=1,
         metavar="N",
-        help="gradient accumulation: N micro-batches (the profile's batch each) per step, one "
+        help="gradient accumulation: N micro-batches (--micro-batch-size each) per step, one "
         "gradient sync overlapping only the last backward",
     )
     p.add_argument("--profile-iterations", type=int, default=5, help="when profiling now")
@@ -82,6 +82,31 @@ def _sim_arguments(p: Any, worker_list: bool = False) -> None:
         "--clip", action="store_true", help="the loop clips gradients by global norm before step"
     )
     p.add_argument("--json", default=None, metavar="FILE", help="write the figures here")
+
+
+class _GlobalBatchHere(argparse.Action):
+    """`--batch-size` where a command takes the per-worker `--micro-batch-size`: refused with
+    a line naming the right flag (in `cadence train` --batch-size is the global batch)."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        parser.error(
+            "--batch-size is the global batch (cadence train, bench, plan pipeline); this "
+            "command takes --micro-batch-size: samples one worker runs per forward/backward"
+        )
+
+
+def add_micro_batch_size(p: Any, when: str, default: int = 32) -> None:
+    """`--micro-batch-size`: samples per worker in one forward/backward, the batch a profile
+    times; `--batch-size` (the global batch elsewhere) is refused with a hint."""
+    p.add_argument(
+        "--micro-batch-size",
+        type=int,
+        default=default,
+        metavar="N",
+        help=f"samples per worker in one forward/backward, {when} (--batch-size is the "
+        "global batch of cadence train)",
+    )
+    p.add_argument("--batch-size", action=_GlobalBatchHere, help=argparse.SUPPRESS)
 
 
 def add_calibration_latency(p: Any) -> None:

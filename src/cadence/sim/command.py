@@ -421,7 +421,7 @@ def setup_from(args: Any, workers: int | None = None, bandwidth: str | None = No
         calibration=args.calibration,
         calibration_latency=getattr(args, "calibration_latency", "by-size"),
         profile_path=args.profile,
-        batch_size=args.batch_size,
+        batch_size=args.micro_batch_size,
         profile_iterations=args.profile_iterations,
     )
 

@@ -85,19 +85,19 @@ def run_training(
     bandwidth_bps: float | None = None,
 ) -> dict[str, Any]:
     """Train as configured; rank 0 writes outputs into `run_dir`. Returns the metrics summary."""
-    torch.manual_seed(config.seed)
-    spec, data = model_and_data(config.model, config.dataset, config.seed)
-    train_loss = load_loss(config.loss)
+    torch.manual_seed(config.job.seed)
+    spec, data = model_and_data(config.model.name, config.data.dataset, config.job.seed)
+    train_loss = load_loss(config.model.loss)
     model: torch.nn.Module = spec.build().to(ctx.device)
-    if any(map(is_ref, (config.model, config.dataset, config.loss))):
-        check_fits(model, data, train_loss, config.model, ctx.device)
+    if any(map(is_ref, (config.model.name, config.data.dataset, config.model.loss))):
+        check_fits(model, data, train_loss, config.model.name, ctx.device)
     optimizer = build_optimizer(model.parameters(), config)
-    strategy = get_strategy(config.strategy)
+    strategy = get_strategy(config.job.strategy)
     model, optimizer = strategy.wrap_for(config)(model, optimizer, ctx)
     plain = strategy.unwrap(model)
     owner = model if isinstance(model, OwnsStep) else None  # a strategy that runs the step
     if owner is None:
-        check_accumulation(model, config.grad_accum, config.strategy, ctx.world_size)
+        check_accumulation(model, config.data.grad_accum, config.job.strategy, ctx.world_size)
     # A strategy that trains on when a worker dies (parameter server: asp, ssp, backup) must
     # not be stopped by the loop's own collectives: then each rank keeps its own figures and
     # rank 0 alone evaluates and reports.
@@ -108,13 +108,15 @@ def run_training(
     num_params = sum(p.numel() for p in plain.parameters())
     grad_bytes = sum(p.numel() * p.element_size() for p in plain.parameters() if p.requires_grad)
 
-    per_epoch = steps_per_epoch(len(data.train_x), config.batch_size)
+    per_epoch = steps_per_epoch(len(data.train_x), config.data.batch_size)
     if per_epoch == 0:
         raise UserError(
-            f"--batch-size {config.batch_size} exceeds the {len(data.train_x)} training samples "
-            f"of {data.name}"
+            f"--batch-size {config.data.batch_size} exceeds the {len(data.train_x)} training "
+            f"samples of {data.name}"
         )
-    total_steps = config.steps if config.steps is not None else per_epoch * config.epochs
+    total_steps = (
+        config.job.steps if config.job.steps is not None else per_epoch * config.job.epochs
+    )
     epochs_needed = math.ceil(total_steps / per_epoch) if per_epoch else 0
     fail_at = _injected_failure(ctx.rank)
 
@@ -147,7 +149,12 @@ def run_training(
         t_epoch = time.perf_counter()
         t_prev = t_epoch
         for idx in epoch_batches(
-            len(data.train_x), config.batch_size, shard_rank, shard_world, config.seed, epoch
+            len(data.train_x),
+            config.data.batch_size,
+            shard_rank,
+            shard_world,
+            config.job.seed,
+            epoch,
         ):
             if step == total_steps:
                 break
@@ -160,7 +167,7 @@ def run_training(
                 loss = owner.train_step(x, y, optimizer)
             else:
                 optimizer.zero_grad(set_to_none=True)
-                loss = forward_backward(model, x, y, train_loss, config.grad_accum)
+                loss = forward_backward(model, x, y, train_loss, config.data.grad_accum)
                 optimizer.step()
             epoch_losses.append(loss.detach())
             if ctx.device.type == "cuda":
@@ -181,7 +188,7 @@ def run_training(
         last_epoch = epoch == epochs_needed
         if owner is not None:
             owner.sync()  # before evaluation and the checkpoint read `plain`
-        if (config.eval_every_epoch or last_epoch) and (ctx.is_main or not alone):
+        if (config.job.eval_every_epoch or last_epoch) and (ctx.is_main or not alone):
             # Every rank evaluates through the wrapped model, as a DDP user calling `model`
             # would: DDP and cadence's data-parallel wrappers then score with the same
             # (rank 0's) buffers. One rank alone scores the plain module: no collectives.
@@ -195,7 +202,7 @@ def run_training(
             "train_loss": losses.mean().item(),
             "test_loss": test_loss,
             "test_accuracy": test_acc,
-            "samples_per_s": len(epoch_losses) * config.batch_size / train_seconds,
+            "samples_per_s": len(epoch_losses) * config.data.batch_size / train_seconds,
             "seconds": train_seconds,
         }
         metrics["epochs"].append(record)

@@ -11,10 +11,13 @@ from cadence.config import TrainConfig
 
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], config: TrainConfig) -> Optimizer:
-    if config.optimizer == "sgd":
+    if config.optim.name == "sgd":
         return torch.optim.SGD(
-            params, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
+            params,
+            lr=config.optim.lr,
+            momentum=config.optim.momentum,
+            weight_decay=config.optim.weight_decay,
         )
-    if config.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
-    return torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
+    if config.optim.name == "adamw":
+        return torch.optim.AdamW(params, lr=config.optim.lr, weight_decay=config.optim.weight_decay)
+    return torch.optim.Adam(params, lr=config.optim.lr, weight_decay=config.optim.weight_decay)

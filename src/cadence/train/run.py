@@ -19,32 +19,33 @@ def validate(config: TrainConfig) -> None:
     """Name every problem the registries can see before any process starts; a user's own
     model, dataset and loss (`pkg.module:name`) are imported, not yet called (the workers
     call them and check that they fit together)."""
-    check_strategy_name(config.strategy)
-    for flag, ref in (("--model", config.model), ("--dataset", config.dataset),
-                      ("--loss", config.loss)):  # fmt: skip
+    check_strategy_name(config.job.strategy)
+    for flag, ref in (("--model", config.model.name), ("--dataset", config.data.dataset),
+                      ("--loss", config.model.loss)):  # fmt: skip
         if ref is not None and (is_ref(ref) or flag == "--loss"):
             import_ref(ref, flag)
-    if is_ref(config.model):  # its datasets: checked by the config
+    if is_ref(config.model.name):  # its datasets: checked by the config
         return
-    spec = get_model_spec(config.model)
-    if config.dataset is not None and not is_ref(config.dataset):
-        if config.dataset not in dataset_names():
+    spec = get_model_spec(config.model.name)
+    if config.data.dataset is not None and not is_ref(config.data.dataset):
+        if config.data.dataset not in dataset_names():
             raise UserError(
-                f"unknown dataset '{config.dataset}': choose one of {', '.join(dataset_names())}"
+                f"unknown dataset '{config.data.dataset}': choose one of "
+                f"{', '.join(dataset_names())}"
             )
-        if config.dataset not in spec.datasets:
+        if config.data.dataset not in spec.datasets:
             raise UserError(
-                f"model '{spec.name}' cannot use dataset '{config.dataset}'; "
+                f"model '{spec.name}' cannot use dataset '{config.data.dataset}'; "
                 f"it accepts: {', '.join(spec.datasets)}"
             )
 
 
 def make_run_dir(config: TrainConfig) -> Path:
-    model = config.model.replace(":", "-")  # pkg.module:factory
-    name = config.name or f"{model}-{config.strategy}-{time.strftime('%Y%m%d-%H%M%S')}"
-    out = Path(config.out)
+    model = config.model.name.replace(":", "-")  # pkg.module:factory
+    name = config.job.name or f"{model}-{config.job.strategy}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = Path(config.job.out)
     run_dir = out / name
-    if config.name is None:  # never overwrite an earlier run that started in the same second
+    if config.job.name is None:  # never overwrite an earlier run that started in the same second
         suffix = 1
         while run_dir.exists():
             suffix += 1
@@ -55,7 +56,9 @@ def make_run_dir(config: TrainConfig) -> Path:
         probe.write_text("ok")
         probe.unlink()
     except OSError as exc:
-        raise UserError(f"cannot write to --out '{config.out}': {exc.strerror or exc}") from None
+        raise UserError(
+            f"cannot write to --out '{config.job.out}': {exc.strerror or exc}"
+        ) from None
     return run_dir
 
 
@@ -69,7 +72,7 @@ def train(config: TrainConfig) -> tuple[dict[str, Any], Path | None]:
         run_dir = make_run_dir(config) if is_main else None
         return run_worker(config, run_dir), run_dir
     run_dir = make_run_dir(config)
-    if config.emulate_bandwidth is None:
+    if config.cluster.emulate_bandwidth is None:
         return launch_local(config, run_dir), run_dir
     from cadence.netem import (
         EmulatedCluster,
@@ -78,14 +81,14 @@ def train(config: TrainConfig) -> tuple[dict[str, Any], Path | None]:
         parse_bandwidth,
     )
 
-    bandwidth = parse_bandwidth(config.emulate_bandwidth)
+    bandwidth = parse_bandwidth(config.cluster.emulate_bandwidth)
     check_netem_available()
     classes = 0
-    if config.strategy == "ps":  # `--ps-priority ORDER+net`: priority classes on the ports
+    if config.job.strategy == "ps":  # `--ps-priority ORDER+net`: priority classes on the ports
         from cadence.ps.config import NETWORK_CLASSES, parse_priority
 
-        classes = NETWORK_CLASSES if parse_priority(config.ps_priority)[1] else 0
-    cluster = EmulatedCluster(config.workers, bandwidth, priority_classes=classes)
+        classes = NETWORK_CLASSES if parse_priority(config.ps.priority)[1] else 0
+    cluster = EmulatedCluster(config.cluster.workers, bandwidth, priority_classes=classes)
     with cleanup_on_signals(), cluster:
         return launch_local(config, run_dir, cluster), run_dir
 

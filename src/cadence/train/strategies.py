@@ -8,7 +8,7 @@ pipeline) register here under the same interface.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import torch.distributed as dist
@@ -91,7 +91,7 @@ def _ddp_for(config: TrainConfig) -> Wrap:
             return model, optimizer
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         ddp = DistributedDataParallel(
-            model, device_ids=device_ids, bucket_cap_mb=config.ddp_bucket_mb
+            model, device_ids=device_ids, bucket_cap_mb=config.dp.bucket_mb
         )
         return ddp, optimizer
 
@@ -106,21 +106,21 @@ def _cadence_dp_for(config: TrainConfig) -> Wrap:
         from cadence.dp.config import mb_to_bytes
 
         dp_config = DPConfig(
-            threshold_bytes=mb_to_bytes(config.dp_threshold_mb),
-            reorder_k=config.reorder_k,
-            autotune=config.autotune,
-            autotune_file=config.autotune_file,
-            autotune_trials=config.autotune_trials,
+            threshold_bytes=mb_to_bytes(config.dp.threshold_mb),
+            reorder_k=config.dp.reorder_k,
+            autotune=config.dp.autotune,
+            autotune_file=config.dp.autotune_file,
+            autotune_trials=config.dp.autotune_trials,
         )
         profile = None
-        if config.autotune == "guided":
+        if config.dp.autotune == "guided":
             from cadence.profile import profile_zoo_model
 
             # The simulator ranks candidates from this; each rank's batch share is profiled,
             # where the rank computes (its ranking uses no optimizer steps).
             profile = profile_zoo_model(
-                config.model,
-                batch_size=max(1, config.batch_size // ctx.world_size),
+                config.model.name,
+                batch_size=max(1, config.data.batch_size // ctx.world_size),
                 device=ctx.device,
                 optimizer_steps=False,
             )
@@ -136,7 +136,7 @@ def _zero_for(config: TrainConfig) -> Wrap:
     ) -> tuple[nn.Module, Optimizer]:
         from cadence.zero import ZeroConfig, zero_from_config
 
-        zero_config = ZeroConfig.from_train_settings(asdict(config))
+        zero_config = ZeroConfig.from_train_settings(config.to_flat())
         # The loop built the optimizer from the config; ZeRO builds its own over the shards.
         kwargs = {k: v for k, v in optimizer.defaults.items() if k in _ZERO_KWARGS}
         return zero_from_config(model, zero_config, **kwargs)
@@ -198,7 +198,7 @@ _STRATEGIES: dict[str, Strategy] = {
         "zero",
         "ZeRO stage 1/2/3 sharded optimizer state, gradients, parameters; --compression onebit "
         "for 1-bit Adam",
-        lambda model, optimizer, ctx: _zero_for(TrainConfig(strategy="zero"))(
+        lambda model, optimizer, ctx: _zero_for(TrainConfig.from_flat(strategy="zero"))(
             model, optimizer, ctx
         ),
         lambda model: model,  # stage 3 gathers full parameters on model.eval()
@@ -208,7 +208,7 @@ _STRATEGIES: dict[str, Strategy] = {
         "pipeline",
         "pipeline parallel, one stage per worker: --stages, --microbatches, "
         "--schedule gpipe|1f1b|kfkb:K",
-        lambda model, optimizer, ctx: _pipeline_for(TrainConfig(strategy="pipeline"))(
+        lambda model, optimizer, ctx: _pipeline_for(TrainConfig.from_flat(strategy="pipeline"))(
             model, optimizer, ctx
         ),
         _unwrap_pipeline,
@@ -218,7 +218,9 @@ _STRATEGIES: dict[str, Strategy] = {
         "ps",
         "parameter servers (--servers) over ZeroMQ: prioritised pulls (--ps-priority), "
         "--consistency bsp|asp|ssp:S|backup:K",
-        lambda model, optimizer, ctx: _ps_for(TrainConfig(strategy="ps"))(model, optimizer, ctx),
+        lambda model, optimizer, ctx: _ps_for(TrainConfig.from_flat(strategy="ps"))(
+            model, optimizer, ctx
+        ),
         _unwrap_ps,
         _ps_for,
     ),
