@@ -70,15 +70,15 @@ def _check_supported(model: nn.Module, optimizer: torch.optim.Optimizer) -> None
                 f"cadence.data_parallel reduces dense gradients only: build {name or 'the model'}"
                 " with sparse=False, or use torch DDP for sparse embedding gradients"
             )
-    trainable = {id(p) for p in model.parameters() if p.requires_grad}
-    foreign = [
-        p for group in optimizer.param_groups for p in group["params"] if id(p) not in trainable
-    ]
+    # Frozen parameters may sit in the optimizer, as torch allows: they get no gradient, so
+    # torch's step skips them and so does cadence-dp.
+    own = {id(p) for p in model.parameters()}
+    foreign = [p for group in optimizer.param_groups for p in group["params"] if id(p) not in own]
     if foreign:
         raise UserError(
-            f"the optimizer holds {len(foreign)} parameter(s) that are not trainable parameters"
-            " of the model: cadence.data_parallel updates the model's own; give the optimizer"
-            " only model.parameters() (with requires_grad)"
+            f"the optimizer holds {len(foreign)} parameter(s) that are not parameters of the"
+            " model: cadence.data_parallel updates the model's own; build the optimizer over"
+            " model.parameters()"
         )
 
 

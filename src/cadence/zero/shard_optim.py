@@ -112,6 +112,8 @@ def group_index(user: Optimizer, params: list[nn.Parameter]) -> dict[int, int]:
     out: dict[int, int] = {}
     for gi, group in enumerate(user.param_groups):
         for p in group["params"]:
+            if not p.requires_grad:  # frozen: no gradient, so torch's step would skip it too
+                continue
             if id(p) not in known:
                 raise UserError(
                     "the optimizer passed to cadence.zero holds a parameter that is not a "
