@@ -104,6 +104,10 @@ class PSConfig:
     and every `checkpoint_every` steps, and restore them on start when the files exist."""
     checkpoint_every: int = 0
     """Steps (versions of each slice) between periodic checkpoints; 0: only at the end."""
+    bind: str | None = None
+    """Address the servers listen on. None: the address the job's workers reach this host at
+    (the interface that routes to MASTER_ADDR; 127.0.0.1 for a job on one host). `*` listens
+    on every interface (then workers still connect to the routed address)."""
 
     @property
     def order(self) -> str:
@@ -158,4 +162,5 @@ def ps_config(train: Any, workers: int) -> PSConfig:
         checkpoint_dir=train.ps_checkpoint_dir,
         checkpoint_every=train.ps_checkpoint_every,
         dead_after_s=train.ps_dead_after_s,
+        bind=getattr(train, "ps_bind", None),  # a TrainConfig without the option binds by default
     )
