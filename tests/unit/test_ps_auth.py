@@ -3,6 +3,7 @@
 import pytest
 
 from cadence.ps.auth import (
+    SECRET_ENV,
     TO_SERVER,
     TO_WORKER,
     Signer,
@@ -50,3 +51,17 @@ def test_a_secret_is_hex_of_at_least_16_bytes():
     for bad in ("", "zz" * 16, "ab" * 8):
         with pytest.raises(ValueError, match="secret"):
             parse_secret(bad)
+
+
+def test_the_job_secret_comes_from_the_launcher_or_is_made_fresh(monkeypatch):
+    from cadence.errors import UserError
+    from cadence.ps.runtime import job_secret
+
+    monkeypatch.setenv(SECRET_ENV, "cd" * 32)
+    assert job_secret() == b"\xcd" * 32
+    monkeypatch.setenv(SECRET_ENV, "not hex")
+    with pytest.raises(UserError, match=SECRET_ENV):
+        job_secret()
+    monkeypatch.delenv(SECRET_ENV)
+    first, second = job_secret(), job_secret()  # one process, no process group: made here
+    assert len(first) == 32 and first != second

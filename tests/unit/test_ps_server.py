@@ -355,3 +355,17 @@ def test_a_server_without_the_jobs_secret_does_not_start():
     with pytest.raises(ValueError, match="secret"):
         Server({"workers": 1, "consistency": "bsp", "classes": 1, "slices": [],
                 "optimizer": "sgd", "optimizer_kwargs": {"lr": LR}})  # fmt: skip
+
+
+@pytest.mark.parametrize(("bind", "listens"), [(None, "127.0.0.1"), ("*", "0.0.0.0")])
+def test_a_server_listens_only_on_the_address_it_is_given(bind, listens):
+    settings = {"workers": 1, "consistency": "bsp", "classes": 2, "slices": [], "optimizer": "sgd",
+                "optimizer_kwargs": {"lr": LR}, "secret": SECRET.hex()}  # fmt: skip
+    if bind is not None:
+        settings["bind"] = bind
+    server = Server(settings)
+    try:
+        for router, port in zip(server.routers, server.ports, strict=True):
+            assert router.getsockopt(zmq.LAST_ENDPOINT).decode() == f"tcp://{listens}:{port}"
+    finally:
+        server.close()
