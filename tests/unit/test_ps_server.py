@@ -27,7 +27,9 @@ class Fake:
 
     unstopped: list["Fake"] = []
 
-    def __init__(self, consistency, workers=2, length=2, window=0, slices=None, dead_after=0.0):
+    def __init__(
+        self, consistency, workers=2, length=2, window=0, slices=None, dead_after=0.0, start=True
+    ):
         Fake.unstopped.append(self)
         self.server = Server(
             {
@@ -44,7 +46,8 @@ class Fake:
             }
         )
         self.thread = threading.Thread(target=self.server.serve, daemon=True)
-        self.thread.start()
+        if start:
+            self.thread.start()
         self.signer = Signer(SECRET, TO_SERVER)
         self.verifier = Verifier(SECRET, TO_WORKER)
         self.ctx = zmq.Context()
@@ -369,3 +372,16 @@ def test_a_server_listens_only_on_the_address_it_is_given(bind, listens):
             assert router.getsockopt(zmq.LAST_ENDPOINT).decode() == f"tcp://{listens}:{port}"
     finally:
         server.close()
+
+
+def test_messages_reordered_by_priority_are_not_taken_for_replays():
+    # Sent on one channel, the less urgent first: the server handles the urgent one first,
+    # yet checks sequence numbers in arrival order.
+    fake = Fake("bsp", workers=1, start=False)
+    fake.sendraw(0, [Header(Kind.INIT, 1, 0, 1, 0, 0, 1).pack(), np.ones(1, np.float32).tobytes()])
+    fake.sendraw(0, [Header(Kind.INIT, 0, 0, 0, 0, 0, 2).pack(), np.ones(2, np.float32).tobytes()])
+    assert fake.server.routers[0].poll(30000)  # both wait for the server's first drain
+    fake.thread.start()
+    np.testing.assert_allclose(fake.value(0, step=0)[1], [1.0, 1.0])
+    stats = fake.stop()
+    assert (stats["unauthenticated"], stats["rejected"]) == (0, 0)

@@ -157,19 +157,23 @@ class Server:
                 if self.parent and os.getppid() != self.parent:
                     return  # the process that started us is gone: nobody will say STOP
                 continue
-            queue: list[tuple[int, int, int, list[bytes]]] = []
+            queue: list[tuple[int, int, int, Header, bytes]] = []
             for klass, sock in enumerate(self.routers):
                 while sock in ready:
                     try:
                         frames = sock.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
                         break
-                    prio = _peek_priority(frames)
-                    self._seq += 1
-                    heapq.heappush(queue, (prio, self._seq, klass, frames))
+                    # Verified in arrival order (sequence numbers grow along a channel),
+                    # before the queue reorders by priority.
+                    header = self.admit(klass, frames)
+                    if header is not None:
+                        self._seq += 1
+                        item = (header.priority, self._seq, klass, header, frames[2])
+                        heapq.heappush(queue, item)
             while queue:  # most urgent first, whatever channel it came on
-                _, _, klass, frames = heapq.heappop(queue)
-                self.handle(klass, frames)
+                _, _, klass, header, payload = heapq.heappop(queue)
+                self.handle(klass, header, payload)
         self.close()
 
     def close(self) -> None:
@@ -180,14 +184,27 @@ class Server:
             sock.close(linger=1000)  # let the last answers (STATS) leave
         self.ctx.term()
 
-    def handle(self, klass: int, frames: list[bytes]) -> None:
+    def admit(self, klass: int, frames: list[bytes]) -> Header | None:
+        """The header of a message signed by a worker of this job, fresh on channel `klass`;
+        None (counted) for anything else: a stranger's, another job's, a replay. The claimed
+        worker is part of what is signed."""
         self.stats["received"] += 1
         try:
-            header = self._authenticate(klass, frames)
+            if len(frames) != 4:
+                raise Unauthenticated(f"{len(frames)} frames, expected 4")
+            _, raw, payload, auth = frames
+            try:
+                header = Header.unpack(raw)
+            except BadMessage:
+                raise Unauthenticated("no header") from None
+            self.verifier.verify(self.index, header.worker, klass, raw, payload, auth)
         except Unauthenticated:
-            self.stats["unauthenticated"] += 1  # a stranger's, or a replay: never applied
-            return
-        payload = frames[2]
+            self.stats["unauthenticated"] += 1  # never applied, never answered
+            return None
+        return header
+
+    def handle(self, klass: int, header: Header, payload: bytes) -> None:
+        """Act on an admitted message."""
         try:
             if not 0 <= header.worker < self.workers:
                 raise BadMessage(f"worker {header.worker} of {self.workers}")
@@ -247,19 +264,6 @@ class Server:
             self._answer(state)
         except BadMessage:
             self.stats["rejected"] += 1  # never applied
-
-    def _authenticate(self, klass: int, frames: list[bytes]) -> Header:
-        """The header of a message signed by a worker of this job, fresh on this channel;
-        `Unauthenticated` for anything else (the claimed worker is part of what is signed)."""
-        if len(frames) != 4:
-            raise Unauthenticated(f"{len(frames)} frames, expected 4")
-        _, raw, payload, auth = frames
-        try:
-            header = Header.unpack(raw)
-        except BadMessage:
-            raise Unauthenticated("no header") from None
-        self.verifier.verify(self.index, header.worker, klass, raw, payload, auth)
-        return header
 
     def _send(self, klass: int, worker: int, frames: list[bytes]) -> None:
         """Send header and payload to `worker` on channel `klass`, signed."""
@@ -425,13 +429,6 @@ class Server:
             _, _, klass, frames = heapq.heappop(queue)
             self._send(klass, worker, frames)
             self.in_flight[worker] += size
-
-
-def _peek_priority(frames: list[bytes]) -> int:
-    try:
-        return Header.unpack(frames[1]).priority
-    except (BadMessage, IndexError):
-        return -1  # handled (and rejected) first
 
 
 def _values(header: Header, payload: bytes, state: SliceState) -> np.ndarray:
