@@ -162,5 +162,4 @@ def ps_config(train: Any, workers: int) -> PSConfig:
         checkpoint_dir=train.ps_checkpoint_dir,
         checkpoint_every=train.ps_checkpoint_every,
         dead_after_s=train.ps_dead_after_s,
-        bind=getattr(train, "ps_bind", None),  # a TrainConfig without the option binds by default
     )
