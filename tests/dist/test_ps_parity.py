@@ -100,6 +100,7 @@ def test_two_workers_bsp_parity_and_consistency_modes():
             for got, want in zip(params, expected, strict=True):
                 torch.testing.assert_close(got, want, **TOL, msg=f"{settings} rank {rank}")
             assert stats["rejected"] == 0 and stats["dropped"] == 0
+            assert stats["unauthenticated"] == 0  # every message of the job's own verified
             assert stats["version"] == steps
     ssp, backup, asp = (len(PARITY_2) + i for i in range(3))
     for rank in range(2):  # the staleness counter never exceeds s = 1

@@ -3,16 +3,19 @@ consistency rules, rejection of bad messages, statistics. No torch."""
 
 import json
 import threading
+import time
 
 import numpy as np
 import pytest
 import zmq
 
+from cadence.ps.auth import TO_SERVER, TO_WORKER, Signer, Verifier
 from cadence.ps.optim import SliceOptimizer
 from cadence.ps.server import Server
 from cadence.ps.wire import HYPER_KEYS, PUSH_HYPER, PUSH_NO_GRAD, Header, Kind, tos
 
 LR = 0.5
+SECRET = bytes(range(32))
 
 
 class Fake:
@@ -24,7 +27,9 @@ class Fake:
 
     unstopped: list["Fake"] = []
 
-    def __init__(self, consistency, workers=2, length=2, window=0, slices=None, dead_after=0.0):
+    def __init__(
+        self, consistency, workers=2, length=2, window=0, slices=None, dead_after=0.0, start=True
+    ):
         Fake.unstopped.append(self)
         self.server = Server(
             {
@@ -34,14 +39,19 @@ class Fake:
                 "slices": slices or [[0, length, 0, 0], [1, 1, 1, 1]],
                 "optimizer": "sgd",
                 "optimizer_kwargs": {"lr": LR},
+                "secret": SECRET.hex(),
                 "bind": "127.0.0.1",
                 "window_bytes": window,
                 "dead_after_s": dead_after,
             }
         )
         self.thread = threading.Thread(target=self.server.serve, daemon=True)
-        self.thread.start()
+        if start:
+            self.thread.start()
+        self.signer = Signer(SECRET, TO_SERVER)
+        self.verifier = Verifier(SECRET, TO_WORKER)
         self.ctx = zmq.Context()
+        self.strangers = []
         self.socks = []
         for w in range(workers):
             sock = self.ctx.socket(zmq.DEALER)
@@ -53,12 +63,20 @@ class Fake:
     def send(self, w, kind, step=0, values=(), key=0, **fields):
         data = np.asarray(values, np.float32).tobytes()
         header = Header(kind, 0, w, key, step, 0, len(values), **fields)
-        self.socks[w].send_multipart([header.pack(), data])
+        self.sendraw(w, [header.pack(), data])
+
+    def signed(self, w, frames, klass=0):
+        """`frames` (header, payload) as worker `w` of this job sends them on channel `klass`."""
+        return [*frames, self.signer.sign(0, w, klass, *frames)]
+
+    def sendraw(self, w, frames, klass=0, sock=None):
+        (sock or self.socks[w]).send_multipart(self.signed(w, frames, klass))
 
     def recv(self, w, timeout_ms=30000):
         if not self.socks[w].poll(timeout_ms):
             return None
-        raw, payload = self.socks[w].recv_multipart()
+        raw, payload, auth = self.socks[w].recv_multipart()
+        self.verifier.verify(0, w, 0, raw, payload, auth)  # the server signs its answers
         return Header.unpack(raw), payload
 
     def value(self, w, step=0):
@@ -74,7 +92,7 @@ class Fake:
             extra.setsockopt(zmq.IDENTITY, f"w{w}".encode())
             extra.setsockopt(zmq.LINGER, 0)
             extra.connect(f"tcp://127.0.0.1:{self.server.ports[1]}")
-            extra.send_multipart([Header(Kind.STOP, 0, w, 0, 0).pack(), b""])
+            self.sendraw(w, [Header(Kind.STOP, 0, w, 0, 0).pack(), b""], klass=1, sock=extra)
             self.socks.append(extra)
         stats = []
         for w in live:
@@ -93,7 +111,7 @@ class Fake:
         if self not in Fake.unstopped:
             return
         Fake.unstopped.remove(self)
-        for sock in self.socks:
+        for sock in self.socks + self.strangers:
             sock.close(linger=0)
         self.ctx.term()
 
@@ -161,7 +179,6 @@ def test_asp_answers_at_once_and_applies_each_gradient():
 @pytest.mark.parametrize(
     "bad",
     [
-        "two frames",
         "short payload",
         "unknown slice",
         "wrong dtype",
@@ -173,18 +190,15 @@ def test_asp_answers_at_once_and_applies_each_gradient():
 def test_bad_messages_are_counted_and_never_applied(bad):
     fake = Fake("bsp")
     fake.send(0, Kind.INIT, values=[1.0, 1.0])
-    if bad == "two frames":
-        fake.socks[0].send_multipart([b"garbage"])
-    elif bad == "short payload":
+    if bad == "short payload":
         fake.send(0, Kind.PUSH, 0, [5.0])
     elif bad == "unknown slice":
         fake.send(0, Kind.PUSH, 0, [5.0, 5.0], key=9)
     elif bad == "wrong dtype":
         fake.send(0, Kind.PUSH, 0, [5.0, 5.0], dtype=2)
     elif bad == "unknown worker":
-        fake.socks[0].send_multipart(
-            [Header(Kind.PUSH, 0, 7, 0, 0, 0, 2).pack(), np.ones(2, np.float32).tobytes()]
-        )
+        push = [Header(Kind.PUSH, 0, 7, 0, 0, 0, 2).pack(), np.ones(2, np.float32).tobytes()]
+        fake.sendraw(7, push, sock=fake.socks[0])  # signed with the job's key, yet no such worker
     elif bad == "stale bsp step":
         fake.send(0, Kind.PUSH, 3, [5.0, 5.0])
     else:
@@ -241,7 +255,7 @@ def test_backup_makes_steps_without_idle_workers():
 def _flagged_push(fake, w, step, values, flags, hyper=()):
     data = np.asarray([*values, *hyper], np.float32).tobytes()
     header = Header(Kind.PUSH, 0, w, 0, step, flags, len(values) + len(hyper))
-    fake.socks[w].send_multipart([header.pack(), data])
+    fake.sendraw(w, [header.pack(), data])
 
 
 def test_bsp_step_without_any_gradient_leaves_the_slice_alone():
@@ -284,9 +298,90 @@ def test_optimizer_state_round_trips_through_state_and_load():
     fresh = state.copy()
     fresh[0], fresh[3:] = 5.0, 0.5
     load = Header(Kind.LOAD, 0, 0, 0, 0, 0, fresh.size)
-    fake.socks[0].send_multipart([load.pack(), fresh.tobytes()])
+    fake.sendraw(0, [load.pack(), fresh.tobytes()])
     fake.send(0, Kind.STATE)
     np.testing.assert_allclose(np.frombuffer(fake.recv(0)[1], np.float32), fresh)
     bad = Header(Kind.LOAD, 0, 0, 0, 0, 0, 2)  # too short for a slice of 2 with moments
-    fake.socks[0].send_multipart([bad.pack(), np.zeros(2, np.float32).tobytes()])
+    fake.sendraw(0, [bad.pack(), np.zeros(2, np.float32).tobytes()])
     assert fake.stop()["rejected"] == 1
+
+
+def _wait_for(condition, timeout_s=30.0):
+    """Wait until `condition()` holds (the server thread handles messages asynchronously)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert condition()
+
+
+@pytest.mark.parametrize(
+    "stranger", ["unsigned", "wrong key", "replayed", "another channel", "forged worker", "garbage"]
+)
+def test_a_strangers_messages_are_refused_counted_and_never_applied(stranger):
+    fake = Fake("bsp")
+    fake.send(0, Kind.INIT, values=[1.0, 1.0])
+    push = [Header(Kind.PUSH, 0, 0, 0, 0, 0, 2).pack(), np.ones(2, np.float32).tobytes()]
+    genuine = fake.signed(0, push)
+    fake.socks[0].send_multipart(genuine)  # worker 0's own gradient for step 0
+    assert fake.value(0, step=0)[0].step == 0  # handled (same connection, in order)
+    sock = fake.ctx.socket(zmq.DEALER)  # a process that can reach the port, not of the job
+    sock.setsockopt(zmq.LINGER, 0)
+    fake.strangers.append(sock)  # closed with the workers' sockets
+    port = fake.server.ports[1 if stranger == "another channel" else 0]
+    sock.connect(f"tcp://127.0.0.1:{port}")
+    # Worker 1's gradient for step 0, as a stranger makes it up: were it applied, step 0 would
+    # be made (worker 0 already pushed) with the mean of 1 and 100.
+    evil = [Header(Kind.PUSH, 0, 1, 0, 0, 0, 2).pack(), np.full(2, 100.0, np.float32).tobytes()]
+    if stranger == "unsigned":
+        sock.send_multipart(evil)
+    elif stranger == "wrong key":
+        sock.send_multipart([*evil, Signer(bytes(32), TO_SERVER).sign(0, 1, 0, *evil)])
+    elif stranger in ("replayed", "another channel"):
+        # Worker 0's genuine message again (a second step-0 gradient, were it taken), on its
+        # own channel or on another one (it is signed for channel 0).
+        sock.send_multipart(genuine)
+    elif stranger == "forged worker":  # worker 0's valid tag on a header claiming worker 1
+        sock.send_multipart([evil[0], push[1], genuine[2]])
+    else:
+        sock.send_multipart([b"garbage"])
+    _wait_for(lambda: fake.server.stats["unauthenticated"] == 1)
+    header, value = fake.value(1, step=0)
+    assert header.step == 0  # no step made: the model is unchanged
+    np.testing.assert_allclose(value, [1.0, 1.0])
+    fake.send(1, Kind.PUSH, 0, [3.0, 3.0])  # the job's own worker 1: the step is made
+    np.testing.assert_allclose(fake.value(1, step=1)[1], [0.0, 0.0])  # 1 - 0.5 * (1 + 3) / 2
+    stats = fake.stop()
+    assert (stats["unauthenticated"], stats["rejected"], stats["applied"]) == (1, 0, 1)
+
+
+def test_a_server_without_the_jobs_secret_does_not_start():
+    with pytest.raises(ValueError, match="secret"):
+        Server({"workers": 1, "consistency": "bsp", "classes": 1, "slices": [],
+                "optimizer": "sgd", "optimizer_kwargs": {"lr": LR}})  # fmt: skip
+
+
+@pytest.mark.parametrize(("bind", "listens"), [(None, "127.0.0.1"), ("*", "0.0.0.0")])
+def test_a_server_listens_only_on_the_address_it_is_given(bind, listens):
+    settings = {"workers": 1, "consistency": "bsp", "classes": 2, "slices": [], "optimizer": "sgd",
+                "optimizer_kwargs": {"lr": LR}, "secret": SECRET.hex()}  # fmt: skip
+    if bind is not None:
+        settings["bind"] = bind
+    server = Server(settings)
+    try:
+        for router, port in zip(server.routers, server.ports, strict=True):
+            assert router.getsockopt(zmq.LAST_ENDPOINT).decode() == f"tcp://{listens}:{port}"
+    finally:
+        server.close()
+
+
+def test_messages_reordered_by_priority_are_not_taken_for_replays():
+    # Sent on one channel, the less urgent first: the server handles the urgent one first,
+    # yet checks sequence numbers in arrival order.
+    fake = Fake("bsp", workers=1, start=False)
+    fake.sendraw(0, [Header(Kind.INIT, 1, 0, 1, 0, 0, 1).pack(), np.ones(1, np.float32).tobytes()])
+    fake.sendraw(0, [Header(Kind.INIT, 0, 0, 0, 0, 0, 2).pack(), np.ones(2, np.float32).tobytes()])
+    assert fake.server.routers[0].poll(30000)  # both wait for the server's first drain
+    fake.thread.start()
+    np.testing.assert_allclose(fake.value(0, step=0)[1], [1.0, 1.0])
+    stats = fake.stop()
+    assert (stats["unauthenticated"], stats["rejected"]) == (0, 0)

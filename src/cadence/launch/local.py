@@ -23,6 +23,7 @@ from cadence.errors import UserError, WorkerFailed
 from cadence.launch.env import BANDWIDTH_ENV, ERROR_FILE_ENV, LOG_FILE_ENV, THREADS_ENV
 from cadence.launch.errors import RankError, read_error
 from cadence.placement import check_strategy, place_worker
+from cadence.ps.auth import SECRET_ENV, new_secret
 from cadence.ps.config import survives_dead_workers
 
 POLL_S = 0.2
@@ -167,6 +168,9 @@ def launch_local(
     for rank in range(config.cluster.workers):
         error_file(logs, rank).unlink(missing_ok=True)
 
+    # This job's parameter servers take messages only from its own workers: the secret they
+    # sign with lives in the workers' environment, never in a file or a log.
+    secret = new_secret().hex()
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for rank in range(config.cluster.workers):
@@ -178,7 +182,7 @@ def launch_local(
             procs.append(
                 subprocess.Popen(
                     cmd,
-                    env=_worker_env(rank, config, port, logs, cluster),
+                    env={**_worker_env(rank, config, port, logs, cluster), SECRET_ENV: secret},
                     stdout=subprocess.DEVNULL if stream else None,
                     stderr=stream,
                 )

@@ -5,6 +5,7 @@ Slices reach a version at different moments, so a periodic checkpoint is assembl
 per-slice snapshots taken when each slice reaches the same version, and written once the last
 slice of the server has one: the file always holds one consistent version. Files are written
 to a temporary name and renamed, so a crash mid-write leaves the previous checkpoint intact.
+Files are read without unpickling (`allow_pickle=False`): one holding pickled objects is refused.
 """
 
 from __future__ import annotations
@@ -59,9 +60,20 @@ def restore(path: Path, slices: dict[int, Any]) -> int:
     """Load `path` into the `SliceState`s `slices`; returns the version restored.
 
     Raises ValueError if the file does not describe exactly these slices (another model,
-    server count or slice size).
+    server count or slice size) or holds pickled objects instead of plain arrays.
     """
-    with np.load(path) as data:
+    try:
+        return _restore(path, slices)
+    except ValueError as exc:
+        if "allow_pickle" in str(exc):  # numpy's refusal to unpickle an object array
+            raise ValueError(
+                f"checkpoint {path} holds pickled objects, not plain arrays: refusing to load it"
+            ) from None
+        raise
+
+
+def _restore(path: Path, slices: dict[int, Any]) -> int:
+    with np.load(path, allow_pickle=False) as data:
         keys = sorted(int(k) for k in data["keys"])
         if keys != sorted(slices):
             raise ValueError(f"checkpoint {path} holds slices {keys}, this server {sorted(slices)}")

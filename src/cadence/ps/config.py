@@ -104,6 +104,10 @@ class PSConfig:
     and every `checkpoint_every` steps, and restore them on start when the files exist."""
     checkpoint_every: int = 0
     """Steps (versions of each slice) between periodic checkpoints; 0: only at the end."""
+    bind: str | None = None
+    """Address the servers listen on. None: the address the job's workers reach this host at
+    (the interface that routes to MASTER_ADDR; 127.0.0.1 for a job on one host). `*` listens
+    on every interface (then workers still connect to the routed address)."""
 
     @property
     def order(self) -> str:

@@ -6,6 +6,8 @@ subprocesses and the addresses are all-gathered, rank 0 sends the initial values
 worker pulls version 0. A step: each block's forward waits only for its own parameters, the
 backward pushes every gradient the moment it is accumulated and asks for that slice's next
 version at once; the servers answer most urgent first among the answers ready.
+Servers and workers sign every message with the job's secret (`job_secret`, `cadence.ps.auth`)
+and the servers listen only on the address the workers reach them at (`PSConfig.bind`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import cadence
 from cadence.comm.ops import broadcast_object
 from cadence.errors import UserError
 from cadence.models import loss_fn
+from cadence.ps.auth import SECRET_ENV, new_secret, parse_secret
 from cadence.ps.checkpoint import checkpoint_path
 from cadence.ps.config import (
     PSConfig,
@@ -65,6 +68,21 @@ def own_address() -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.connect((master, 9))  # UDP connect sends nothing; it only picks the route
         return str(probe.getsockname()[0])
+
+
+def job_secret() -> bytes:
+    """The secret this job's servers and workers sign with: from the environment (`SECRET_ENV`,
+    set by `cadence train`'s launcher on every worker), else made by worker 0 and sent to the
+    others over the process group (set it on every host to keep it off the network)."""
+    text = os.environ.get(SECRET_ENV)
+    if text is not None:
+        try:
+            return parse_secret(text)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+    secret = new_secret() if not dist.is_initialized() or dist.get_rank() == 0 else None
+    made: bytes = broadcast_object(secret)
+    return made
 
 
 def spawn_server(settings: dict[str, Any]) -> tuple[subprocess.Popen[bytes], list[int]]:
@@ -132,6 +150,7 @@ class PSTrainer(nn.Module):
         self.plan: PSPlan = build_plan(
             infos, priorities, config.servers, config.classes, config.slice_bytes
         )
+        self._secret = job_secret()
         self.servers = self._start_servers(*optimizer_settings(optimizer))
         blocks = model_blocks(model)
         self.channels = WorkerChannels(
@@ -141,6 +160,7 @@ class PSTrainer(nn.Module):
             self.params,
             len(blocks),
             config.timeout_s,
+            self._secret,
             Liveness(config.heartbeat_s, config.dead_after_s),
         )
         self.channels.check = self._check_servers
@@ -167,6 +187,7 @@ class PSTrainer(nn.Module):
         mine: dict[int, tuple[str, list[int]]] = {}
         self._owned: list[int] = []
         procs = []
+        address = own_address()  # where the other workers reach this host's servers
         for server in range(self.rank, self.config.servers, world):
             slices = [
                 [s.key, s.length, s.priority, s.klass]
@@ -174,6 +195,9 @@ class PSTrainer(nn.Module):
                 if s.server == server
             ]
             settings = {
+                "server": server,
+                "secret": self._secret.hex(),  # on the child's stdin, never on a command line
+                "bind": self.config.bind or address,
                 "workers": world,
                 "consistency": self.config.consistency,
                 "classes": self.config.classes,
@@ -191,7 +215,7 @@ class PSTrainer(nn.Module):
             proc, ports = spawn_server(settings)
             procs.append(proc)
             self._owned.append(server)
-            mine[server] = (own_address(), ports)
+            mine[server] = (address, ports)
         gathered: list[Any] = [mine]
         if dist.is_initialized():
             gathered = [None] * world

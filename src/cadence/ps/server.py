@@ -15,6 +15,10 @@ workers' `optimizer.state_dict()` / `load_state_dict()`.
 A PUSH may carry its param_group's hyperparameters (`PUSH_HYPER`: the slice's optimizer uses
 them from that update on) and may say the worker had no gradient (`PUSH_NO_GRAD`): a bsp or
 backup step in which no gradient came leaves the slice alone, as torch does.
+Every message is signed with the job's secret (`cadence.ps.auth`): one that does not verify
+(a stranger's, another job's, a replay) is counted as `unauthenticated` and never looked at
+further; the server signs its answers the same way. The server listens on the one address
+its settings name (`bind`, the address the job's workers reach it at; 127.0.0.1 if absent).
 Bad messages (malformed, unknown slice, wrong size or dtype) are counted and never applied.
 Every worker's communication thread sends heartbeats; a worker heard from once and then silent
 for `dead_after_s` is declared dead: its pending answers are dropped, every live worker is told
@@ -39,6 +43,7 @@ import numpy as np
 import zmq
 
 from cadence.ps import checkpoint
+from cadence.ps.auth import TO_SERVER, TO_WORKER, Signer, Unauthenticated, Verifier, parse_secret
 from cadence.ps.config import parse_consistency
 from cadence.ps.optim import SliceOptimizer
 from cadence.ps.wire import (
@@ -92,6 +97,10 @@ class Server:
         self.workers = int(settings["workers"])
         self.mode, self.bound = parse_consistency(settings["consistency"])
         self.parent = int(settings.get("parent_pid", 0))
+        self.index = int(settings.get("server", 0))
+        secret = parse_secret(str(settings.get("secret", "")))  # required: no open servers
+        self.verifier = Verifier(secret, TO_SERVER)
+        self.signer = Signer(secret, TO_WORKER)
         self.slices: dict[int, SliceState] = {}
         for key, length, priority, klass in settings["slices"]:
             value = np.zeros(int(length), np.float32)
@@ -113,9 +122,11 @@ class Server:
         self.routers = [
             channel_socket(self.ctx, zmq.ROUTER, c) for c in range(int(settings["classes"]))
         ]
-        host = settings.get("bind", "*")
+        host = settings.get("bind") or "127.0.0.1"
         self.ports = [s.bind_to_random_port(f"tcp://{host}") for s in self.routers]
-        self.stats = {"applied": 0, "dropped": 0, "rejected": 0, "received": 0}
+        self.stats = {
+            "applied": 0, "dropped": 0, "rejected": 0, "unauthenticated": 0, "received": 0
+        }  # fmt: skip
         self.stopped: set[tuple[int, int]] = set()
         self._seq = 0
         # Answers wait here, most urgent first, while a worker's unacknowledged bytes would
@@ -146,19 +157,23 @@ class Server:
                 if self.parent and os.getppid() != self.parent:
                     return  # the process that started us is gone: nobody will say STOP
                 continue
-            queue: list[tuple[int, int, int, list[bytes]]] = []
+            queue: list[tuple[int, int, int, Header, bytes]] = []
             for klass, sock in enumerate(self.routers):
                 while sock in ready:
                     try:
                         frames = sock.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
                         break
-                    prio = _peek_priority(frames)
-                    self._seq += 1
-                    heapq.heappush(queue, (prio, self._seq, klass, frames))
+                    # Verified in arrival order (sequence numbers grow along a channel),
+                    # before the queue reorders by priority.
+                    header = self.admit(klass, frames)
+                    if header is not None:
+                        self._seq += 1
+                        item = (header.priority, self._seq, klass, header, frames[2])
+                        heapq.heappush(queue, item)
             while queue:  # most urgent first, whatever channel it came on
-                _, _, klass, frames = heapq.heappop(queue)
-                self.handle(klass, frames)
+                _, _, klass, header, payload = heapq.heappop(queue)
+                self.handle(klass, header, payload)
         self.close()
 
     def close(self) -> None:
@@ -169,13 +184,28 @@ class Server:
             sock.close(linger=1000)  # let the last answers (STATS) leave
         self.ctx.term()
 
-    def handle(self, klass: int, frames: list[bytes]) -> None:
+    def admit(self, klass: int, frames: list[bytes]) -> Header | None:
+        """The header of a message signed by a worker of this job, fresh on channel `klass`;
+        None (counted) for anything else: a stranger's, another job's, a replay. The claimed
+        worker is part of what is signed."""
         self.stats["received"] += 1
         try:
-            if len(frames) != 3:
-                raise BadMessage(f"{len(frames)} frames, expected 3")
-            ident, raw, payload = frames
-            header = Header.unpack(raw)
+            if len(frames) != 4:
+                raise Unauthenticated(f"{len(frames)} frames, expected 4")
+            _, raw, payload, auth = frames
+            try:
+                header = Header.unpack(raw)
+            except BadMessage:
+                raise Unauthenticated("no header") from None
+            self.verifier.verify(self.index, header.worker, klass, raw, payload, auth)
+        except Unauthenticated:
+            self.stats["unauthenticated"] += 1  # never applied, never answered
+            return None
+        return header
+
+    def handle(self, klass: int, header: Header, payload: bytes) -> None:
+        """Act on an admitted message."""
+        try:
             if not 0 <= header.worker < self.workers:
                 raise BadMessage(f"worker {header.worker} of {self.workers}")
             if header.worker in self.dead:
@@ -214,8 +244,7 @@ class Server:
                 data = state.optimizer.export()
                 reply = Header(Kind.STATE, state.priority, header.worker, state.key,
                                state.version, 0, data.size)  # fmt: skip
-                ident = f"w{header.worker}".encode()
-                self.routers[klass].send_multipart([ident, reply.pack(), data.tobytes()])
+                self._send(klass, header.worker, [reply.pack(), data.tobytes()])
                 return
             elif header.kind == Kind.LOAD:
                 if header.numel * 4 != len(payload):
@@ -236,6 +265,12 @@ class Server:
         except BadMessage:
             self.stats["rejected"] += 1  # never applied
 
+    def _send(self, klass: int, worker: int, frames: list[bytes]) -> None:
+        """Send header and payload to `worker` on channel `klass`, signed."""
+        header, payload = frames
+        auth = self.signer.sign(self.index, worker, klass, header, payload)
+        self.routers[klass].send_multipart([f"w{worker}".encode(), header, payload, auth])
+
     def _stop(self, worker: int, klass: int) -> None:
         """A worker says STOP on every channel (each channel is ordered, so everything it sent
         before has been handled); once all have, every worker gets the final counters."""
@@ -247,8 +282,7 @@ class Server:
             return
         stats = json.dumps(self.stats).encode()
         for w in sorted(set(range(self.workers)) - self.dead):
-            reply = Header(Kind.STATS, 0, w, 0, 0)
-            self.routers[0].send_multipart([f"w{w}".encode(), reply.pack(), stats])
+            self._send(0, w, [Header(Kind.STATS, 0, w, 0, 0).pack(), stats])
 
     def _check_workers(self, now: float) -> None:
         """Declare dead every worker silent for longer than `dead_after_s` (one that has said
@@ -281,7 +315,7 @@ class Server:
 
     def _tell(self, to: int, dead: int, fatal: bool) -> None:
         notice = Header(Kind.DEAD, 0, to, 0, int(fatal), dead)
-        self.routers[0].send_multipart([f"w{to}".encode(), notice.pack(), b""])
+        self._send(0, to, [notice.pack(), b""])
 
     def _push(self, state: SliceState, header: Header, grad: np.ndarray) -> None:
         if self.mode in ("asp", "ssp"):
@@ -374,7 +408,7 @@ class Server:
                 self._slowest(state),
                 state.value.size,
             )
-            frames = [f"w{worker}".encode(), header.pack(), state.value.tobytes()]
+            frames = [header.pack(), state.value.tobytes()]
             self._seq += 1
             heapq.heappush(self.outbox[worker], (state.priority, self._seq, state.klass, frames))
             self._flush(worker)
@@ -385,7 +419,7 @@ class Server:
         answer may always be in flight)."""
         queue = self.outbox[worker]
         while queue:
-            size = len(queue[0][3][2])
+            size = len(queue[0][3][1])
             if (
                 self.window
                 and self.in_flight[worker]
@@ -393,15 +427,8 @@ class Server:
             ):
                 return
             _, _, klass, frames = heapq.heappop(queue)
-            self.routers[klass].send_multipart(frames)
+            self._send(klass, worker, frames)
             self.in_flight[worker] += size
-
-
-def _peek_priority(frames: list[bytes]) -> int:
-    try:
-        return Header.unpack(frames[1]).priority
-    except (BadMessage, IndexError):
-        return -1  # handled (and rejected) first
 
 
 def _values(header: Header, payload: bytes, state: SliceState) -> np.ndarray:
@@ -419,7 +446,8 @@ def main() -> int:
     settings = json.loads(sys.stdin.readline())
     try:
         server = Server(settings)
-    except ValueError as exc:  # e.g. a checkpoint of another model: one line, in the log
+    except (ValueError, zmq.ZMQError) as exc:  # e.g. a checkpoint of another model, an
+        # address not on this host: one line, in the log
         print(f"parameter server: {exc}", file=sys.stderr, flush=True)
         return 2
     print(json.dumps({"ports": server.ports}), flush=True)

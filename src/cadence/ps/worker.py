@@ -6,6 +6,8 @@ thread sets as soon as the last slice of a block has arrived (written straight i
 parameters). A wait that outlasts the timeout fails naming the server that did not answer.
 The communication thread also sends the servers heartbeats, and hears from them when another
 worker was declared dead (see `cadence.ps.server`): under bsp the next wait fails naming it.
+It signs every message it sends and verifies every one it receives (`cadence.ps.auth`); a
+message from the servers that does not verify is counted (`unauthenticated`) and dropped.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 import torch
 import zmq
 
+from cadence.ps.auth import TO_SERVER, TO_WORKER, Signer, Unauthenticated, Verifier
 from cadence.ps.plan import PSPlan
 from cadence.ps.wire import Header, Kind, channel_socket
 
@@ -57,9 +60,15 @@ class WorkerChannels:
         params: Sequence[torch.Tensor],
         num_blocks: int,
         timeout_s: float,
+        secret: bytes,
         liveness: Liveness | None = None,
     ) -> None:
         self.plan, self.rank, self.timeout_s = plan, rank, timeout_s
+        # Both used by the communication thread only: sequence numbers follow send order.
+        self._signer = Signer(secret, TO_SERVER)
+        self._verifier = Verifier(secret, TO_WORKER)
+        self.unauthenticated = 0
+        """Messages from the servers' side that did not verify (dropped)."""
         self.liveness = liveness
         self.dead_workers: list[int] = []
         """Workers the servers declared dead (and this one trains on without)."""
@@ -174,6 +183,7 @@ class WorkerChannels:
             "bytes_per_class": list(self.class_bytes),
             "param_wait_s": self.wait_s,
             "dead_workers": list(self.dead_workers),
+            "unauthenticated": self.unauthenticated,
         }
 
     def _raise_if_failed(self) -> None:
@@ -185,6 +195,7 @@ class WorkerChannels:
     # --- communication thread ----------------------------------------------------------------
     def _run(self, addresses: Sequence[tuple[str, Sequence[int]]]) -> None:
         dealers: list[list[zmq.Socket[bytes]]] = []
+        where: dict[zmq.Socket[bytes], tuple[int, int]] = {}  # socket -> (server, channel)
         try:
             poller = zmq.Poller()
             poller.register(self._inbox, zmq.POLLIN)
@@ -195,6 +206,7 @@ class WorkerChannels:
                     sock.setsockopt(zmq.IDENTITY, f"w{self.rank}".encode())
                     sock.connect(f"tcp://{host}:{port}")
                     poller.register(sock, zmq.POLLIN)
+                    where[sock] = (len(dealers), klass)
                     row.append(sock)
                 dealers.append(row)
             beat = self.liveness.heartbeat_s if self.liveness is not None else None
@@ -203,8 +215,8 @@ class WorkerChannels:
                 if beat is not None and time.monotonic() >= next_beat:
                     # From this thread, so a worker busy in a long evaluation stays alive.
                     alive = Header(Kind.HEARTBEAT, 0, self.rank, 0, 0).pack()
-                    for row in dealers:
-                        row[0].send_multipart([alive, b""])
+                    for server in range(len(dealers)):
+                        self._send(dealers, server, 0, alive, b"")
                     next_beat = time.monotonic() + beat
                 timeout_ms = (
                     None if beat is None else max(1, int(1000 * (next_beat - time.monotonic())))
@@ -214,19 +226,44 @@ class WorkerChannels:
                         frames = sock.recv_multipart()
                         if frames[0] == b"quit":
                             return
-                        dealers[frames[0][0]][frames[0][1]].send_multipart(frames[1:])
+                        self._send(dealers, frames[0][0], frames[0][1], *frames[1:])
                     else:
                         while True:
                             try:
-                                self._receive(sock, sock.recv_multipart(zmq.NOBLOCK))
+                                received = sock.recv_multipart(zmq.NOBLOCK)
                             except zmq.Again:
                                 break
+                            if self._authentic(*where[sock], received):
+                                self._receive(dealers, *where[sock], received)
         except BaseException as exc:  # surfaced to the training thread by the next wait
             self.error = exc
         finally:
             for row in dealers:
                 for sock in row:
                     sock.close(linger=0)
+
+    def _send(
+        self,
+        dealers: list[list[zmq.Socket[bytes]]],
+        server: int,
+        klass: int,
+        header: bytes,
+        payload: bytes,
+    ) -> None:
+        auth = self._signer.sign(server, self.rank, klass, header, payload)
+        dealers[server][klass].send_multipart([header, payload, auth])
+
+    def _authentic(self, server: int, klass: int, frames: list[bytes]) -> bool:
+        """Whether `frames` are a fresh message signed by this job's server `server`."""
+        try:
+            if len(frames) != 3:
+                raise Unauthenticated(f"{len(frames)} frames, expected 3")
+            header, payload, auth = frames
+            self._verifier.verify(server, self.rank, klass, header, payload, auth)
+        except Unauthenticated:
+            self.unauthenticated += 1
+            return False
+        return True
 
     def _dead(self, worker: int, fatal: bool) -> None:
         if worker in self.dead_workers:
@@ -245,7 +282,9 @@ class WorkerChannels:
                 f"train on without a dead worker"
             )
 
-    def _receive(self, sock: zmq.Socket[bytes], frames: list[bytes]) -> None:
+    def _receive(
+        self, dealers: list[list[zmq.Socket[bytes]]], server: int, klass: int, frames: list[bytes]
+    ) -> None:
         header = Header.unpack(frames[0])
         if header.kind == Kind.STATS:
             self._stats.put(json.loads(frames[1]))
@@ -263,7 +302,7 @@ class WorkerChannels:
         target.copy_(torch.frombuffer(bytearray(frames[1]), dtype=torch.float32))
         # Acknowledge on the same channel: returns the server's send credit (its window).
         ack = Header(Kind.ACK, header.priority, self.rank, header.key, header.step, 0, header.numel)
-        sock.send_multipart([ack.pack(), b""])
+        self._send(dealers, server, klass, ack.pack(), b"")
         self.versions[header.key] = header.step
         self.bytes_pulled += len(frames[1])
         self.class_bytes[piece.klass] += len(frames[1])
