@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from cadence.errors import UserError
+from cadence.safe_load import load_checkpoint
 from cadence.zero.engine import ZeroEngine
 
 FORMAT = "cadence.zero/1"
@@ -128,5 +129,5 @@ def load(directory: str | os.PathLike[str], optimizer: Any) -> None:
             f"ZeRO checkpoint in '{path}' was saved by {world} ranks but this job has "
             f"{engine.p}; shards are not resharded, resume with {world} workers"
         )
-    load_sharded_state(engine, torch.load(target, weights_only=False))
+    load_sharded_state(engine, load_checkpoint(target))
     optimizer.param_groups, optimizer.state = engine.inner.param_groups, engine.inner.state
