@@ -87,10 +87,17 @@ def run_matrix(rank: int, world_size: int, strategy_module: str, cells: list[Cel
     return results
 
 
+_launched: dict[tuple[str, int, tuple[Cell, ...]], list[dict]] = {}
+
+
 def matrix_results(strategy_module: str, cells: list[Cell], world_size: int,
                    timeout: float = 600.0) -> list[dict]:  # fmt: skip
-    """`run_matrix` on `world_size` gloo ranks: one dict of cell results per rank."""
-    return run_ranks(run_matrix, world_size, strategy_module, cells, timeout=timeout)
+    """`run_matrix` on `world_size` gloo ranks: one dict of cell results per rank. Launched once
+    per module, world size and cells; later calls (one per parametrised test) read the result."""
+    key = (strategy_module, world_size, tuple(cells))
+    if key not in _launched:
+        _launched[key] = run_ranks(run_matrix, world_size, strategy_module, cells, timeout=timeout)
+    return _launched[key]
 
 
 def check_cell(per_rank: list[dict], cell: Cell, refusals: dict[str, str]) -> None:
@@ -110,3 +117,14 @@ def check_cell(per_rank: list[dict], cell: Cell, refusals: dict[str, str]) -> No
             f"rank {rank}: differs from the reference at {result['where']} by "
             f"{result['max_abs']:.3g} ({result['ratio']:.3g}x the tolerance)"
         )
+
+
+def check_cells(per_rank: list[dict], cells: list[Cell], refusals: dict[str, str]) -> None:
+    """`check_cell` for every cell, reporting every failing cell at once."""
+    failures = []
+    for cell in cells:
+        try:
+            check_cell(per_rank, cell, refusals)
+        except AssertionError as exc:
+            failures.append(f"{cell_id(cell)}: {exc}")
+    assert not failures, "\n".join(failures)

@@ -58,16 +58,9 @@ CELLS: list[Cell] = [
     if s != "dp_autotune" or m in AUTOTUNE_CASES
 ]
 REFUSALS: dict[str, str] = {}
-_cache: dict[int, list[dict]] = {}
-
-
-def _results(world_size: int) -> list[dict]:
-    if world_size not in _cache:
-        _cache[world_size] = matrix_results(__name__, CELLS, world_size)
-    return _cache[world_size]
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
 @pytest.mark.parametrize("cell", CELLS, ids=cell_id)
 def test_cadence_dp_equals_ddp(cell: Cell, world_size: int) -> None:
-    check_cell(_results(world_size), cell, refusals=REFUSALS)
+    check_cell(matrix_results(__name__, CELLS, world_size), cell, refusals=REFUSALS)

@@ -28,7 +28,7 @@ from cadence.errors import UserError
 from cadence.pipeline.wrap import pipeline_parallel
 from cadence.testing import run_ranks
 from tests.parity.loop import HABITS, MakeOptimizer, Wrapped
-from tests.parity.matrix import Cell, cell_id, check_cell, matrix_results
+from tests.parity.matrix import Cell, cell_id, check_cells, matrix_results
 from tests.parity.models import VOCAB, ModelCase, _images, _labelled_tokens
 
 
@@ -161,26 +161,12 @@ def _cells(world_size: int) -> tuple[list[Cell], dict[str, str]]:
     return cells, refusals
 
 
-_cache: dict[int, list[dict]] = {}
-
-
-def _results(world_size: int) -> list[dict]:
-    if world_size not in _cache:
-        _cache[world_size] = matrix_results(__name__, _cells(world_size)[0], world_size)
-    return _cache[world_size]
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_pipeline_matrix(world_size: int) -> None:
     cells, refusals = _cells(world_size)
-    results = _results(world_size)
-    failures = []
-    for cell in cells:
-        try:
-            check_cell(results, cell, refusals)
-        except AssertionError as exc:
-            failures.append(f"{cell_id(cell)}: {exc}")
-    assert not failures, "\n".join(failures)
+    check_cells(matrix_results(__name__, cells, world_size), cells, refusals)
 
 
 def _api_checks(rank: int, world_size: int) -> dict[str, Any]:

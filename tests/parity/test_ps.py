@@ -27,7 +27,7 @@ from cadence.errors import UserError
 from cadence.ps import PSConfig, parameter_server
 from cadence.testing import run_ranks
 from tests.parity.loop import HABITS, MakeOptimizer, Wrapped
-from tests.parity.matrix import Cell, cell_id, check_cell, matrix_results
+from tests.parity.matrix import Cell, cell_id, check_cells, matrix_results
 
 
 def ps_bsp(model: nn.Module, make_optimizer: MakeOptimizer) -> Wrapped:
@@ -56,26 +56,12 @@ def _cells() -> tuple[list[Cell], dict[str, str]]:
     return cells, refusals
 
 
-_cache: dict[int, list[dict]] = {}
-
-
-def _results(world_size: int) -> list[dict]:
-    if world_size not in _cache:
-        _cache[world_size] = matrix_results(__name__, _cells()[0], world_size)
-    return _cache[world_size]
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_ps_bsp_matrix(world_size: int) -> None:
     cells, refusals = _cells()
-    results = _results(world_size)
-    failures = []
-    for cell in cells:
-        try:
-            check_cell(results, cell, refusals)
-        except AssertionError as exc:
-            failures.append(f"{cell_id(cell)}: {exc}")
-    assert not failures, "\n".join(failures)
+    check_cells(matrix_results(__name__, cells, world_size), cells, refusals)
 
 
 def _refusals(rank: int, world_size: int) -> dict[str, str]:

@@ -14,18 +14,11 @@ from tests.parity.models import CASES
 
 STRATEGIES = {"ddp_small_buckets": partial(ddp, bucket_cap_mb=0.001)}
 CELLS: list[Cell] = [(m, h, "ddp_small_buckets") for m in CASES for h in HABITS]
-_cache: dict[int, list[dict]] = {}
-
-
-def _results(world_size: int) -> list[dict]:
-    if world_size not in _cache:
-        _cache[world_size] = matrix_results(__name__, CELLS, world_size)
-    return _cache[world_size]
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
 @pytest.mark.parametrize("cell", CELLS, ids=cell_id)
 def test_reference_agrees_with_itself(cell: Cell, world_size: int) -> None:
-    check_cell(_results(world_size), cell, refusals={})
+    check_cell(matrix_results(__name__, CELLS, world_size), cell, refusals={})
 
 

@@ -69,16 +69,9 @@ CELLS: list[Cell] = [
 ]
 REFUSALS: dict[str, str] = {}
 """Cells that must be refused, with a phrase of the message: none."""
-_cache: dict[int, list[dict]] = {}
-
-
-def _results(world_size: int) -> list[dict]:
-    if world_size not in _cache:
-        _cache[world_size] = matrix_results(__name__, CELLS, world_size, timeout=900)
-    return _cache[world_size]
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
 @pytest.mark.parametrize("cell", CELLS, ids=cell_id)
 def test_zero_equals_ddp(cell: Cell, world_size: int) -> None:
-    check_cell(_results(world_size), cell, REFUSALS)
+    check_cell(matrix_results(__name__, CELLS, world_size, timeout=900), cell, REFUSALS)
