@@ -19,7 +19,7 @@ from torch import nn
 from cadence.errors import UserError
 from cadence.testing import run_ranks
 
-BATCH, STEPS, INF_STEP = 8, 5, 2
+BATCH, STEPS, INF_STEP, MICRO = 8, 5, 2, 2
 
 
 def _model() -> nn.Sequential:
@@ -125,3 +125,75 @@ def test_onebit_refuses_grad_scaler():
     for message in run_ranks(_onebit, 2, timeout=120):
         assert "GradScaler is not supported with onebit" in message
         assert "\n" not in message
+
+
+def _pipeline_steps(
+    train: Any, opt: torch.optim.Optimizer, clip: Any, scaler: torch.amp.GradScaler
+) -> tuple[list[float], list[float]]:
+    """(losses, scales) of the scaler's loop; step INF_STEP's batch overflows."""
+    from tests.dist.pipeline_helpers import batches
+
+    losses, scales = [], []
+    for step, (x, y) in enumerate(batches("mlp", STEPS)):
+        if step == INF_STEP:
+            x = x * float("inf")
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = train(x, y)
+        scaler.unscale_(opt)
+        clip()
+        scaler.step(opt)
+        scaler.update()
+        losses.append(float(loss))
+        scales.append(scaler.get_scale())
+    return losses, scales
+
+
+def _pipeline_reference() -> tuple[list[float], list[float], dict[str, torch.Tensor]]:
+    from cadence.models import loss_fn
+    from tests.dist.pipeline_helpers import build
+
+    net = build("mlp")
+    opt = _adamw(net.parameters())
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**20)
+
+    def train(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        # The pipeline's micro-batches, accumulated: fp16 products round per micro-batch.
+        total = torch.zeros(())
+        for xm, ym in zip(x.chunk(MICRO), y.chunk(MICRO), strict=True):
+            loss = loss_fn(net(xm), ym) / MICRO
+            scaler.scale(loss).backward()
+            total += loss.detach().float()
+        return total
+
+    def clip() -> None:
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)
+
+    losses, scales = _pipeline_steps(train, opt, clip, scaler)
+    return losses, scales, net.state_dict()
+
+
+def _pipeline(rank: int, world: int) -> tuple[list[float], list[float], dict[str, torch.Tensor]]:
+    import cadence
+    from cadence.models import loss_fn
+    from tests.dist.pipeline_helpers import build
+
+    pipe = cadence.pipeline_parallel(build("mlp"), microbatches=MICRO)
+    opt = _adamw(pipe.parameters())
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**20)
+    losses, scales = _pipeline_steps(
+        lambda x, y: pipe.train_step(x, y, loss_fn, scaler=scaler),
+        opt, lambda: pipe.clip_grad_norm_(0.5), scaler,
+    )  # fmt: skip
+    return losses, scales, {k: v.detach().clone() for k, v in pipe.state_dict().items()}
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_pipeline_grad_scaler_equals_one_process(world):
+    losses, scales, state = _pipeline_reference()
+    assert len(set(scales)) > 1  # steps were skipped and the scale backed off
+    for got_losses, got_scales, got_state in run_ranks(_pipeline, world, timeout=120):
+        assert got_scales == scales
+        torch.testing.assert_close(got_losses, losses, equal_nan=True)
+        for name, value in got_state.items():
+            torch.testing.assert_close(value, state[name], rtol=1e-5, atol=1e-6)
