@@ -197,3 +197,31 @@ def test_pipeline_grad_scaler_equals_one_process(world):
         torch.testing.assert_close(got_losses, losses, equal_nan=True)
         for name, value in got_state.items():
             torch.testing.assert_close(value, state[name], rtol=1e-5, atol=1e-6)
+
+
+def _ps(rank: int, world: int, explicit_unscale: bool) -> str:
+    import cadence
+    from cadence.ps import PSConfig
+
+    model = _model()
+    model, opt = cadence.parameter_server(model, _adamw(model.parameters()), PSConfig(servers=1))
+    scaler = torch.amp.GradScaler("cpu")
+    x, y = _data(0)
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = F.cross_entropy(model(x), y)
+    scaler.scale(loss).backward()
+    try:
+        scaler.unscale_(opt) if explicit_unscale else scaler.step(opt)
+        message = "accepted"
+    except UserError as exc:
+        message = str(exc)
+    opt.step()  # the refused call changed nothing: the step completes, the servers stop
+    opt.close()
+    return message
+
+
+@pytest.mark.parametrize("explicit_unscale", [True, False])
+def test_parameter_server_refuses_grad_scaler(explicit_unscale):
+    for message in run_ranks(_ps, 2, explicit_unscale, timeout=120):
+        assert "GradScaler is not supported by parameter servers" in message
+        assert "bf16 autocast" in message and "\n" not in message
