@@ -225,3 +225,26 @@ def test_parameter_server_refuses_grad_scaler(explicit_unscale):
     for message in run_ranks(_ps, 2, explicit_unscale, timeout=120):
         assert "GradScaler is not supported by parameter servers" in message
         assert "bf16 autocast" in message and "\n" not in message
+
+
+def _pipeline_without_scaler_argument(rank: int, world: int) -> str:
+    import cadence
+    from cadence.models import loss_fn
+    from tests.dist.pipeline_helpers import batches, build
+
+    pipe = cadence.pipeline_parallel(build("mlp"), microbatches=MICRO)
+    opt = _adamw(pipe.parameters())
+    scaler = torch.amp.GradScaler("cpu")
+    scaler.scale(torch.ones(()))  # as if the user had scaled a loss on this rank
+    x, y = batches("mlp", 1)[0]
+    pipe.train_step(x, y, loss_fn)
+    try:
+        scaler.step(opt)
+    except UserError as exc:
+        return str(exc)
+    return "accepted"
+
+
+def test_pipeline_grad_scaler_needs_train_step_argument():
+    for message in run_ranks(_pipeline_without_scaler_argument, 2, timeout=120):
+        assert "scaler=scaler" in message and "\n" not in message

@@ -123,6 +123,11 @@ class PipelineParallel(nn.Module):
     ) -> None:
         """`GradScaler`'s unscale of `optimizer`'s gradients (`cadence.amp`), with found_inf
         all-reduced (MAX) over every rank, so that every stage skips the same steps."""
+        if self._scale is None:
+            raise UserError(
+                "a GradScaler on a pipeline scales the loss inside train_step: call "
+                "pipe.train_step(x, y, loss_fn, scaler=scaler) on every rank"
+            )
         grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
         unscale_local(inv_scale, found_inf, grads)
         if dist.is_initialized():
