@@ -43,10 +43,16 @@ def _step_count(opt: torch.optim.Optimizer) -> int | None:
     return max((int(s["step"]) for s in opt.state.values() if "step" in s), default=None)
 
 
-def _train(rank: int, world: int, strategy: str, explicit_unscale: bool) -> dict[str, Any]:
+def _train(
+    rank: int, world: int, strategy: str, explicit_unscale: bool, device: str = "cpu"
+) -> dict[str, Any]:
     import cadence
 
-    model = _model()
+    if device == "cuda":  # the ranks share the GPUs over gloo
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+        torch.backends.cuda.matmul.allow_tf32 = False
+    dev = torch.device(device, torch.cuda.current_device()) if device == "cuda" else None
+    model = _model().to(dev)
     if strategy == "ddp":
         wrapped: nn.Module = nn.parallel.DistributedDataParallel(model)
         opt: Any = _adamw(model.parameters())
@@ -56,16 +62,16 @@ def _train(rank: int, world: int, strategy: str, explicit_unscale: bool) -> dict
         )
     else:
         wrapped, opt = cadence.zero(model, stage=int(strategy[-1]), optimizer=_adamw)
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    scaler = torch.amp.GradScaler(device, init_scale=2.0**10)
     per = BATCH // world
     scales = []
     for step in range(STEPS):
         x, y = _data(step)
-        x, y = x[rank * per : (rank + 1) * per], y[rank * per : (rank + 1) * per]
+        x, y = x[rank * per : (rank + 1) * per].to(dev), y[rank * per : (rank + 1) * per].to(dev)
         if step == INF_STEP and rank == world - 1:
             x = x * float("inf")  # this rank alone overflows
         opt.zero_grad()
-        with torch.autocast("cpu", dtype=torch.float16):
+        with torch.autocast(device, dtype=torch.float16):
             loss = F.cross_entropy(wrapped(x), y)
         scaler.scale(loss).backward()
         if explicit_unscale:
@@ -78,7 +84,7 @@ def _train(rank: int, world: int, strategy: str, explicit_unscale: bool) -> dict
         opt.flush()
     inner = opt.engine.inner if strategy.startswith("zero") else opt
     return {
-        "params": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        "params": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
         "scales": scales,
         "steps": _step_count(inner) if strategy != "dp" else None,
     }
@@ -103,6 +109,13 @@ def test_grad_scaler_equals_ddp(strategy, explicit_unscale, world):
     got = run_ranks(_train, world, strategy, explicit_unscale, timeout=120)
     _check(got, ref)
     assert strategy == "dp" or any(mine["steps"] is not None for mine in got)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("strategy", ["dp", "zero2", "zero3"])
+def test_grad_scaler_equals_ddp_on_cuda(strategy):
+    ref = run_ranks(_train, 2, "ddp", True, "cuda", timeout=240)
+    _check(run_ranks(_train, 2, strategy, True, "cuda", timeout=240), ref)
 
 
 def _onebit(rank: int, world: int) -> str:
