@@ -3,12 +3,14 @@
 GradScaler unscales an optimizer's gradients and looks for inf/NaN in one method,
 `_unscale_grads_`, reached from `unscale_` and from `step` when `unscale_` was not called;
 `step` skips `optimizer.step()` and `update()` backs the scale off from the found_inf tensors
-it returns. `install()` wraps that method: an optimizer with a method
-`_cadence_unscale_grads(inv_scale, found_inf)` does the work itself (ZeRO: the reduced
-gradient pieces live in its engine), and a handler registered with `register` may claim a plain
-torch optimizer (a pipeline stage's). Both return found_inf all-reduced (MAX) over the ranks
-that share the model, so every rank skips the same steps and keeps the same scale, as under DDP,
-whose reduced gradients are the same on every rank. Every other optimizer goes to torch.
+it returns. `install()` wraps that method. An optimizer's `_cadence_wait_reduced()` is called
+first (cadence-dp: the step's reductions may be in flight; its reduced gradients are the same
+on every rank, so torch's own unscale follows). An optimizer with a method
+`_cadence_unscale_grads(inv_scale, found_inf)` does the work itself (ZeRO: the reduced gradient
+pieces live in its engine), and a resolver registered with `register` may claim a plain torch
+optimizer (a pipeline stage's). Those two all-reduce found_inf (MAX) over the ranks that share
+the model, so every rank skips the same steps and keeps the same scale, as under DDP. Every
+other optimizer goes to torch unchanged.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ def _unscale_grads_(
     found_inf: torch.Tensor,
     allow_fp16: bool,
 ) -> dict[torch.device, torch.Tensor]:
+    wait = getattr(optimizer, "_cadence_wait_reduced", None)
+    if wait is not None:  # cadence-dp: its reductions may still be in flight
+        wait()
     handler: Handler | None = getattr(optimizer, "_cadence_unscale_grads", None)
     for resolve in list(_resolvers) if handler is None else ():
         handler = resolve(optimizer)
