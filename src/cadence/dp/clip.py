@@ -7,7 +7,8 @@ parameter of an engine, they first wait until that engine's reductions are compl
 updates wait for `step()`, so nothing is applied before they run). Other parameters pass
 straight through. A reference taken before (`from torch.nn.utils import clip_grad_norm_` at
 import) is covered too: the helper those functions group gradients with, looked up in their
-module at each call, waits for every live engine first.
+module at each call, waits for every live engine first. `GradScaler` waits through
+`cadence.amp`, which calls the optimizer's `_cadence_wait_reduced` before it unscales.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import torch
 import torch.nn.utils as nn_utils
 from torch.nn.utils import clip_grad as clip_module
 
+from cadence.amp import install as install_scaler_hook
+
 
 class _Engine(Protocol):
     param_ids: frozenset[int]
@@ -34,7 +37,6 @@ _lock = threading.Lock()
 _installed = False
 
 original_clip_grad_norm: Callable[..., torch.Tensor] = clip_module.clip_grad_norm_
-_original_unscale: Callable[..., None] = torch.amp.GradScaler.unscale_
 _original_group: Callable[..., Any] | None = getattr(
     clip_module, "_group_tensors_by_device_and_dtype", None
 )
@@ -82,13 +84,6 @@ def _group_after_reductions(*args: Any, **kwargs: Any) -> Any:
     return _original_group(*args, **kwargs)
 
 
-def _unscale_(self: Any, optimizer: Any) -> None:
-    wait = getattr(optimizer, "_cadence_wait_reduced", None)
-    if wait is not None:
-        wait()
-    _original_unscale(self, optimizer)
-
-
 def _install() -> None:
     # Wrap what is installed now, not torch's own: another wrapper (ZeRO's route) keeps serving.
     norm = _waiting(clip_module.clip_grad_norm_)
@@ -96,6 +91,6 @@ def _install() -> None:
     for module in (nn_utils, clip_module):
         module.clip_grad_norm_ = norm  # type: ignore[attr-defined]
         module.clip_grad_value_ = value  # type: ignore[attr-defined]
-    torch.amp.GradScaler.unscale_ = _unscale_  # type: ignore[method-assign]
+    install_scaler_hook()  # GradScaler waits for `optimizer._cadence_wait_reduced` there
     if _original_group is not None:
         clip_module._group_tensors_by_device_and_dtype = _group_after_reductions

@@ -18,6 +18,7 @@ model's state too. Evaluation is `pipe(x)` under `torch.no_grad()`: every rank g
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -28,6 +29,8 @@ from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from cadence.amp import Handler, unscale_local
+from cadence.amp import register as register_scaler
 from cadence.errors import UserError
 from cadence.models.blocks import BlockModel
 from cadence.pipeline.api import build_executor, num_stages
@@ -89,6 +92,8 @@ class PipelineParallel(nn.Module):
                  data_parallel: int) -> None:  # fmt: skip
         super().__init__()
         self._loss_fn: LossFn | None = None
+        self._scale: Tensor | None = None
+        """The GradScaler's scale during a `train_step` that was given one."""
         self.executor: PipelineExecutor = build_executor(
             blocks, ranges, self._loss, schedule, microbatches, recompute, backend, data_parallel
         )
@@ -110,14 +115,40 @@ class PipelineParallel(nn.Module):
     # ---- training ------------------------------------------------------------------------
     def _loss(self, out: Tensor, y: Tensor) -> Tensor:
         assert self._loss_fn is not None
-        return self._loss_fn(out, y)
+        loss = self._loss_fn(out, y)
+        return loss if self._scale is None else loss * self._scale.to(loss.device)
 
-    def train_step(self, x: Tensor, y: Tensor, loss_fn: LossFn) -> Tensor:
+    def unscale_grads_(
+        self, optimizer: torch.optim.Optimizer, inv_scale: Tensor, found_inf: Tensor
+    ) -> None:
+        """`GradScaler`'s unscale of `optimizer`'s gradients (`cadence.amp`), with found_inf
+        all-reduced (MAX) over every rank, so that every stage skips the same steps."""
+        if self._scale is None:
+            raise UserError(
+                "a GradScaler on a pipeline scales the loss inside train_step: call "
+                "pipe.train_step(x, y, loss_fn, scaler=scaler) on every rank"
+            )
+        grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        unscale_local(inv_scale, found_inf, grads)
+        if dist.is_initialized():
+            dist.all_reduce(found_inf, op=dist.ReduceOp.MAX)
+        self._record_versions()  # unscaled in place, by the scaler: not a user's edit
+
+    def train_step(self, x: Tensor, y: Tensor, loss_fn: LossFn,
+                   scaler: torch.amp.GradScaler | None = None) -> Tensor:  # fmt: skip
         """Forward and backward the global batch (every rank passes the same `x` and `y`);
-        gradients are added to the stage's `.grad`. Returns the batch's mean loss on every rank."""
+        gradients are added to the stage's `.grad`. Returns the batch's mean loss on every rank.
+        With a `scaler` (`torch.amp.GradScaler`), the loss is scaled as `scaler.scale(loss)`
+        before its backward (the returned loss is not); then `scaler.unscale_(optimizer)`,
+        `pipe.clip_grad_norm_` and `scaler.step(optimizer)` skip a step on every stage when
+        any stage's gradients hold inf/NaN."""
         ex = self.executor
         self._probe(x)
         self._loss_fn = loss_fn
+        self._scale = None
+        if scaler is not None and scaler.is_enabled():
+            device = next(self.stage.parameters()).device
+            self._scale = scaler.scale(torch.ones((), device=device))  # every stage: its scale
         # The runtimes scale and average the gradients they produce: set earlier ones aside
         # so that only this batch's are scaled, averaged and summed over tied copies.
         earlier = [(p, p.grad) for p in self.stage.parameters()]
@@ -131,6 +162,8 @@ class PipelineParallel(nn.Module):
                 p.grad = grad if p.grad is None else grad.add_(p.grad)
         self._record_versions()
         total = loss.detach().reshape(()).float() if loss is not None else torch.zeros(())
+        if loss is not None and self._scale is not None:
+            total = total / self._scale.to(total.device)
         if dist.is_initialized():
             dist.all_reduce(total)  # one last stage per replica holds its share's loss
             total /= self.data_parallel
@@ -244,6 +277,15 @@ class PipelineParallel(nn.Module):
         return self.stage.load_state_dict(mine, strict=strict, assign=assign)
 
 
+def _scaler_handler(optimizer: torch.optim.Optimizer) -> Handler | None:
+    """`cadence.amp`'s resolver: the unscale of an optimizer over a live pipeline stage."""
+    ids = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    for live in list(_LIVE):
+        if any(id(p) in ids for p in live.stage.parameters()):
+            return functools.partial(live.unscale_grads_, optimizer)
+    return None
+
+
 def _guard(pipe: PipelineParallel) -> None:
     """Refuse an optimizer step on gradients edited in place after `train_step` (a torch clip
     on one stage scales by that stage's norm alone: a silently different update)."""
@@ -262,5 +304,6 @@ def _guard(pipe: PipelineParallel) -> None:
                 )
 
     register_optimizer_step_pre_hook(check)
+    register_scaler(_scaler_handler)
     _HOOKED = True
 

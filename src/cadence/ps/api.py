@@ -23,8 +23,8 @@ the forward before it ran with gradients outside no_sync).
 `optimizer.state_dict()` fetches the optimizer state from the servers in torch's format, and
 `load_state_dict` sends it back; `model.load_state_dict` (the same state on every worker, as
 with DDP) sends worker 0's loaded values to the servers. Refused with a clear error: clipping
-by global norm (the averaged gradient exists only on the servers, in slices) and gradients
-edited after backward.
+by global norm (the averaged gradient exists only on the servers, in slices), gradients
+edited after backward, and `torch.amp.GradScaler` (use bf16 autocast without a scaler).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
+from cadence.amp import install as install_scaler_hook
 from cadence.errors import UserError
 from cadence.ps.config import PSConfig
 from cadence.ps.runtime import PSTrainer
@@ -65,6 +66,7 @@ def parameter_server(
     config = dataclasses.replace(base, workers=world, priority=priority)
     _check_optimizer(model, optimizer)
     worker = _Worker(model, optimizer, config, rank)
+    install_scaler_hook()  # GradScaler reaches PSOptimizer._cadence_unscale_grads: refused
     return model, PSOptimizer(optimizer, worker)
 
 
@@ -297,6 +299,13 @@ class PSOptimizer(Optimizer):
     def no_sync(self) -> contextlib.AbstractContextManager[None]:
         """Backward passes inside accumulate gradients locally; the next one outside pushes."""
         return self.worker.no_sync()
+
+    def _cadence_unscale_grads(self, inv_scale: Tensor, found_inf: Tensor) -> None:
+        """`torch.amp.GradScaler.unscale_` / `step` on this optimizer (`cadence.amp`)."""
+        raise UserError(
+            "torch.amp.GradScaler is not supported by parameter servers (backward pushes the "
+            "gradients, still scaled, to the servers): use bf16 autocast without a scaler"
+        )
 
     def clip_grad_norm_(self, max_norm: float) -> Tensor:
         raise UserError(

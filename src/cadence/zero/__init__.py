@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from cadence.amp import install as install_scaler
 from cadence.zero.checkpoint import load, save
 from cadence.zero.config import DEFAULT_FORWARD_GATHER_SHARE, ZeroConfig
 from cadence.zero.engine import ZeroEngine
@@ -136,6 +137,7 @@ def zero_from_config(
     if "no_sync" not in dir(model):
         model.no_sync = engine.no_sync  # type: ignore[assignment]  # as DDP's
     install_clip()
+    install_scaler()
     return model, ZeroOptimizer(engine)
 
 

@@ -582,6 +582,30 @@ class ZeroEngine:
             g.mul_(coef)
         return norm
 
+    def unscale_grads_(self, inv_scale: torch.Tensor, found_inf: torch.Tensor) -> None:
+        """`GradScaler`'s unscale on the reduced gradient pieces the optimizer steps (see
+        `cadence.amp`): multiplied by `inv_scale`, then found_inf all-reduced (MAX) over the
+        group, so every rank skips the same steps, as under DDP."""
+        if self.config.compression == "onebit":
+            raise UserError(
+                "torch.amp.GradScaler is not supported with onebit compression (1-bit Adam "
+                "folds gradients into its momentum during backward): use bf16 autocast without "
+                "a scaler, or compression none or fp16"
+            )
+        from cadence.amp import unscale_local
+
+        self.finish_reductions()
+        grads = [
+            st.grad[seg.lo : seg.hi]
+            for st in self.states if st.grad is not None for seg, _ in st.segments
+        ]  # fmt: skip
+        unscale_local(inv_scale, found_inf, grads)
+        if self.p > 1:
+            flag = found_inf.detach().to(self.states[0].shard.device, torch.float32).reshape(1)
+            self.submit(lambda: collectives.all_reduce(flag, op="max", group=self.group),
+                        None).result()  # fmt: skip
+            found_inf.copy_(flag.reshape(found_inf.shape))
+
     # ----------------------------------------------------------------- parameters
     def gather_task(self, st: BucketState) -> None:
         """Communication thread: fill the bucket's full buffer from every rank's piece."""
@@ -664,6 +688,8 @@ class ZeroEngine:
         self.gather_all()
 
     def zero_grad(self) -> None:
+        # Also after a step GradScaler skipped (inf/NaN): the next backward starts a new step.
+        self.clear_step()
         for st in self.states:
             st.grad = None
             st.ready.clear()

@@ -58,6 +58,11 @@ class ZeroOptimizer(Optimizer):
         Costs one all-reduce of a scalar after the gradients are reduced."""
         return self.engine.clip_grad_norm_(max_norm, norm_type, error_if_nonfinite)
 
+    def _cadence_unscale_grads(self, inv_scale: torch.Tensor, found_inf: torch.Tensor) -> None:
+        """`torch.amp.GradScaler.unscale_` on this optimizer (`cadence.amp`): the reduced
+        gradient pieces are unscaled and inf/NaN is looked for on every rank."""
+        self.engine.unscale_grads_(inv_scale, found_inf)
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.engine.zero_grad()
 
