@@ -24,6 +24,7 @@ from cadence.errors import UserError
 
 _previous: Any = torch.nn.utils.clip_grad.clip_grad_norm_
 _scale_with_norm: Any = torch.nn.utils.clip_grad._clip_grads_with_norm_
+_installed = False
 """What `torch.nn.utils.clip_grad_norm_` was when `install()` replaced it (torch's, or another
 wrapper of it): every call that is not about a ZeRO model goes there."""
 
@@ -73,12 +74,14 @@ def _clip_grads_with_norm_(parameters: Any, *args: Any, **kwargs: Any) -> None:
 
 
 def install() -> None:
-    """Route `torch.nn.utils.clip_grad_norm_` through `clip_grad_norm_` (idempotent); whatever
-    was installed there before keeps serving every other call."""
-    global _previous
-    current = torch.nn.utils.clip_grad.clip_grad_norm_
-    if current is not clip_grad_norm_:
-        _previous = current
+    """Route `torch.nn.utils.clip_grad_norm_` through `clip_grad_norm_`, once per process;
+    whatever was installed there before keeps serving every other call. Installing once keeps
+    the chain acyclic when cadence-dp later wraps this route in its own."""
+    global _previous, _installed
+    if _installed:
+        return
+    _installed = True
+    _previous = torch.nn.utils.clip_grad.clip_grad_norm_
     torch.nn.utils.clip_grad_norm_ = clip_grad_norm_
     torch.nn.utils.clip_grad.clip_grad_norm_ = clip_grad_norm_
     torch.nn.utils.clip_grad._clip_grads_with_norm_ = _clip_grads_with_norm_
