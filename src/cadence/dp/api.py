@@ -59,6 +59,9 @@ def data_parallel(
     )
     model._cadence_dp_engine = engine  # type: ignore[assignment]  # keeps it alive with the model
     model.no_sync = engine.forward_side.no_sync  # type: ignore[assignment]  # as DDP's
+    # `model.zero_grad()` (Hugging Face's Trainer and many loops call it instead of the
+    # optimizer's) must not clear gradients the communication thread is still reducing.
+    model.zero_grad = engine.zero_grad  # type: ignore[method-assign]
     return model, ScheduledOptimizer(optimizer, engine)
 
 

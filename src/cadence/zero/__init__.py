@@ -136,6 +136,9 @@ def zero_from_config(
     model._cadence_zero_engine = engine  # type: ignore[assignment]  # lives as long as the model
     if "no_sync" not in dir(model):
         model.no_sync = engine.no_sync  # type: ignore[assignment]  # as DDP's
+    # `model.zero_grad()` clears the reduced gradients the engine holds too, as the optimizer's
+    # does: loops that call it instead of the optimizer's would otherwise add old ones.
+    model.zero_grad = lambda set_to_none=True: engine.zero_grad()  # type: ignore[method-assign]
     install_clip()
     install_scaler()
     return model, ZeroOptimizer(engine)
