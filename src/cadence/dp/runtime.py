@@ -44,7 +44,6 @@ from cadence.dp.plan import (
     one_chunk_suffices,
 )
 from cadence.dp.reorder import BackwardReorder, deferrable
-from cadence.dp.trace import Recorder
 
 WAIT_POLL_S = 1.0
 ONE_CHUNK_PROBE_ITERATIONS = 3
@@ -91,7 +90,6 @@ class SyncEngine:
         self.waited_s = 0.0  # main-thread seconds forward passes spent waiting for updates
         self.tuner: Autotuner | None = None
         self.tune_result: TuneResult | None = None  # what tuning chose (or loaded)
-        self.trace: Recorder | None = None  # timestamps for the timeline picture; off by default
         num_params = len(layout.params)
         # Parameters are updated together with the others of their front-most layer.
         self._update_params: list[list[int]] = [[] for _ in layout.layers]
@@ -273,8 +271,6 @@ class SyncEngine:
         if self.group is not None:
             dist.all_reduce(buffer, group=self.group)
         wire_s = time.perf_counter() - reduce_start
-        if self.trace is not None:
-            self._trace_chunk(self.trace, chunk, None, start, iteration)
         num_params = len(self.layout.params)
         self._unpack(chunk, buffer[:-num_params], copied=True)
         self._resolve_unused(buffer[-num_params:])
@@ -371,8 +367,6 @@ class SyncEngine:
         )
         end = time.perf_counter()
         self.waited_s += end - start
-        if self.trace is not None and end - start > 1e-4:
-            self.trace.span("compute", "wait", "waiting for an update", start, end)
 
     def wait_reduced(self) -> None:
         """Block until the latest backward pass's gradients are all reduced (and averaged):
@@ -538,11 +532,8 @@ class SyncEngine:
                 complete_oldest()
             buffer = self._pack(chunk)
             work = None
-            issued = time.perf_counter()
             if self.group is not None:
                 work = dist.all_reduce(buffer, group=self.group, async_op=True)
-            if self.trace is not None:
-                self._trace_chunk(self.trace, chunk, work, issued, iteration)
             in_flight.append((chunk, buffer, work))
             in_flight_bytes += chunk.nbytes
         # Which parameters got a gradient on some rank: known once the backward pass has ended
@@ -598,20 +589,6 @@ class SyncEngine:
             if not used[index] > 0:
                 self.layout.params[index].grad = None
 
-    @staticmethod
-    def _trace_chunk(
-        trace: Recorder, chunk: Chunk, work: Any, issued: float, iteration: int
-    ) -> None:
-        label = f"{chunk.nbytes / 2**20:.1f} MB"
-
-        def done(_fut: Any) -> None:  # runs on gloo's thread the moment the reduction ends
-            trace.span("comm", "allreduce", label, issued, trace.clock(), iteration)
-
-        if work is None:
-            done(None)
-        else:
-            work.get_future().then(done)
-
     def _wait_for_chunk(self, chunk: Chunk, iteration: int) -> None:
         """Block until every gradient `chunk` holds is ready in backward pass `iteration`."""
         needed = frozenset(seg.param for seg in chunk.segments)
@@ -662,14 +639,10 @@ class SyncEngine:
         complete dozens of small layers at once, and one call per layer costs more Python time
         than the arithmetic (30 ms against 5 ms for gpt_mini's 3 MB). Their parameters are
         released together; `layers` is in forward order."""
-        start = time.perf_counter()
         with self._cv:
             kind, hparams = self._release_kind, self._hparams
         if kind == "step":
             self.updater.step_many(layers, hparams)
-        if self.trace is not None:
-            label = f"layer {layers[0] + 1}" + (f"-{layers[-1] + 1}" if len(layers) > 1 else "")
-            self.trace.span("update", "update", label, start, time.perf_counter(), iteration)
         with self._cv:
             for layer in layers:
                 for index in self._update_params[layer]:
