@@ -1,6 +1,8 @@
-"""`cadence train`'s flags and TOML file, derived from `cadence.config`'s sections: each field
-is one flag in its section's help group, its docstring the help text, a `Literal` type the
-flag's choices. Values come from the defaults, then `--config FILE`, then the flags given."""
+"""Every command's flags and TOML file, derived from config fields: `cadence train`'s from
+`cadence.config`'s sections, the other commands' from the fields of those sections they share
+with train (`FlagSet(..., only=...)`) and from `cadence.command_options`' tables. Each field is
+one flag in its table's help group, its docstring the help text, a `Literal` type the flag's
+choices. Values come from the defaults, then `--config FILE`, then the flags given."""
 
 from __future__ import annotations
 
