@@ -156,7 +156,7 @@ def _add_profile(sub: Any) -> None:
 
 
 def _add_train(sub: Any) -> None:
-    from cadence.config_flags import add_config_arguments
+    from cadence.config_flags import add_config_arguments, add_config_flag
 
     p = sub.add_parser(
         "train",
@@ -166,9 +166,7 @@ def _add_train(sub: Any) -> None:
         "in sections below; --config FILE reads them from a TOML file ([section] tables of "
         "field = value, e.g. [data] batch_size = 64) and the flags given override the file.",
     )
-    p.add_argument(
-        "--config", default=None, metavar="FILE", help="TOML file of settings (flags override it)"
-    )
+    add_config_flag(p)
     p.add_argument("--json", default=None, metavar="FILE", help="also write the metrics here")
     add_config_arguments(p)
     p.set_defaults(func=_cmd_train)

@@ -107,12 +107,17 @@ def add_flags(parser: argparse.ArgumentParser, sets: Sequence[FlagSet]) -> None:
     """`--config FILE` plus one help group per table and one flag per field. The flags default
     to nothing set (argparse.SUPPRESS), so `resolve_flags` can tell a flag given from a
     default; it runs before the command (`cadence.cli.main`) and sets every field's flat key."""
-    parser.add_argument(
-        "--config", default=None, metavar="FILE", help="TOML file of settings (flags override it)"
-    )
+    add_config_flag(parser)
     for flag_set in sets:
         _add_set(parser, flag_set)
     parser.set_defaults(_flag_sets=tuple(sets))
+
+
+def add_config_flag(parser: argparse.ArgumentParser) -> None:
+    """`--config FILE`: the TOML file whose tables the flags given override."""
+    parser.add_argument(
+        "--config", default=None, metavar="FILE", help="TOML file of settings (flags override it)"
+    )
 
 
 def _add_set(parser: argparse.ArgumentParser, flag_set: FlagSet) -> None:
