@@ -119,7 +119,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     profile = profile_command(
         args.model,
         batch_size=args.micro_batch_size,
-        iterations=args.iterations,
+        iterations=args.profile_iterations,
         out=args.out,
         threads=args.threads,
         device=args.device,
@@ -130,32 +130,33 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _add_profile(sub: Any) -> None:
-    from cadence.sim.cli import add_micro_batch_size
+    from cadence.command_options import ProfileOptions, SimulateOptions
+    from cadence.config import ClusterSection, ModelSection
+    from cadence.config_flags import FlagSet, add_flags
+    from cadence.sim.cli import refuse_global_batch
 
     p = sub.add_parser(
         "profile",
         help="time every block (forward, input-grad, weight-grad) and record sizes and memory",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--model", default="vgg16", help="model zoo name")
-    add_micro_batch_size(p, "timed", default=32)
-    p.add_argument("--iterations", type=int, default=10, help="timed iterations (median)")
-    p.add_argument("--threads", type=int, default=1, help="intra-op CPU threads")
-    p.add_argument("--device", default="auto", help="cpu, cuda, or auto (cuda where there is one)")
-    p.add_argument(
-        "--block-timing",
-        default=DEFAULT_BLOCK_TIMING,
-        help="in-iteration (each block's share of whole iterations), separate (each block's "
-        "forward and gradients in calls of their own), or auto (in-iteration on CUDA, separate "
-        "on the CPU, as the pipeline planners profile)",
-    )
-    p.add_argument("--out", default=None, help="save the profile JSON here")
-    p.add_argument("--json", default=None, metavar="FILE", help="same as --out")
+    profile = ("micro_batch_size", "profile_iterations", "block_timing", "out")
+    add_flags(
+        p,
+        [
+            FlagSet("model", ModelSection, only=("name",), defaults={"name": "vgg16"}),
+            FlagSet("cluster", ClusterSection, only=("threads", "device"),
+                    defaults={"threads": 1}),
+            FlagSet("profile", ProfileOptions, only=profile,
+                    defaults={"block_timing": DEFAULT_BLOCK_TIMING, "profile_iterations": 10}),
+            FlagSet("simulate", SimulateOptions, only=("json",)),
+        ],
+    )  # fmt: skip
+    refuse_global_batch(p)
     p.set_defaults(func=_cmd_profile)
 
 
 def _add_train(sub: Any) -> None:
-    from cadence.config_flags import add_config_arguments
+    from cadence.config_flags import add_config_arguments, add_config_flag
 
     p = sub.add_parser(
         "train",
@@ -165,9 +166,7 @@ def _add_train(sub: Any) -> None:
         "in sections below; --config FILE reads them from a TOML file ([section] tables of "
         "field = value, e.g. [data] batch_size = 64) and the flags given override the file.",
     )
-    p.add_argument(
-        "--config", default=None, metavar="FILE", help="TOML file of settings (flags override it)"
-    )
+    add_config_flag(p)
     p.add_argument("--json", default=None, metavar="FILE", help="also write the metrics here")
     add_config_arguments(p)
     p.set_defaults(func=_cmd_train)
@@ -271,6 +270,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(args_list)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
+        if hasattr(args, "_flag_sets"):  # defaults < --config FILE < flags, each value checked
+            from cadence.config_flags import resolve_flags
+
+            resolve_flags(args)
         return func(args)
     except (UserError, WorkerFailed) as exc:
         print(f"cadence: error: {exc}", file=sys.stderr)

@@ -1,6 +1,8 @@
-"""`cadence train`'s flags and TOML file, derived from `cadence.config`'s sections: each field
-is one flag in its section's help group, its docstring the help text, a `Literal` type the
-flag's choices. Values come from the defaults, then `--config FILE`, then the flags given."""
+"""Every command's flags and TOML file, derived from config fields: `cadence train`'s from
+`cadence.config`'s sections, the other commands' from the fields of those sections they share
+with train (`FlagSet(..., only=...)`) and from `cadence.command_options`' tables. Each field is
+one flag in its table's help group, its docstring the help text, a `Literal` type the flag's
+choices. Values come from the defaults, then `--config FILE`, then the flags given."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ import inspect
 import sys
 import types
 import typing
-from dataclasses import MISSING, Field, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, Field, dataclass, fields
+from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Any
 
@@ -68,33 +72,109 @@ def _help(doc: str, default: Any) -> str:
 _METAVARS = {int: "N", float: "X"}
 
 
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """One help group per section and one flag per field. The flags default to nothing set
-    (argparse.SUPPRESS), so `config_from_args` can tell a flag given from a default."""
-    for section, cls in SECTIONS.items():
-        group = parser.add_argument_group(f"{section}", (cls.__doc__ or "").strip())
-        docs, hints = field_docs(cls), _hints(cls)
-        for f in fields(cls):
-            kind, choices = _unwrap(hints[f.name])
-            kwargs: dict[str, Any] = {
-                "dest": f"{section}.{f.name}",
-                "default": argparse.SUPPRESS,
-                "help": _help(docs.get(f.name, ""), _default(f)),
-            }
-            if kind is bool:
-                kwargs["action"] = argparse.BooleanOptionalAction
+@dataclass(frozen=True)
+class FlagSet:
+    """One TOML table's fields offered as flags of a command: `cls`'s fields (`only` picks
+    some, in class order), `defaults` replacing the class's, `choices` replacing a `Literal`'s
+    (for a command that accepts fewer, or more, values). The flag, type, help and metavar come
+    from the field, so an option means the same in every command that takes it."""
+
+    table: str
+    cls: type
+    only: tuple[str, ...] | None = None
+    defaults: Mapping[str, Any] = dc_field(default_factory=dict)
+    choices: Mapping[str, tuple[Any, ...]] = dc_field(default_factory=dict)
+
+    def fields(self) -> list[Field[Any]]:
+        every = fields(self.cls)
+        if self.only is None:
+            return list(every)
+        unknown = set(self.only) - {f.name for f in every}
+        if unknown:
+            raise ValueError(f"{self.cls.__name__} has no field {sorted(unknown)}")
+        return [f for f in every if f.name in self.only]
+
+    def default(self, f: Field[Any]) -> Any:
+        return self.defaults[f.name] if f.name in self.defaults else _default(f)
+
+
+def flat_key(f: Field[Any]) -> str:
+    """The attribute a field's value takes on the parsed arguments: its flag without dashes."""
+    return flag_of(f)[2:].replace("-", "_")
+
+
+def add_flags(parser: argparse.ArgumentParser, sets: Sequence[FlagSet]) -> None:
+    """`--config FILE` plus one help group per table and one flag per field. The flags default
+    to nothing set (argparse.SUPPRESS), so `resolve_flags` can tell a flag given from a
+    default; it runs before the command (`cadence.cli.main`) and sets every field's flat key."""
+    add_config_flag(parser)
+    for flag_set in sets:
+        _add_set(parser, flag_set)
+    parser.set_defaults(_flag_sets=tuple(sets))
+
+
+def add_config_flag(parser: argparse.ArgumentParser) -> None:
+    """`--config FILE`: the TOML file whose tables the flags given override."""
+    parser.add_argument(
+        "--config", default=None, metavar="FILE", help="TOML file of settings (flags override it)"
+    )
+
+
+def _add_set(parser: argparse.ArgumentParser, flag_set: FlagSet) -> None:
+    cls = flag_set.cls
+    group = parser.add_argument_group(flag_set.table, (cls.__doc__ or "").strip())
+    docs, hints = field_docs(cls), _hints(cls)
+    for f in flag_set.fields():
+        kind, choices = _unwrap(hints[f.name])
+        choices = flag_set.choices.get(f.name, choices)
+        kwargs: dict[str, Any] = {
+            "dest": f"{flag_set.table}.{f.name}",
+            "default": argparse.SUPPRESS,
+            "help": _help(docs.get(f.name, ""), flag_set.default(f)),
+        }
+        if kind is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            item = _item_type(hints[f.name])
+            if item is not None:  # tuple[X, ...]: several values, or the flag repeated
+                kind, kwargs["nargs"], kwargs["action"] = item, "+", "extend"
+            # A field's own parser runs in `resolve_flags`, so a bad value is a one-line UserError
+            # like any other (argparse would report an exception from `type` as a traceback).
+            kwargs["type"] = str if f.metadata.get("parse") else kind
+            if choices:
+                kwargs["choices"] = choices
             else:
-                kwargs["type"] = f.metadata.get("parse") or kind
-                if choices:
-                    kwargs["choices"] = choices
-                else:
-                    kwargs["metavar"] = f.metadata.get("metavar") or _METAVARS.get(kind, "TEXT")
-            group.add_argument(flag_of(f), **kwargs)
+                kwargs["metavar"] = f.metadata.get("metavar") or _METAVARS.get(kind, "TEXT")
+        group.add_argument(flag_of(f), **kwargs)
 
 
-def load_toml(path: str) -> dict[str, dict[str, Any]]:
-    """`[section]` tables of `key = value` from a TOML file, each key checked against its
-    section's fields and each value's type against the field's; one line for the first wrong."""
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """`cadence train`'s flags: every field of every `TrainConfig` section (no `--config`;
+    `add_flags` adds it)."""
+    for section, cls in SECTIONS.items():
+        _add_set(parser, FlagSet(section, cls))
+
+
+def _item_type(hint: Any) -> Any:
+    """X of a `tuple[X, ...]` field (Optional removed), else None."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    if typing.get_origin(hint) is tuple:
+        return typing.get_args(hint)[0]
+    return None
+
+
+def _tables() -> dict[str, type]:
+    """Every table a TOML file may hold: `TrainConfig`'s sections and the commands' own."""
+    from cadence.command_options import COMMAND_TABLES
+
+    return {**SECTIONS, **COMMAND_TABLES}
+
+
+def load_toml(path: str, tables: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+    """`[table]` of `key = value` from a TOML file, each key checked against its table's
+    fields and each value's type against the field's; one line for the first wrong. Tables of
+    other commands are checked and left out when `tables` names the ones this command takes."""
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
@@ -110,29 +190,36 @@ def load_toml(path: str) -> dict[str, dict[str, Any]]:
         raise UserError(f"cannot read --config {path}: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"--config {path} is not valid TOML: {exc}") from None
+    known = _tables()
+    taken = list(SECTIONS) if tables is None else list(tables)
     out: dict[str, dict[str, Any]] = {}
     for section, table in raw.items():
-        if section not in SECTIONS or not isinstance(table, dict):
+        if section not in known or not isinstance(table, dict):
             raise UserError(
                 f"--config {path}: unknown section [{section}]: use tables "
-                f"{', '.join(f'[{s}]' for s in SECTIONS)}"
+                f"{', '.join(f'[{s}]' for s in taken)}"
             )
-        cls = SECTIONS[section]
-        known = {f.name: f for f in fields(cls)}
+        cls = known[section]
+        names = {f.name: f for f in fields(cls)}
         hints = _hints(cls)
         for key, value in table.items():
-            if key not in known:
+            if key not in names:
                 raise UserError(
                     f"--config {path}: unknown key '{key}' in [{section}]: choose from "
-                    f"{', '.join(known)}"
+                    f"{', '.join(names)}"
                 )
-            out.setdefault(section, {})[key] = _toml_value(
-                path, section, key, value, known[key], hints[key]
-            )
+            checked = _toml_value(path, section, key, value, names[key], hints[key])
+            if section in taken:
+                out.setdefault(section, {})[key] = checked
     return out
 
 
 def _toml_value(path: str, section: str, key: str, value: Any, f: Field[Any], hint: Any) -> Any:
+    item = _item_type(hint)
+    if item is not None:
+        if not isinstance(value, list):
+            raise UserError(f"--config {path}: [{section}] {key} = {value!r} should be a list")
+        return tuple(_toml_value(path, section, key, v, f, item) for v in value)
     kind, _ = _unwrap(hint)
     parse = f.metadata.get("parse")
     if parse is not None and isinstance(value, str):
@@ -147,11 +234,46 @@ def _toml_value(path: str, section: str, key: str, value: Any, f: Field[Any], hi
     return value
 
 
+def _given(args: argparse.Namespace, tables: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """`--config FILE`'s values overridden by the flags given, as {table: {field: value}}."""
+    values = load_toml(args.config, tables) if getattr(args, "config", None) else {}
+    known = _tables()
+    for dest, value in vars(args).items():
+        table, _, name = dest.partition(".")
+        if name and table in tables:
+            parse = next(f for f in fields(known[table]) if f.name == name).metadata.get("parse")
+            values.setdefault(table, {})[name] = value if parse is None else parse(value)
+    return values
+
+
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """Defaults, overridden by `--config FILE`'s values, overridden by the flags given."""
-    values = load_toml(args.config) if getattr(args, "config", None) else {}
-    for dest, value in vars(args).items():
-        section, _, name = dest.partition(".")
-        if name and section in SECTIONS:
-            values.setdefault(section, {})[name] = value
+    values = _given(args, list(SECTIONS))
     return TrainConfig(**{s: cls(**values.get(s, {})) for s, cls in SECTIONS.items()})
+
+
+def resolve_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The tables of a command's `add_flags`, built from defaults < `--config FILE` < flags
+    (each one's own checks run, one line naming the flag), and every field's value set on
+    `args` under its flat key (`args.batch_size`, `args.zero_stage`). A value one of the
+    command's `choices` allows beyond the field's `Literal` skips only the field's check."""
+    sets: tuple[FlagSet, ...] = args._flag_sets
+    values = _given(args, [s.table for s in sets])
+    built: dict[str, Any] = {}
+    for flag_set in sets:
+        given = values.get(flag_set.table, {})
+        chosen = {f.name: given.get(f.name, flag_set.default(f)) for f in flag_set.fields()}
+        hints = _hints(flag_set.cls)
+        for f in flag_set.fields():
+            if f.name in flag_set.choices and chosen[f.name] not in flag_set.choices[f.name]:
+                names = ", ".join(map(str, flag_set.choices[f.name]))
+                raise UserError(f"unknown {flag_of(f)} '{chosen[f.name]}': choose one of {names}")
+        checked = {
+            name: value
+            for name, value in chosen.items()
+            if name not in flag_set.choices or value in (_unwrap(hints[name])[1] or (value,))
+        }
+        built[flag_set.table] = flag_set.cls(**checked)
+        for f in flag_set.fields():
+            setattr(args, flat_key(f), chosen[f.name])
+    return built

@@ -70,7 +70,7 @@ def test_joins_a_torchrun_launch(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--bandwidth", "10gbps"], "10gbps"),
+        (["--emulate-bandwidth", "10gbps"], "10gbps"),
         (["--collectives", "all_reduce,alltoall"], "unknown collective 'alltoall'"),
         (["--workers", "1"], "--workers must be at least 2"),
         (["--sizes", "1KB"], "at least two sizes"),
@@ -88,9 +88,11 @@ def test_defaults_time_1kb_to_64mb_and_announce_the_links_floor() -> None:
     from cadence.cli import build_parser
     from cadence.comm.calibrate import DEFAULT_SIZES
     from cadence.comm.calibrate_command import CalibrateConfig
+    from cadence.config_flags import resolve_flags
 
     args = build_parser().parse_args(["calibrate"])
-    assert parse_sizes(args.sizes) == DEFAULT_SIZES and args.bandwidth == "none"
+    resolve_flags(args)
+    assert parse_sizes(args.sizes) == DEFAULT_SIZES and args.emulate_bandwidth is None
     assert CalibrateConfig().link_seconds() == 0.0  # the loopback has no cap to wait on
     # One 64 MB all-reduce round at 400mbit on 2 hosts: 3 calls of 64 MB each way, 1.34 s each.
     one = CalibrateConfig(bandwidth="400mbit", collectives=("all_reduce",), sizes=(4, 64 << 20),

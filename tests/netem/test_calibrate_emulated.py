@@ -1,4 +1,5 @@
-"""`cadence calibrate --bandwidth CAP`: timed on emulated hosts, the fitted rate is the cap's."""
+"""`cadence calibrate --emulate-bandwidth CAP`: timed on emulated hosts, the fitted rate is the
+cap's."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from tests.conftest import needs_netem
 @needs_netem
 def test_emulated_links_calibrate_to_their_cap(tmp_path: Path) -> None:
     proc = run_cadence(
-        "calibrate", "--workers", "3", "--bandwidth", "100mbit", "--sizes", "1KB,4KB,2MB,4MB",
+        "calibrate", "--workers", "3", "--emulate-bandwidth", "100mbit",
+        "--sizes", "1KB,4KB,2MB,4MB",
         "--collectives", "all_reduce,all_gather", "--repeats", "2", "--warmup", "1",
         "--out", "c.json", cwd=tmp_path, timeout=240,
     )  # fmt: skip

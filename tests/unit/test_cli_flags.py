@@ -34,6 +34,11 @@ from cadence.cli import main
             "plan pipeline); this command takes --micro-batch-size",
         ),
         (["plan", "--workers", "x"], "cadence plan strategies: error: argument --workers"),
+        (
+            ["simulate", "--strategy", "pipeline"],
+            "cadence simulate: error: argument --strategy: invalid choice: 'pipeline' (choose "
+            "from 'cadence-dp', 'ddp', 'zero')",
+        ),
         (["frobnicate"], "cadence: error: argument COMMAND: invalid choice: 'frobnicate'"),
     ],
 )

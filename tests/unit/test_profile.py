@@ -216,7 +216,7 @@ def test_cli_json_and_out_write_the_same_loadable_profile(tmp_path):
     from cadence.cli import main
 
     out, js = tmp_path / "out.json", tmp_path / "summary.json"
-    args = ["profile", "--model", "cnn", "--micro-batch-size", "4", "--iterations", "1"]
+    args = ["profile", "--model", "cnn", "--micro-batch-size", "4", "--profile-iterations", "1"]
     assert main([*args, "--device", "cpu", "--out", str(out), "--json", str(js)]) == 0
     assert Profile.load(js, expected_model="cnn") == Profile.load(out, expected_model="cnn")
 

@@ -62,8 +62,8 @@ def test_simulate_writes_json_trace_and_png(
         "8",
         "--bandwidth",
         "100kbit",
-        "--threshold",
-        "16kib",
+        "--threshold-mb",
+        "0.015625",  # 16 KiB
         "--payload-fraction",
         "1",
         "--optimizer",
@@ -130,13 +130,13 @@ def test_plan_ranks_strategies_and_names_the_best(
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
-        (["--workers", "0"], "--workers must be >= 1"),
+        (["--workers", "0"], "--workers must be at least 1 (got 0)"),
         (["--bandwidth", "fast"], "bad bandwidth 'fast'"),
         (["--model", "resnet9000"], "unknown model 'resnet9000'"),
-        (["--strategy", "pipeline"], "unknown strategy 'pipeline'; accepted: cadence-dp, ddp"),
-        (["--threshold", "4mbps"], "bad --threshold '4mbps'"),
+        (["--threshold-mb", "0"], "--threshold-mb must be positive (got 0.0)"),
         (["--model", "mlp"], "is of model 'cnn', expected 'mlp'"),
-        (["--reorder-k", "first"], "bad reordering point 'first'"),
+        (["--reorder-k", "0"], "--reorder-k must be at least 1 (got 0)"),
+        (["--replicas", "0"], "--replicas must be >= 1, got 0"),
     ],
 )
 def test_bad_input_is_one_line(

@@ -110,4 +110,4 @@ def test_simulate_and_plan_take_grad_accum(
 def test_a_bad_grad_accum_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", *_cli(tmp_path, "--grad-accum", "0")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--grad-accum must be >= 1" in err
+    assert err.count("\n") == 1 and "--grad-accum must be at least 1 (got 0)" in err

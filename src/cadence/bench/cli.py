@@ -47,22 +47,12 @@ def _add_collectives(bsub: Any) -> None:
         "collectives",
         help="time cadence's collective algorithms against gloo's in an emulated cluster, "
         "with the calibrated alpha-beta prediction next to each",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     _add_common(
         p, models=None, caps="1gbit", workers=4, batch_size=None, steps=None, repeats=5,
-        out="bench-out/bench-collectives.json",
+        out="bench-out/bench-collectives.json", options=("warmup", "sizes", "collectives"),
+        defaults={"warmup": 1, "threads": 1}, tables=[("cluster", ("threads",))],
     )  # fmt: skip
-    p.add_argument(
-        "--sizes", default=None, help="comma-separated message sizes (default 1KB to 64MB, x4)"
-    )
-    p.add_argument(
-        "--collectives",
-        default="all_reduce,reduce_scatter,all_gather,broadcast",
-        help="comma-separated; also all_to_all",
-    )
-    p.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
-    p.add_argument("--threads", type=int, default=1, help="intra-op threads per worker")
     p.set_defaults(func=_cmd_collectives)
 
 
@@ -84,25 +74,16 @@ def _add_zero(bsub: Any) -> None:
         "zero",
         help="ZeRO stages 1/2/3 with and without 1-bit Adam against DDP + Adam, FSDP2 and "
         "DeepSpeed ZeRO-2 in an emulated cluster (iteration time, bytes at the interface)",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     _add_common(
         p, models="gpt_mini", caps="200mbit", steps=30, repeats=1, out="bench-out/bench-zero.json",
-        steps_help="steps per run; timed: the last steps - freeze-steps - 2",
+        options=("jobs",), defaults={"freeze_steps": 8}, tables=[("zero", ("freeze_steps",))],
     )  # fmt: skip
-    p.add_argument("--freeze-steps", type=int, default=8, help="1-bit Adam warm-up steps")
-    p.add_argument(
-        "--jobs",
-        default="",
-        help="comma-separated (default: all): ddp, fsdp2, deepspeed-zero2, "
-        "zero<1|2|3>-<none|fp16|onebit>[-bf16][-overlap][-backorder|-fwdorder][-onelane]",
-    )
     p.set_defaults(func=_cmd_zero)
 
 
 def _cmd_pipeline(args: argparse.Namespace) -> int:
     from cadence.bench.pipeline import PipelineBenchConfig, run_pipeline_bench
-    from cadence.sizes import parse_memory_limit
 
     config = PipelineBenchConfig(
         models=_names(args.models),
@@ -110,7 +91,7 @@ def _cmd_pipeline(args: argparse.Namespace) -> int:
         contention=(False, True) if args.contention == "both" else (args.contention == "on",),
         batch_size=args.batch_size,
         microbatches=args.microbatches,
-        memory_limit=parse_memory_limit(args.memory_limit),
+        memory_limit=args.memory_limit,
         warmup=args.warmup,
         rounds=args.steps,
         out=args.out,
@@ -124,22 +105,13 @@ def _add_pipeline(bsub: Any) -> None:
         "pipeline",
         help="GPipe, 1F1B, kFkB and torch's pipeline schedules on 2 emulated hosts, without and "
         "with contention, against the planner's predictions and pick",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     _add_common(
         p, models="gpt_mini,vgg16", caps="200mbit", workers=None, batch_size=16, steps=12,
-        repeats=None, out="bench-out/bench-pipeline.json",
-        steps_help="timed steps per candidate, after --warmup untimed ones",
+        repeats=None, out="bench-out/bench-pipeline.json", options=("warmup", "contention"),
+        defaults={"microbatches": 8},
+        tables=[("pipeline", ("microbatches", "memory_limit"))],
     )  # fmt: skip
-    p.add_argument("--contention", default="both", choices=("off", "on", "both"))
-    p.add_argument("--microbatches", type=int, default=8, help="M at which schedules are timed")
-    p.add_argument(
-        "--memory-limit",
-        default=None,
-        help="bytes per stage (default: halfway between the "
-        "smallest and largest simulated peak at M)",
-    )
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps per candidate")
     p.set_defaults(func=_cmd_pipeline)
 
 
@@ -166,16 +138,11 @@ def _add_ps(bsub: Any) -> None:
         "ps",
         help="parameter server in an emulated cluster: FIFO, layer, graph and graph + network "
         "priority classes vs the published ratios; backup workers with a straggler; ASP",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     _add_common(
         p, models="vgg16,resnet32,cnn_lstm", caps="balanced", batch_size=32, repeats=2,
-        out="bench-out/bench-ps.json", caps_help="; balanced = per model, wire time = compute",
+        out="bench-out/bench-ps.json", options=("orders", "straggler_model"),
     )  # fmt: skip
-    p.add_argument("--orders", default="fifo,layer,graph,graph+net", help="--ps-priority values")
-    p.add_argument(
-        "--straggler-model", default="resnet32", help="backup/ASP runs on this model ('' skips)"
-    )
     p.set_defaults(func=_cmd_ps)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -38,32 +39,43 @@ def add_common(
     batch_size: int | None = 64,
     steps: int | None = 12,
     repeats: int | None = 3,
-    steps_help: str = "steps per run (the first is not timed)",
+    steps_help: str = "",
     caps_help: str = "",
+    options: tuple[str, ...] = (),
+    defaults: Mapping[str, Any] | None = None,
+    tables: Sequence[tuple[str, tuple[str, ...]]] = (),
 ) -> None:
     """The options every `cadence bench` benchmark takes, with the same names and meaning:
     `--models` and `--caps` (comma-separated), `--workers`, `--batch-size` (global),
     `--steps`, `--repeats` and `--out` (the JSON; the PNG goes next to it). A benchmark that
-    has no use for one passes None for its default and does not get it."""
-    if models is not None:
-        parser.add_argument("--models", default=models, help="comma-separated zoo models")
-    if caps is not None:
-        parser.add_argument(
-            "--caps",
-            default=caps,
-            help="comma-separated link caps of the emulated cluster, e.g. 400mbit" + caps_help,
-        )
-    if workers is not None:
-        parser.add_argument("--workers", type=int, default=workers, help="ranks (emulated hosts)")
-    if batch_size is not None:
-        parser.add_argument("--batch-size", type=int, default=batch_size, help="global batch")
-    if steps is not None:
-        parser.add_argument("--steps", type=int, default=steps, help=steps_help)
-    if repeats is not None:
-        parser.add_argument(
-            "--repeats", type=int, default=repeats, help="rounds of every variant, alternating"
-        )
-    parser.add_argument("--out", default=out, help="JSON file; the PNG goes next to it")
+    has no use for one passes None for its default and does not get it. `options` names the
+    benchmark's own `BenchOptions` fields, `tables` the fields it takes of other tables
+    (`TrainConfig`'s sections, `cadence.command_options`') as (table, fields), and `defaults`
+    their values where the benchmark's differ. The flags (and
+    `--config FILE`) are derived from the fields, so `steps_help` and `caps_help` add nothing:
+    every benchmark shows the field's help."""
+    from cadence.command_options import COMMAND_TABLES, BenchOptions
+    from cadence.config import SECTIONS
+    from cadence.config_flags import FlagSet, add_flags
+
+    given = {"models": models, "caps": caps, "out": out, "repeats": repeats}
+    given |= {"workers": workers, "batch_size": batch_size, "steps": steps}
+    chosen = {k: v for k, v in given.items() if v is not None} | dict(defaults or {})
+    bench = (*(k for k in ("models", "caps", "repeats", "out") if k in chosen), *options)
+    names: dict[str, tuple[str, ...]] = {"job": (), "data": (), "cluster": ()}
+    for section, name in (("cluster", "workers"), ("data", "batch_size"), ("job", "steps")):
+        names[section] += (name,) * (name in chosen)
+    for section, more in tables:
+        names[section] = names.get(section, ()) + more
+    known = {**SECTIONS, **COMMAND_TABLES}
+    sets = [
+        FlagSet(table, known[table], only, {n: chosen[n] for n in only if n in chosen})
+        for table, only in names.items()
+        if only
+    ]
+    mine = {n: chosen[n] for n in bench if n in chosen}
+    sets.append(FlagSet("bench", BenchOptions, only=bench, defaults=mine))
+    add_flags(parser, sets)
 
 
 def one(text: str, flag: str) -> str:
@@ -74,15 +86,3 @@ def one(text: str, flag: str) -> str:
 
         raise UserError(f"{flag} takes one value for this benchmark, got '{text}'")
     return items[0]
-
-
-def add_threshold(parser: Any) -> None:
-    """`--threshold-mb`: cadence-dp's fusion threshold, default its own."""
-    parser.add_argument(
-        "--threshold-mb", type=float, default=None, help="cadence-dp threshold (default: its own)"
-    )
-
-
-def add_reorder_k(parser: Any) -> None:
-    """`--reorder-k`: cadence-dp's backward reordering point, default none."""
-    parser.add_argument("--reorder-k", type=int, default=None, help="cadence-dp reorder point")

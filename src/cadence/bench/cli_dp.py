@@ -6,14 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cadence.bench.cli_args import (
-    add_common,
-    add_reorder_k,
-    add_threshold,
-    command_line,
-    names,
-    numbers,
-)
+from cadence.bench.cli_args import add_common, command_line, names, numbers
 
 
 def _cmd_dp(args: argparse.Namespace) -> int:
@@ -43,23 +36,13 @@ def add_dp(bsub: Any) -> None:
         "dp",
         help="cadence-dp vs torch DDP (default and tuned buckets) against the bound "
         "max(compute, wire), per model and link cap",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_common(
         p,
         models="vgg16,resnet32,cnn_lstm,gpt_mini",
         caps="none,1gbit,400mbit",
-        caps_help="; none = loopback; balanced = the cap where wire time = compute time",
         out="bench-out/bench-dp.json",
-    )
-    p.add_argument("--ddp-buckets-mb", default="5,100", help="buckets tried for DDP tuned")
-    add_threshold(p)
-    add_reorder_k(p)
-    p.add_argument("--autotune", default="off", help="cadence-dp: off, exhaustive or guided")
-    p.add_argument(
-        "--ddp-fixed-heap",
-        action="store_true",
-        help="also run DDP with glibc's heap thresholds fixed as cadence-dp fixes them "
-        "(variant ddp-heap): how much of cadence-dp's lead is that setting",
+        options=("ddp_buckets_mb", "ddp_fixed_heap"),
+        tables=[("dp", ("threshold_mb", "reorder_k", "autotune"))],
     )
     p.set_defaults(func=_cmd_dp)

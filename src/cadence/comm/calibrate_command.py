@@ -4,9 +4,9 @@ alpha-beta model that `cadence simulate --calibration FILE` and `cadence plan` r
 Three ways to run it:
 - under torchrun on a real cluster (RANK and WORLD_SIZE set): every rank runs in-process and
   rank 0 writes the file;
-- with `--bandwidth` a cap: `--workers` hosts of an emulated cluster (network namespaces,
+- with `--emulate-bandwidth` a cap: `--workers` hosts of an emulated cluster (network namespaces,
   root), each rank's timed blocks started with the links' token bucket drained;
-- with `--bandwidth none` (the default): `--workers` processes on this machine's loopback.
+- without it (the default): `--workers` processes on this machine's loopback.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
     config = CalibrateConfig(
         out=args.out,
         workers=args.workers,
-        bandwidth=args.bandwidth,
+        bandwidth=args.emulate_bandwidth or "none",
         collectives=("all_reduce", *(c for c in collectives if c != "all_reduce")),
         sizes=parse_sizes(args.sizes),
         repeats=args.repeats,
@@ -110,7 +110,9 @@ def calibrate_command(args: argparse.Namespace) -> int:
     out = Path(config.out)
     if torchrun_env_present():
         if config.bandwidth_bps is not None:
-            raise UserError("under torchrun the links are the cluster's own: drop --bandwidth")
+            raise UserError(
+                "under torchrun the links are the cluster's own: drop --emulate-bandwidth"
+            )
         from cadence.comm._calibrate_worker import run
 
         if os.environ.get("RANK") == "0":  # the one rank that writes, and speaks

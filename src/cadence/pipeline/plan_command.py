@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 from cadence.errors import UserError
 
 if TYPE_CHECKING:
+    import argparse
+
     from cadence.comm.cost import AlphaBeta
     from cadence.pipeline.planner import PipelinePlan
     from cadence.profile import Profile
@@ -65,13 +67,9 @@ def plan_pipeline_command(args: Any) -> int:
     """Plan, print the table and the pick (and write `--json`)."""
     from cadence.pipeline.planner import MAX_MICROBATCHES, plan_pipeline
     from cadence.profile import Profile
-    from cadence.sizes import parse_memory_limit
-
-    limit = parse_memory_limit(args.memory_limit)
+    limit = args.memory_limit
     counts = parse_counts(args.microbatches)
     link = link_from(args.bandwidth, args.latency, args.payload_fraction)
-    if args.batch_size < 1:
-        raise UserError(f"--batch-size must be at least 1 (got {args.batch_size})")
     if args.profile:
         profiles = [Profile.load(p, expected_model=args.model) for p in args.profile]
     else:
@@ -114,40 +112,36 @@ def describe(model: str, plan: PipelinePlan) -> str:
 
 
 def add_plan_pipeline(psub: Any) -> None:
-    """The `cadence plan pipeline` parser (called from `sim.cli.add_plan`)."""
-    import argparse
+    """The `cadence plan pipeline` parser (called from `sim.cli.add_plan`); its flags are
+    `cadence train`'s where they mean the same (`--batch-size` is one pipeline's batch: the
+    global batch when the pipeline is not replicated)."""
+    from cadence.command_options import NetworkModel, PlanOptions, SimulateOptions
+    from cadence.config import DataSection, ModelSection, OptimSection, PipelineSection
+    from cadence.config_flags import FlagSet, add_flags
 
     p = psub.add_parser(
-        "pipeline",
-        help="pipeline schedules and micro-batch splits within a memory limit",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        "pipeline", help="pipeline schedules and micro-batch splits within a memory limit"
     )
-    p.add_argument("--model", default="gpt_mini", help="model zoo name")
-    p.add_argument("--stages", type=int, default=2, help="pipeline stages")
-    p.add_argument("--batch-size", type=int, default=32, help="samples per step (one pipeline)")
-    p.add_argument("--bandwidth", default="1gbit", help="link between stages, e.g. 400mbit")
-    p.add_argument("--latency", type=float, default=0.0, help="seconds per message (alpha)")
-    p.add_argument(
-        "--payload-fraction",
-        type=float,
-        default=1448 / 1514,
-        help="share of --bandwidth that carries data (TCP over Ethernet, MTU 1500)",
+    add_flags(
+        p,
+        [
+            FlagSet("model", ModelSection, only=("name",), defaults={"name": "gpt_mini"}),
+            FlagSet("data", DataSection, only=("batch_size",), defaults={"batch_size": 32}),
+            FlagSet("optim", OptimSection, only=("name",)),
+            FlagSet("pipeline", PipelineSection, only=("stages", "memory_limit", "recompute")),
+            FlagSet(
+                "network",
+                NetworkModel,
+                only=("bandwidth", "latency", "payload_fraction"),
+                defaults={"bandwidth": "1gbit"},
+            ),
+            FlagSet("plan", PlanOptions, only=("microbatch_counts", "profiles")),
+            FlagSet("simulate", SimulateOptions, only=("json",)),
+        ],
     )
-    p.add_argument("--memory-limit", default=None, help="bytes per stage, e.g. 2GiB")
-    p.add_argument(
-        "--microbatches", default=None, help="counts to try, e.g. 4,8 (default: every divisor)"
-    )
-    p.add_argument("--recompute", action="store_true", help="recompute activations in backward")
-    p.add_argument("--optimizer", default="adam", help="adam, adamw or sgd (its state's memory)")
-    p.add_argument(
-        "--profile",
-        action="append",
-        metavar="FILE",
-        help="saved `cadence profile` JSON (repeat for several batch sizes); default: now",
-    )
-    p.add_argument("--json", default=None, metavar="FILE", help="write the table here")
 
     def run(args: argparse.Namespace) -> int:
         return plan_pipeline_command(args)
 
     p.set_defaults(func=run)
+

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cadence.comm.cost import AlphaBeta
+from cadence.command_options import SIM_STRATEGIES
+from cadence.dp.config import mb_to_bytes
 from cadence.dp.plan import (
     DEFAULT_ONE_CHUNK_WIRE_SHARE,
     DPPlan,
@@ -35,8 +37,7 @@ from cadence.sim.zero_graph import ZeroSimPlan, codec_lines, simulate_zero
 from cadence.sizes import parse_size
 from cadence.zero.codec_cost import profile_codec
 
-STRATEGIES = ("cadence-dp", "ddp", "zero")
-PLAN_THRESHOLDS = ("256kib", "1mib", "4mib", "16mib")
+STRATEGIES = SIM_STRATEGIES
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -419,7 +420,7 @@ def setup_from(args: Any, workers: int | None = None, bandwidth: str | None = No
         optimizer=args.optimizer,
         optimizer_step_s=args.optimizer_step,
         calibration=args.calibration,
-        calibration_latency=getattr(args, "calibration_latency", "by-size"),
+        calibration_latency=args.calibration_latency,
         profile_path=args.profile,
         batch_size=args.micro_batch_size,
         profile_iterations=args.profile_iterations,
@@ -428,12 +429,7 @@ def setup_from(args: Any, workers: int | None = None, bandwidth: str | None = No
 
 def sim_options(args: Any) -> SimOptions:
     """The `SimOptions` the simulator commands' shared flags set."""
-    if args.replicas < 1:
-        raise UserError(f"--replicas must be >= 1, got {args.replicas}")
-    if args.grad_accum < 1:
-        raise UserError(f"--grad-accum must be >= 1, got {args.grad_accum}")
-    clip = getattr(args, "clip", False)
-    return SimOptions(replicas=args.replicas, grad_accum=args.grad_accum, clip=clip)
+    return SimOptions(replicas=args.replicas, grad_accum=args.grad_accum, clip=args.clip)
 
 
 def accumulation_note(options: SimOptions) -> str:
@@ -444,14 +440,13 @@ def accumulation_note(options: SimOptions) -> str:
 
 def simulate_command(args: Any) -> int:
     """`cadence simulate`: predict one strategy, print it, write the requested files."""
-    if args.strategy not in STRATEGIES:
-        raise UserError(f"unknown strategy {args.strategy!r}; accepted: {', '.join(STRATEGIES)}")
-    threshold = parse_size(args.threshold, "--threshold") if args.threshold else None
-    credit = parse_size(args.credit, "--credit") if args.credit else None
-    bucket = parse_size(args.bucket, "--bucket")
+    threshold = mb_to_bytes(args.threshold_mb)
+    credit = mb_to_bytes(args.credit_mb)
+    bucket = mb_to_bytes(args.bucket_mb)
+    assert bucket is not None
     options = sim_options(args)
     setup = setup_from(args)
-    reorder_k = parse_reorder_ks(args.reorder_k)[0]
+    reorder_k = args.reorder_k
     zero = ZeroSimPlan(stage=args.zero_stage, compression=args.compression)
     result, plan = run_strategy(
         setup, args.strategy, threshold, credit, bucket, options, args.iterations, reorder_k, zero
@@ -492,7 +487,9 @@ def plan_command(args: Any) -> int:
     options = sim_options(args)
     setup = setup_from(args)
     ks = parse_reorder_ks(args.reorder_ks)
-    rows = rank_dp(setup, thresholds, options, parse_size(args.bucket, "--bucket"), ks)
+    bucket = mb_to_bytes(args.bucket_mb)
+    assert bucket is not None
+    rows = rank_dp(setup, thresholds, options, bucket, ks)
     print(setup.description + accumulation_note(options))
     for line in table_lines(rows):
         print(line)

@@ -13,7 +13,6 @@ from cadence.errors import UserError
 from cadence.sim.command import accumulation_note, setup_from, sim_options
 from cadence.sim.metrics import write_text
 from cadence.sim.strategies import Candidate, best_fitting, rank_strategies, why
-from cadence.sizes import parse_memory_limit
 
 
 def table_lines(rows: Sequence[Candidate], memory_limit: int | None) -> list[str]:
@@ -35,7 +34,7 @@ def table_lines(rows: Sequence[Candidate], memory_limit: int | None) -> list[str
 
 def plan_strategies_command(args: Any) -> int:
     """Rank every strategy for one model, cluster size and bandwidth; print and save."""
-    limit = parse_memory_limit(args.memory_limit)
+    limit = args.memory_limit
     options = sim_options(args)
     setup = setup_from(args)
     rows = rank_strategies(setup, args.model, options, limit)
@@ -70,7 +69,7 @@ def plan_map_command(args: Any) -> int:
     from cadence.netem import format_bandwidth, parse_bandwidth
     from cadence.sim.parallelism_map import draw_map
 
-    limit = parse_memory_limit(args.memory_limit)
+    limit = args.memory_limit
     options = sim_options(args)
     workers = _int_list(args.workers, "--workers")
     bandwidths = [b.strip() for b in args.bandwidths.split(",") if b.strip()]

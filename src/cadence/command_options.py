@@ -1,0 +1,191 @@
+"""Options of the commands besides `cadence train` that no `TrainConfig` section holds: frozen
+tables, each field stated once with its type, default and docstring, from which
+`cadence.config_flags.add_flags` derives the flags (and a TOML file's `[table]` keys). An option
+that means what a `TrainConfig` field means (`--model`, `--workers`, `--batch-size`,
+`--zero-stage`, `--threshold-mb`, ...) is taken from that field instead, so it has one name,
+type and help everywhere. Kept free of heavy imports: `cadence --help` loads it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from cadence.config import opt
+from cadence.errors import UserError
+from cadence.sim.stepcost import OPTIMIZERS as STEP_OPTIMIZERS
+from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION
+from cadence.sizes import parse_memory_limit
+
+SIM_STRATEGIES = ("cadence-dp", "ddp", "zero")
+"""The strategies `cadence simulate` predicts (`cadence plan` ranks the others too)."""
+SIM_OPTIMIZERS: tuple[str, ...] = STEP_OPTIMIZERS
+"""Optimizers whose step the simulator charges (`cadence train`'s, and none: no step)."""
+
+
+def _at_least(flag: str, value: float | None, low: float) -> None:
+    if value is not None and not value >= low:
+        raise UserError(f"{flag} must be >= {low:g}, got {value}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkModel:
+    """The network the simulator and planners model (a link rate here is a model's input;
+    `--emulate-bandwidth` caps real links instead)."""
+
+    bandwidth: str = opt("10gbit", metavar="RATE")
+    """Line rate of each worker's modelled link, e.g. 400mbit (plan pipeline: between stages)."""
+    latency: float = opt(0.0, metavar="SECONDS")
+    """Seconds per message (alpha)."""
+    payload_fraction: float = opt(TCP_PAYLOAD_FRACTION, metavar="SHARE")
+    """Share of the link rate that carries data (TCP over Ethernet, MTU 1500)."""
+    calibration: str | None = opt(None, metavar="FILE")
+    """`cadence calibrate` JSON: the links' measured alpha-beta, each collective's own alpha
+    included (replaces bandwidth, latency and payload fraction; bench sim: the alphas only,
+    beta from each run's cap)."""
+    calibration_latency: Literal["by-size", "fitted"] = "by-size"
+    """With calibration: price each all-reduce's per-message latency as measured at its own
+    size (by-size) or with the calibration's one fitted alpha (fitted)."""
+
+    def __post_init__(self) -> None:
+        _at_least("--latency", self.latency, 0.0)
+        if not 0 < self.payload_fraction <= 1:
+            raise UserError(f"--payload-fraction must be in (0, 1], got {self.payload_fraction}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileOptions:
+    """The profile (per-block costs) a prediction reads, or how `cadence profile` makes one."""
+
+    file: str | None = opt(None, flag="--profile", metavar="FILE")
+    """Saved `cadence profile` JSON; none: profile the model now."""
+    micro_batch_size: int = opt(32, metavar="N")
+    """Samples per worker in one forward/backward, the batch a profile times (--batch-size is
+    the global batch of cadence train)."""
+    profile_iterations: int = 5
+    """Timed iterations of a profile (the median is kept)."""
+    block_timing: Literal["in-iteration", "separate", "auto"] = "in-iteration"
+    """in-iteration (each block's share of whole iterations), separate (each block's forward
+    and gradients in calls of their own), or auto (in-iteration on CUDA, separate on the CPU,
+    as the pipeline planners profile)."""
+    out: str | None = opt(None, metavar="FILE")
+    """Save the profile JSON here."""
+
+    def __post_init__(self) -> None:
+        _at_least("--micro-batch-size", self.micro_batch_size, 1)
+        _at_least("--profile-iterations", self.profile_iterations, 1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimulateOptions:
+    """What the simulator runs beyond the model, the cluster and the strategy's settings."""
+
+    optimizer_step: float | None = opt(None, metavar="SECONDS")
+    """One optimizer step over the whole model; none: as the profile timed it where it was
+    made, else timed now on this CPU."""
+    replicas: int = 1
+    """Workers simulated one by one (the others behave alike)."""
+    clip: bool = False
+    """The loop clips gradients by global norm before step."""
+    iterations: int = 3
+    """Simulated iterations measured (after a warm-up one)."""
+    credit_mb: float | None = None
+    """cadence-dp bytes in flight in MB; none: 2 x threshold (4 x for at least 8 chunks of
+    gradients)."""
+    trace: str | None = opt(None, metavar="FILE")
+    """Write a Chrome-trace JSON of the timeline (Perfetto)."""
+    png: str | None = opt(None, metavar="FILE")
+    """Draw the command's picture here (simulate: the timeline; plan map: the map)."""
+    json: str | None = opt(None, metavar="FILE")
+    """Write the figures here."""
+
+    def __post_init__(self) -> None:
+        _at_least("--replicas", self.replicas, 1)
+        _at_least("--iterations", self.iterations, 1)
+        if self.credit_mb is not None and not self.credit_mb > 0:
+            raise UserError(f"--credit-mb must be positive (got {self.credit_mb})")
+        if self.optimizer_step is not None and not self.optimizer_step >= 0:
+            raise UserError(f"--optimizer-step must be >= 0 seconds, got {self.optimizer_step}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanOptions:
+    """The candidates `cadence plan` tries."""
+
+    thresholds: str = opt("256kib,1mib,4mib,16mib", metavar="SIZES")
+    """plan dp: cadence-dp thresholds to try, comma-separated."""
+    reorder_ks: str = opt("none", metavar="KS")
+    """plan dp: reordering points K to try, e.g. none,1,8."""
+    worker_counts: str = opt("2,8,64", flag="--workers", metavar="COUNTS")
+    """plan map: worker counts, comma-separated (the map's rows)."""
+    bandwidths: str = opt("100mbit,1gbit,10gbit,100gbit", metavar="RATES")
+    """plan map: modelled link rates, comma-separated (the map's columns)."""
+    worker_memory: int | None = opt(
+        None, flag="--memory-limit", metavar="BYTES", parse=parse_memory_limit
+    )
+    """Bytes each worker may use, e.g. 2GiB; a strategy needing more is marked, not picked."""
+    microbatch_counts: str | None = opt(None, flag="--microbatches", metavar="COUNTS")
+    """plan pipeline: micro-batch counts to try, e.g. 4,8; none: every divisor of the batch."""
+    profiles: tuple[str, ...] = opt((), flag="--profile", metavar="FILE")
+    """plan pipeline: saved `cadence profile` JSONs, one per batch size (several after one
+    --profile, or --profile repeated); none: profile now."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchOptions:
+    """What a benchmark runs and where it writes (options every `cadence bench` benchmark
+    spells the same; each takes those it uses)."""
+
+    models: str = opt("vgg16", metavar="NAMES")
+    """Comma-separated zoo models."""
+    caps: str = opt("400mbit", metavar="RATES")
+    """Comma-separated link caps of the emulated cluster, e.g. 400mbit; none: loopback;
+    balanced: per model, the cap where wire time = compute time."""
+    repeats: int = 3
+    """Rounds of every variant, alternating."""
+    warmup: int = 2
+    """Untimed rounds (or steps) before the timed ones."""
+    out: str = opt("bench-out/bench.json", metavar="FILE")
+    """JSON file of the results (a benchmark's PNG goes next to it)."""
+    sizes: str | None = opt(None, metavar="SIZES")
+    """Comma-separated message sizes (bench collectives, none: 1KB to 64MB, x4)."""
+    collectives: str = opt("all_reduce,reduce_scatter,all_gather,broadcast", metavar="NAMES")
+    """Collectives to time, comma-separated, from all_reduce, reduce_scatter, all_gather,
+    broadcast, all_to_all (calibrate: all-reduce is always timed)."""
+    ddp_buckets_mb: str = opt("5,100", metavar="MBS")
+    """dp: DDP bucket sizes tried for the tuned DDP row, comma-separated."""
+    ddp_fixed_heap: bool = False
+    """dp: also run DDP with glibc's heap thresholds fixed as cadence-dp fixes them (variant
+    ddp-heap): how much of cadence-dp's lead is that setting."""
+    jobs: str = opt("", metavar="NAMES")
+    """zero: comma-separated (empty: all): ddp, fsdp2, deepspeed-zero2,
+    zero<1|2|3>-<none|fp16|onebit>[-bf16][-overlap][-backorder|-fwdorder][-onelane]."""
+    contention: Literal["off", "on", "both"] = "both"
+    """pipeline: time the schedules without, with, or both without and with background
+    traffic on the stage link."""
+    orders: str = opt("fifo,layer,graph,graph+net", metavar="ORDERS")
+    """ps: --ps-priority values to compare, comma-separated."""
+    straggler_model: str = opt("resnet32", metavar="NAME")
+    """ps: the backup-worker and ASP runs train this model ('' skips them)."""
+    run: bool = False
+    """sim: first train --models at --caps in the emulated cluster (run JSONs next to --out)."""
+    strategies: str = opt("ddp,cadence-dp", metavar="NAMES")
+    """sim with --run: strategies to train, comma-separated."""
+    from_bench_dp: tuple[str, ...] = opt((), metavar="FILE")
+    """sim: also predict the DDP and cadence-dp rows of `cadence bench dp` result files."""
+    profiles: tuple[str, ...] = opt((), flag="--profile", metavar="FILE")
+    """sim: saved profiles, one per model (several after one --profile, or --profile
+    repeated); none: profile now."""
+
+    def __post_init__(self) -> None:
+        _at_least("--repeats", self.repeats, 1)
+        _at_least("--warmup", self.warmup, 0)
+
+
+COMMAND_TABLES: dict[str, type] = {
+    "network": NetworkModel,
+    "profile": ProfileOptions,
+    "simulate": SimulateOptions,
+    "plan": PlanOptions,
+    "bench": BenchOptions,
+}
+"""The commands' own TOML tables (next to `TrainConfig`'s sections in a `--config` file)."""
