@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 
 import cadence
+from cadence.comm import ops as comm
 from cadence.comm.ops import broadcast_object
 from cadence.errors import UserError
 from cadence.models import loss_fn
@@ -218,8 +219,7 @@ class PSTrainer(nn.Module):
             mine[server] = (address, ports)
         gathered: list[Any] = [mine]
         if dist.is_initialized():
-            gathered = [None] * world
-            dist.all_gather_object(gathered, mine)
+            gathered = comm.all_gather_object(mine)
         table = {s: addr for part in gathered for s, addr in part.items()}
         self.addresses = [table[s] for s in range(self.config.servers)]
         return procs
@@ -387,8 +387,7 @@ class PSTrainer(nn.Module):
         # Every live worker knows the same dead ones once the servers' final counters are in
         # (each server's death notices precede them): all gather, or none does.
         if dist.is_initialized() and not self.channels.dead_workers:
-            workers = [None] * dist.get_world_size()
-            dist.all_gather_object(workers, mine)
+            workers = comm.all_gather_object(mine)
         summary = {
             key: sum(w[key] for w in workers)
             for key in ("bytes_pushed", "bytes_pulled", "param_wait_s")
