@@ -378,19 +378,22 @@ class ZeroEngine:
             st.grad.add_(piece)
 
     def _reduce(self, st: BucketState, flat_grad: torch.Tensor, compressed: bool) -> None:
-        """Communication thread: reduce one bucket's gradients into this rank's piece."""
+        """Communication thread: reduce one bucket's gradients into this rank's piece, with
+        the collectives its plan unit names for this phase."""
         lo, hi = st.spec.piece_range(self.rank)
+        unit = self.plan.units[st.spec.index]
         if compressed:
-            if self.config.stage == 1:
+            if unit.reduce[-1].name == "ag1":  # stage 1: the 1-bit all-reduce
                 self._onebit_all_reduce(st, flat_grad)
-            else:
+            else:  # an all-to-all, or (replicated stage 2) an all-gather of what was sent
                 self._onebit_reduce_scatter(st, flat_grad)
             return
+        plain = unit.warmup_reduce[0]
         op = "avg"
         wire = flat_grad
-        if self.config.compression == "fp16":  # divided first, as torch's fp16 hook: no overflow
+        if plain.wire == "fp16":  # divided first, as torch's fp16 hook: no overflow
             wire, op = flat_grad.half().div_(self.p), "sum"
-        if self.p > 1 and self.config.stage == 1:
+        if self.p > 1 and plain.collective == "allreduce":
             collectives.all_reduce(wire, op=op, group=self.group)
             out = wire[lo:hi]
         elif self.p > 1:
