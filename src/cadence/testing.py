@@ -16,12 +16,12 @@ import queue
 import time
 import traceback
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from cadence.comm.process_group import init_group
 from cadence.launch.local import free_port
 
 _PRELOADED = ("torch", "torch.distributed", "torch._dynamo", "cadence.testing")
@@ -58,9 +58,7 @@ def _rank_main(
     )
     torch.set_num_threads(1)
     try:
-        dist.init_process_group(
-            "gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=60)
-        )
+        init_group("gloo", rank, world_size, timeout_s=60)
         value = fn(rank, world_size, *args)
         # Plain pickle: torch's queue reductions pass tensors as shared-memory handles that
         # vanish when this process exits, before the parent reads them.

@@ -29,6 +29,7 @@ from cadence.bench.collectives import (
 from cadence.bench.collectives_fit import calibration_sizes
 from cadence.comm import collectives as ours
 from cadence.comm import destroy, init_from_env
+from cadence.comm import ops as comm
 from cadence.comm.calibrate import bucket_drain, slowest
 from cadence.comm.gloo_threads import IO_THREAD_NAME, gloo_io_yields
 from cadence.comm.local_copy import measure_local_copy
@@ -44,10 +45,6 @@ _MAX_CALLS = 64
 # entry is split when every block keeps at least _SPLIT_CALLS calls.
 _PASSES = 4
 _SPLIT_CALLS = 4
-# torch 2.13 deprecates reduce_scatter_tensor and all_gather_into_tensor in favour of the
-# *_single names, and warns on every call of the old ones.
-_gloo_reduce_scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
-_gloo_all_gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
 
 
 class Buffers:
@@ -79,22 +76,22 @@ def make_op(
     full = buffers.get(elems, "full")
     if collective in ("all_reduce", "broadcast"):
         if collective == "all_reduce":
-            return (lambda: dist.all_reduce(full)) if gloo else (
+            return (lambda: comm.all_reduce(full)) if gloo else (
                 lambda: ours.all_reduce(full, algorithm=algorithm))  # fmt: skip
-        return (lambda: dist.broadcast(full, 0)) if gloo else (
+        return (lambda: comm.broadcast(full, 0)) if gloo else (
             lambda: ours.broadcast(full, 0, algorithm=algorithm))  # fmt: skip
     if collective == "reduce_scatter":
         block = buffers.get(elems, "block")
-        return (lambda: _gloo_reduce_scatter(block, full)) if gloo else (
+        return (lambda: comm.reduce_scatter_tensor(block, full)) if gloo else (
             lambda: ours.reduce_scatter_tensor(block, full, algorithm=algorithm))  # fmt: skip
     if collective == "all_gather":
         block = buffers.get(elems, "block")
-        return (lambda: _gloo_all_gather(full, block)) if gloo else (
+        return (lambda: comm.all_gather_into_tensor(full, block)) if gloo else (
             lambda: ours.all_gather_into_tensor(full, block, algorithm=algorithm))  # fmt: skip
     if collective == "all_to_all":
         src, dst = full, buffers.get(elems, "other")
         srcs, dsts = list(src.chunk(p)), list(dst.chunk(p))
-        return (lambda: dist.all_to_all_single(dst, src)) if gloo else (
+        return (lambda: comm.all_to_all_single(dst, src)) if gloo else (
             lambda: ours.all_to_all(dsts, srcs, algorithm=algorithm))  # fmt: skip
     raise ValueError(f"unsupported collective {collective!r}")
 
@@ -164,7 +161,7 @@ def measure(config: CollectivesBenchConfig, timed: list[Timed]) -> list[dict[str
         for blocks in passes:
             for i, calls in blocks:
                 drain()  # start the block with the links' token bucket empty
-                dist.barrier()
+                comm.barrier()
                 for _ in range(calls):
                     start = time.perf_counter()
                     ops[i]()

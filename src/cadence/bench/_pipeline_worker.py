@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from cadence.comm import broadcast_object, destroy, init_from_env
+from cadence.comm import ops as comm
 from cadence.launch.errors import exit_worker, worker_entry
 from cadence.models import get_model_spec, loss_fn
 from cadence.models.blocks import BlockModel
@@ -56,7 +56,7 @@ def _release() -> None:
 def _step(ex: PipelineExecutor, x: torch.Tensor, y: torch.Tensor) -> float:
     for p in ex.module.parameters():
         p.grad = None
-    dist.barrier()
+    comm.barrier()
     start = time.perf_counter()
     ex.step(x if ex.is_first else None, y if ex.is_last else None)
     return time.perf_counter() - start
@@ -66,7 +66,7 @@ def _peak_step(ex: PipelineExecutor, x: torch.Tensor, y: torch.Tensor) -> int:
     for p in ex.module.parameters():
         p.grad = None
     _release()
-    dist.barrier()
+    comm.barrier()
     Path("/proc/self/clear_refs").write_text("5")  # reset the peak (VmHWM) to the RSS now
     before = _rss("VmRSS")
     ex.step(x if ex.is_first else None, y if ex.is_last else None)
@@ -173,8 +173,7 @@ def run(cfg: dict[str, Any], result: Path) -> None:
         peaks = [_peak_step(ex, x, y) for ex in executors]
         stage_params = sum(p.numel() * p.element_size() for p in executors[0].module.parameters())
         mine = {"times": times, "peaks": peaks, "params": stage_params}
-        every: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(every, mine)
+        every = comm.all_gather_object(mine)
         if ctx.is_main:
             rows = []
             for i, c in enumerate(todo):

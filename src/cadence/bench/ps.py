@@ -167,11 +167,15 @@ def measure_orders(
 
 def predict(model: str, cap: str, config: PSBenchConfig) -> dict[str, float]:
     """Simulated iteration of each order (`cadence.sim.ps_adapter`) from a profile taken here
-    of one worker's share of the batch, one thread, as the workers run (server updates free)."""
+    of one worker's share of the batch, one thread, as the workers run (server updates free),
+    and the plan the runtime makes for the model (graph priorities from module order)."""
     import torch
 
+    from cadence.models import get_model_spec
     from cadence.netem import parse_bandwidth
     from cadence.profile.measure import profile_zoo_model
+    from cadence.ps.config import PSConfig
+    from cadence.ps.trace import model_plan
     from cadence.sim.ps_adapter import simulate_ps
 
     threads = torch.get_num_threads()
@@ -181,10 +185,14 @@ def predict(model: str, cap: str, config: PSBenchConfig) -> dict[str, float]:
     finally:
         torch.set_num_threads(threads)
     link = parse_bandwidth(cap) / 8
+    module = get_model_spec(model).build()
     return {
-        order: simulate_ps(profile, workers=config.workers, link=link, priority=order).iteration_s
+        order: simulate_ps(
+            profile, workers=config.workers, link=link, priority=order,
+            plan=model_plan(module, PSConfig(workers=config.workers, priority=order)),
+        ).iteration_s
         for order in config.orders
-    }
+    }  # fmt: skip
 
 
 def measure_consistency(

@@ -73,13 +73,28 @@ def init_from_env(
     if where.type == "cuda":
         torch.cuda.set_device(where)
     if world_size > 1 and not dist.is_initialized():
-        dist.init_process_group(
-            backend=backend,
-            rank=rank,
-            world_size=world_size,
-            timeout=timedelta(seconds=timeout_s),
-        )
+        init_group(backend, rank, world_size, timeout_s)
     return DistContext(rank, world_size, local_rank, backend, where)
+
+
+def init_group(backend: str, rank: int, world_size: int, timeout_s: float) -> None:
+    """Join the default process group (its rendezvous from MASTER_ADDR/MASTER_PORT)."""
+    dist.init_process_group(
+        backend=backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s)
+    )
+
+
+def new_group(ranks: list[int] | None = None) -> dist.ProcessGroup:
+    """A process group of `ranks` (every rank: None); every rank of the job must call it."""
+    group: dist.ProcessGroup = dist.new_group(ranks)
+    return group
+
+
+def new_group_like_default() -> dist.ProcessGroup:
+    """A second group of every rank with the default group's backend: collectives issued on it
+    from another thread never interleave with the caller's on the default group."""
+    group: dist.ProcessGroup = dist.new_group(backend=dist.get_backend())
+    return group
 
 
 def destroy() -> None:

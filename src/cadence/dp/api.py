@@ -11,6 +11,8 @@ from torch import nn
 if TYPE_CHECKING:
     from cadence.profile import Profile
 
+from cadence.comm import ops as comm
+from cadence.comm.process_group import new_group_like_default
 from cadence.dp.autotune import load_result
 from cadence.dp.config import DPConfig
 from cadence.dp.heap import keep_heap
@@ -49,9 +51,9 @@ def data_parallel(
     if world_size > 1:
         with torch.no_grad():  # start from rank 0's weights and buffers, as DDP does
             for tensor in [*model.parameters(), *model.buffers()]:
-                dist.broadcast(tensor, src=0)
+                comm.broadcast(tensor, src=0)
         # A group of its own: the communication thread never interleaves with the main thread.
-        group = dist.new_group(backend=dist.get_backend())
+        group = new_group_like_default()
     engine = SyncEngine(model_layout(model), optimizer, config, group, world_size, root=model)
     attach_tuner(engine, config, profile, world_size)
     engine.forward_side.handles.append(

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from cadence.comm import ops as comm
 from cadence.comm.ops import wire_device
 
 
@@ -206,7 +207,7 @@ class Autotuner:
             [1.0 if waited < self._hidden_fraction * span or cheap else 0.0], device=wire_device()
         )
         if self._broadcast:
-            dist.broadcast(hidden, src=0)
+            comm.broadcast(hidden, src=0)
         return bool(hidden.item())
 
     def _next_trial(self) -> None:
@@ -241,7 +242,7 @@ class Autotuner:
             [t for _, t in self._timings], dtype=torch.float64, device=wire_device()
         )
         if self._broadcast:
-            dist.broadcast(seconds, src=0)
+            comm.broadcast(seconds, src=0)
         self._timings = [(c, t) for (c, _), t in zip(self._timings, seconds.tolist(), strict=True)]
         # Once confirming, only the two timed again compete: another candidate's one lucky
         # trial must not win on a figure nobody checked.
@@ -271,7 +272,7 @@ def _rank0_then_broadcast(compute: Callable[[], Any], broadcast: bool) -> Any:
     if not broadcast:
         return compute()
     box = [compute() if dist.get_rank() == 0 else None]
-    dist.broadcast_object_list(box, src=0)
+    comm.broadcast_object_list(box, src=0)
     return box[0]
 
 

@@ -14,10 +14,10 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from cadence.comm import ops as comm
 from cadence.dp.usemap import UseRecorder
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ def _broadcast_from_rank0(tensors: list[torch.Tensor]) -> None:
         groups.setdefault((tensor.dtype, tensor.device), []).append(tensor)
     for same in groups.values():
         flat = torch.cat([t.reshape(-1) for t in same])
-        dist.broadcast(flat, src=0)
+        comm.broadcast(flat, src=0)
         offset = 0
         for tensor in same:
             tensor.copy_(flat[offset : offset + tensor.numel()].view_as(tensor))

@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.autograd import Variable
 
+from cadence.comm import ops as comm
 from cadence.comm.ops import wire_device
 from cadence.dp import clip
 from cadence.dp.autotune import Autotuner, TuneResult
@@ -269,7 +270,7 @@ class SyncEngine:
         buffer = self._pack(chunk, tail=self._flags(self._pack_dtype(chunk)))
         reduce_start = time.perf_counter()
         if self.group is not None:
-            dist.all_reduce(buffer, group=self.group)
+            comm.all_reduce(buffer, group=self.group)
         wire_s = time.perf_counter() - reduce_start
         num_params = len(self.layout.params)
         self._unpack(chunk, buffer[:-num_params], copied=True)
@@ -533,7 +534,7 @@ class SyncEngine:
             buffer = self._pack(chunk)
             work = None
             if self.group is not None:
-                work = dist.all_reduce(buffer, group=self.group, async_op=True)
+                work = comm.all_reduce_async(buffer, group=self.group)
             in_flight.append((chunk, buffer, work))
             in_flight_bytes += chunk.nbytes
         # Which parameters got a gradient on some rank: known once the backward pass has ended
@@ -542,7 +543,7 @@ class SyncEngine:
         flags = self._flags(self._pack_dtype(plan.chunks[0]))
         flags_work = None
         if self.group is not None:
-            flags_work = dist.all_reduce(flags, group=self.group, async_op=True)
+            flags_work = comm.all_reduce_async(flags, group=self.group)
         while in_flight:
             complete_oldest()
         if flags_work is not None:
@@ -662,7 +663,7 @@ class SyncEngine:
         """`values` as rank 0 measured them: every rank plans from the same figures."""
         measured = torch.tensor(values, dtype=torch.float64, device=wire_device(self.group))
         if self.group is not None:
-            dist.broadcast(measured, src=dist.get_global_rank(self.group, 0), group=self.group)
+            comm.broadcast(measured, src=dist.get_global_rank(self.group, 0), group=self.group)
         return measured.tolist()
 
     def _measured_plan(self, ready_s: list[float], link_bytes_per_s: float) -> DPPlan:

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from cadence.comm import ops as comm
 from cadence.comm.ops import wire_device
 from cadence.dp.autotune import (
     Autotuner,
@@ -35,17 +36,17 @@ def probe_link_bytes_per_s(world_size: int, repeats: int = 3) -> float:
         return 1e12  # a world of one sends nothing
     device = wire_device()
     buffer = torch.zeros(PROBE_BYTES // 4, device=device)
-    dist.all_reduce(buffer)  # connections set up outside the timing
+    comm.all_reduce(buffer)  # connections set up outside the timing
     times = []
     for _ in range(repeats):
         sync(device)
         start = time.perf_counter()
-        dist.all_reduce(buffer)
+        comm.all_reduce(buffer)
         sync(device)  # NCCL returns once the work is queued
         times.append(time.perf_counter() - start)
     wire_bytes = 2 * (world_size - 1) / world_size * PROBE_BYTES
     rate = torch.tensor([wire_bytes / statistics.median(times)], dtype=torch.float64, device=device)
-    dist.broadcast(rate, src=0)
+    comm.broadcast(rate, src=0)
     return float(rate.item())
 
 

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from cadence.comm import destroy, init_from_env
+from cadence.comm import ops as comm
 from cadence.config import TrainConfig
 from cadence.launch.env import BANDWIDTH_ENV, THREADS_ENV
 from cadence.launch.errors import exit_worker, worker_entry
@@ -40,7 +41,7 @@ def run_worker(config: TrainConfig, run_dir: Path | None) -> dict[str, Any]:
         if dist.is_initialized() and not survives_dead_workers(
             config.job.strategy, config.ps.consistency
         ):
-            dist.barrier()
+            comm.barrier()
         return metrics
     finally:
         destroy()

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from cadence.comm import broadcast_object
+from cadence.comm import ops as comm
 from cadence.comm.cost import AlphaBeta
 from cadence.config import TrainConfig
 from cadence.errors import UserError
@@ -70,7 +71,7 @@ def profiles_for_model(
         for size in sizes:
             batch = batch_of(size)
             if together and dist.is_available() and dist.is_initialized():
-                dist.barrier()
+                comm.barrier()
             out.append(profile_model(
                 copy.deepcopy(model), batch, _PROFILE_ITERATIONS, 1, name, PIPELINE_BLOCK_TIMING
             ))

@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from cadence.comm import ops as comm
 from cadence.pipeline.schedule import FORWARD, Action, Schedule
 from cadence.pipeline.validation import validate
 
@@ -213,7 +214,7 @@ class PipelineExecutor:
         if not grads:
             return
         flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat, group=group)
+        comm.all_reduce(flat, group=group)
         flat /= dist.get_world_size(group)
         for g, value in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
             g.copy_(value.view_as(g))
@@ -253,7 +254,7 @@ class PipelineExecutor:
 
     def _send(self, tensor: Tensor, stage: int, tag: int, links: _Links) -> None:
         tensor = tensor.contiguous()
-        work = dist.isend(tensor, self._peer(stage), tag=tag)
+        work = comm.isend(tensor, self._peer(stage), tag=tag)
         assert work is not None  # None only for ranks outside the group
         links.sends.append((work, tensor))
 
@@ -268,7 +269,7 @@ class PipelineExecutor:
     def _recv_meta(self) -> tuple[torch.dtype, tuple[int, ...]]:
         if self._in_meta is None:
             meta = torch.zeros(_META_LEN, dtype=torch.int64, device=self.device)
-            dist.recv(meta, self._peer(self.stage - 1), tag=2)
+            comm.recv(meta, self._peer(self.stage - 1), tag=2)
             ndim = int(meta[1])
             self._in_meta = (_DTYPES[int(meta[0])], tuple(int(d) for d in meta[2 : 2 + ndim]))
         return self._in_meta
@@ -293,7 +294,7 @@ class PipelineExecutor:
             return
         peer, grad, dtype, shape = inbound
         buf = torch.empty(shape, dtype=dtype, device=self.device)
-        work = dist.irecv(buf, self._peer(peer), tag=self._tag(action, grad))
+        work = comm.irecv(buf, self._peer(peer), tag=self._tag(action, grad))
         assert work is not None
         links.recvs[key] = (work, buf)
 

@@ -12,9 +12,9 @@ import contextlib
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import Tensor, nn
 
+from cadence.comm import ops as comm
 from cadence.errors import UserError
 from cadence.pipeline.executor import _DTYPES, _META_LEN
 
@@ -56,7 +56,7 @@ def probe(stage: nn.Module, index: int, ranks: list[int], x: Tensor | None, grou
     finally:
         for module, mode in modes:
             module.train(mode)
-    dist.all_reduce(failed, group=group)
+    comm.all_reduce(failed, group=group)
     if failed.any():
         bad = int(failed.nonzero()[0])
         where = reason if failed[index] else f"see the error on rank {ranks[bad]}"
@@ -71,16 +71,16 @@ def send(tensor: Tensor, dst: int) -> None:
     meta = torch.zeros(_META_LEN, dtype=torch.int64)
     meta[0], meta[1] = _DTYPES.index(tensor.dtype), tensor.dim()
     meta[2 : 2 + tensor.dim()] = torch.tensor(tensor.shape)
-    dist.send(meta, dst, tag=_TAG)
-    dist.send(tensor.contiguous(), dst, tag=_TAG + 1)
+    comm.send(meta, dst, tag=_TAG)
+    comm.send(tensor.contiguous(), dst, tag=_TAG + 1)
 
 
 def recv(src: int) -> Tensor:
     meta = torch.zeros(_META_LEN, dtype=torch.int64)
-    dist.recv(meta, src, tag=_TAG)
+    comm.recv(meta, src, tag=_TAG)
     shape = [int(d) for d in meta[2 : 2 + int(meta[1])]]
     out = torch.empty(shape, dtype=_DTYPES[int(meta[0])])
-    dist.recv(out, src, tag=_TAG + 1)
+    comm.recv(out, src, tag=_TAG + 1)
     return out
 
 
@@ -90,10 +90,10 @@ def broadcast(tensor: Tensor | None, src: int, group: Any) -> Tensor:
     if tensor is not None:
         meta[0], meta[1] = _DTYPES.index(tensor.dtype), tensor.dim()
         meta[2 : 2 + tensor.dim()] = torch.tensor(tensor.shape)
-    dist.broadcast(meta, src, group=group)
+    comm.broadcast(meta, src, group=group)
     if tensor is None:
         shape = [int(d) for d in meta[2 : 2 + int(meta[1])]]
         tensor = torch.empty(shape, dtype=_DTYPES[int(meta[0])])
     tensor = tensor.contiguous()
-    dist.broadcast(tensor, src, group=group)
+    comm.broadcast(tensor, src, group=group)
     return tensor

@@ -18,6 +18,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from cadence.comm import ops as comm
 from cadence.comm.cost import AlphaBeta
 from cadence.comm.ops import wire_device
 from cadence.profile.clock import sync
@@ -29,11 +30,11 @@ MEDIUM_BYTES = 64 * 2**10
 def _ping(peer: int, payload: torch.Tensor, echo: torch.Tensor, first: bool) -> float:
     start = time.perf_counter()
     if first:
-        dist.send(payload, peer)
-        dist.recv(echo, peer)
+        comm.send(payload, peer)
+        comm.recv(echo, peer)
     else:
-        dist.recv(payload, peer)
-        dist.send(echo, peer)
+        comm.recv(payload, peer)
+        comm.send(echo, peer)
     sync(echo.device)  # NCCL returns once the transfer is queued
     return time.perf_counter() - start
 

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from cadence.comm import ops as comm
 from cadence.models.blocks import BlockModel
 from cadence.pipeline.executor import LossFn
 from cadence.pipeline.stages import stage_module
@@ -65,7 +66,7 @@ def time_stage(
                 for s in range(stage):
                     inp = stage_module(copied, ranges, s)(inp)
             if barrier and dist.is_available() and dist.is_initialized():
-                dist.barrier()
+                comm.barrier()
             fwd, bwd = [], []
             for i in range(repeats + 1):
                 f, b = _one(module, inp, y[:n], first, last, loss_fn)
@@ -108,8 +109,7 @@ def probe_stage_times(
         return [time_stage(model, ranges, s, loss_fn, batch, sizes, repeats) for s in range(stages)]
     rank = dist.get_rank()
     mine = time_stage(model, ranges, rank % stages, loss_fn, batch, sizes, repeats, True)
-    every: list[StageTimes | None] = [None] * dist.get_world_size()
-    dist.all_gather_object(every, mine)
+    every = comm.all_gather_object(mine)
     if rank != 0:
         return None
     found = every[:stages]

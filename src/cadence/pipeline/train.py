@@ -28,6 +28,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.optim import Optimizer
 
 from cadence.comm import DistContext, broadcast_object
+from cadence.comm import ops as comm
 from cadence.config import TrainConfig
 from cadence.errors import UserError
 from cadence.models import get_model_spec
@@ -154,12 +155,12 @@ class PipelineTrainer(nn.Module):
             floats = [t for t in tensors if t.is_floating_point()]
             if floats:
                 flat = torch.cat([t.reshape(-1) for t in floats])
-                dist.broadcast(flat, src=s)  # replica 0's stage s; replicas are equal
+                comm.broadcast(flat, src=s)  # replica 0's stage s; replicas are equal
                 for t, value in zip(floats, flat.split([t.numel() for t in floats]), strict=True):
                     t.copy_(value.view_as(t))
             for t in tensors:  # integer buffers (e.g. BatchNorm's batch counter)
                 if not t.is_floating_point():
-                    dist.broadcast(t, src=s)
+                    comm.broadcast(t, src=s)
 
 
 def pipeline_wrap_for(

@@ -31,6 +31,8 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from cadence.amp import Handler, unscale_local
 from cadence.amp import register as register_scaler
+from cadence.comm import ops as comm
+from cadence.comm.process_group import new_group
 from cadence.errors import UserError
 from cadence.models.blocks import BlockModel
 from cadence.pipeline.api import build_executor, num_stages
@@ -131,7 +133,7 @@ class PipelineParallel(nn.Module):
         grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
         unscale_local(inv_scale, found_inf, grads)
         if dist.is_initialized():
-            dist.all_reduce(found_inf, op=dist.ReduceOp.MAX)
+            comm.all_reduce(found_inf, op="max")
         self._record_versions()  # unscaled in place, by the scaler: not a user's edit
 
     def train_step(self, x: Tensor, y: Tensor, loss_fn: LossFn,
@@ -165,7 +167,7 @@ class PipelineParallel(nn.Module):
         if loss is not None and self._scale is not None:
             total = total / self._scale.to(total.device)
         if dist.is_initialized():
-            dist.all_reduce(total)  # one last stage per replica holds its share's loss
+            comm.all_reduce(total)  # one last stage per replica holds its share's loss
             total /= self.data_parallel
         return total
 
@@ -187,7 +189,7 @@ class PipelineParallel(nn.Module):
         for g in grads:
             square += g.detach().float().pow(2).sum()
         if dist.is_initialized():
-            dist.all_reduce(square, group=self.executor.pp_group)
+            comm.all_reduce(square, group=self.executor.pp_group)
         total = square.sqrt()
         coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
         for p in self.stage.parameters():
@@ -206,7 +208,7 @@ class PipelineParallel(nn.Module):
             for d in range(replicas):
                 ranks = tuple(d * len(ranges) + s for s in stages)
                 if ranks not in _GROUPS:
-                    _GROUPS[ranks] = dist.new_group(list(ranks))
+                    _GROUPS[ranks] = new_group(list(ranks))
                 if ex.stage in stages and ex.ranks[0] == d * len(ranges):
                     mine.append((_GROUPS[ranks], params))
         return mine
@@ -215,7 +217,7 @@ class PipelineParallel(nn.Module):
         for group, params in self._shared:
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
             flat = torch.cat([g.reshape(-1) for g in grads])
-            dist.all_reduce(flat, group=group)
+            comm.all_reduce(flat, group=group)
             for p, value in zip(params, flat.split([p.numel() for p in params]), strict=True):
                 p.grad = value.view_as(p).clone()
 

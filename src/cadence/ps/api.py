@@ -43,6 +43,7 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from cadence.amp import install as install_scaler_hook
+from cadence.comm import ops as comm
 from cadence.errors import UserError
 from cadence.ps.config import PSConfig
 from cadence.ps.runtime import PSTrainer
@@ -131,7 +132,7 @@ class _Worker(PSTrainer):
         if self._sync_next_forward:
             with torch.no_grad():
                 for b in self._model_buffers:
-                    dist.broadcast(b, src=0)
+                    comm.broadcast(b, src=0)
 
     def _after_forward(self, module: nn.Module, args: Any, out: Any) -> None:
         # Every parameter of the new step is here once a training forward is done: the step

@@ -3,8 +3,11 @@
 Parameters are cut into slices (a tensor larger than the slice size, or than an even 1/S share
 of the model, is split into near-equal pieces), and the slices are placed on servers largest
 first, each on the least-loaded server (by bytes). Every slice carries its parameter's priority
-(0 = most urgent) and the priority class (channel) that priority maps to. Every worker builds
-the same plan from the same inputs, so keys and placements agree without negotiation.
+(0 = most urgent) and the priority class (channel) that priority maps to; the plan also names
+the consistency model the servers keep. Every worker builds the same plan from the same inputs,
+so keys and placements agree without negotiation. The runtime (`cadence.ps.runtime`: the
+worker, and the servers it starts with their slices) and the simulator
+(`cadence.sim.ps_adapter`: its transfers and updates, `PSPlan.transfers`) read the same plan.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from cadence.ps.priority import fifo_priorities, layer_priorities
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,9 @@ class PSPlan:
     """Parameters in worker order."""
     slices: tuple[Slice, ...]
     """All slices; `Slice.key` indexes this tuple."""
+    consistency: str = "bsp"
+    """What the servers wait for before answering a pull (`PSConfig.consistency`): bsp,
+    asp, ssp:S or backup:K."""
 
     def server_bytes(self) -> list[int]:
         """Bytes each server owns."""
@@ -76,6 +84,41 @@ class PSPlan:
     def pull_order(self) -> list[int]:
         """Slice keys in the order a worker requests them: most urgent first."""
         return [s.key for s in sorted(self.slices, key=lambda s: (s.priority, s.key))]
+
+    def transfers(self) -> list[Transfer]:
+        """Per block and server, what a worker pushes there each step (and pulls back):
+        the block's slices on that server, in block then server order; pairs without a
+        slice are left out."""
+        found: dict[tuple[int, int], Transfer] = {}
+        for s in self.slices:
+            where = (self.params[s.param].block, s.server)
+            nbytes = s.length * self.element_size
+            t = found.get(where)
+            found[where] = (
+                Transfer(*where, nbytes, 1, s.priority)
+                if t is None
+                else Transfer(
+                    *where, t.nbytes + nbytes, t.messages + 1, min(t.priority, s.priority)
+                )
+            )
+        return [found[k] for k in sorted(found)]
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """What one worker sends one server for one block each step (its pushes; its pulls
+    bring back as much): the block's slices that the server owns."""
+
+    block: int
+    """Block whose backward produces the gradients and whose forward waits for the pull."""
+    server: int
+    """Owning server."""
+    nbytes: int
+    """Bytes of the slices."""
+    messages: int
+    """Slices: one message each way per step."""
+    priority: int
+    """The most urgent slice's priority (0 first)."""
 
 
 def priority_class(priority: int, max_priority: int, classes: int) -> int:
@@ -97,6 +140,7 @@ def build_plan(
     classes: int = 1,
     slice_bytes: int = 4 << 20,
     element_size: int = 4,
+    consistency: str = "bsp",
 ) -> PSPlan:
     """Slice, place and prioritise `params` (`priorities[i]` belongs to `params[i]`)."""
     if len(priorities) != len(params):
@@ -123,4 +167,26 @@ def build_plan(
         prio = priorities[by_index[param]]
         klass = priority_class(prio, top, classes)
         slices.append(Slice(key, param, start, length, owner[key], prio, klass))
-    return PSPlan(servers, classes, element_size, tuple(params), tuple(slices))
+    return PSPlan(servers, classes, element_size, tuple(params), tuple(slices), consistency)
+
+
+def chain_plan(
+    block_bytes: Sequence[int],
+    servers: int,
+    order: str,
+    classes: int = 1,
+    slice_bytes: int = 4 << 20,
+    consistency: str = "bsp",
+) -> PSPlan:
+    """The plan of a chain of blocks known by their fp32 parameter bytes (a profile's): one
+    parameter per block holding any, prioritised in `order` (fifo: all equal; layer, and
+    graph, which on a chain is layer order: front block first)."""
+    params = [
+        ParamInfo(i, f"block{b}", nbytes // 4, b)
+        for i, (b, nbytes) in enumerate((b, n) for b, n in enumerate(block_bytes) if n > 0)
+    ]
+    if order == "fifo":
+        priorities = fifo_priorities(len(params))
+    else:
+        priorities = layer_priorities([p.block for p in params])
+    return build_plan(params, priorities, servers, classes, slice_bytes, 4, consistency)

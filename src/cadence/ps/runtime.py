@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 
 import cadence
+from cadence.comm import ops as comm
 from cadence.comm.ops import broadcast_object
 from cadence.errors import UserError
 from cadence.models import loss_fn
@@ -137,7 +138,6 @@ class PSTrainer(nn.Module):
         self.grad_accum = grad_accum
         self._accumulating = False  # backward passes that keep their gradients, unpushed
         self.config, self.rank = config, rank
-        self.mode, _ = parse_consistency(config.consistency)
         straggler = parse_straggler(config.straggler)
         self.delay_s = straggler[1] if straggler is not None and straggler[0] == rank else 0.0
         self.params, infos = param_infos(model)
@@ -148,8 +148,10 @@ class PSTrainer(nn.Module):
             priorities = model_priorities(model, config.order, example, config.trace_iterations)
         priorities = broadcast_object(priorities)
         self.plan: PSPlan = build_plan(
-            infos, priorities, config.servers, config.classes, config.slice_bytes
-        )
+            infos, priorities, config.servers, config.classes, config.slice_bytes,
+            consistency=config.consistency,
+        )  # fmt: skip
+        self.mode, _ = parse_consistency(self.plan.consistency)
         self._secret = job_secret()
         self.servers = self._start_servers(*optimizer_settings(optimizer))
         blocks = model_blocks(model)
@@ -188,7 +190,7 @@ class PSTrainer(nn.Module):
         self._owned: list[int] = []
         procs = []
         address = own_address()  # where the other workers reach this host's servers
-        for server in range(self.rank, self.config.servers, world):
+        for server in range(self.rank, self.plan.servers, world):
             slices = [
                 [s.key, s.length, s.priority, s.klass]
                 for s in self.plan.slices
@@ -199,8 +201,8 @@ class PSTrainer(nn.Module):
                 "secret": self._secret.hex(),  # on the child's stdin, never on a command line
                 "bind": self.config.bind or address,
                 "workers": world,
-                "consistency": self.config.consistency,
-                "classes": self.config.classes,
+                "consistency": self.plan.consistency,
+                "classes": self.plan.classes,
                 "slices": slices,
                 "optimizer": opt_name,
                 "optimizer_kwargs": opt_kwargs,
@@ -218,10 +220,9 @@ class PSTrainer(nn.Module):
             mine[server] = (address, ports)
         gathered: list[Any] = [mine]
         if dist.is_initialized():
-            gathered = [None] * world
-            dist.all_gather_object(gathered, mine)
+            gathered = comm.all_gather_object(mine)
         table = {s: addr for part in gathered for s, addr in part.items()}
-        self.addresses = [table[s] for s in range(self.config.servers)]
+        self.addresses = [table[s] for s in range(self.plan.servers)]
         return procs
 
     def _check_servers(self) -> None:
@@ -387,8 +388,7 @@ class PSTrainer(nn.Module):
         # Every live worker knows the same dead ones once the servers' final counters are in
         # (each server's death notices precede them): all gather, or none does.
         if dist.is_initialized() and not self.channels.dead_workers:
-            workers = [None] * dist.get_world_size()
-            dist.all_gather_object(workers, mine)
+            workers = comm.all_gather_object(mine)
         summary = {
             key: sum(w[key] for w in workers)
             for key in ("bytes_pushed", "bytes_pulled", "param_wait_s")

@@ -14,7 +14,8 @@ from typing import Any
 import torch
 from torch import Tensor, fx, nn
 
-from cadence.ps.plan import ParamInfo
+from cadence.ps.config import PSConfig
+from cadence.ps.plan import ParamInfo, PSPlan, build_plan
 from cadence.ps.priority import Op, fifo_priorities, graph_priorities, layer_priorities
 
 
@@ -120,3 +121,14 @@ def model_priorities(
         return layer_priorities([info.block for info in infos])
     ops = module_order_ops(model) if example is None else trace_ops(model, example, iterations)
     return graph_priorities(ops, len(params))
+
+
+def model_plan(model: nn.Module, config: PSConfig, example: Tensor | None = None) -> PSPlan:
+    """The plan `cadence train --strategy ps` makes for `model` under `config` (graph
+    priorities from module order unless an `example` batch is traced and timed)."""
+    _, infos = param_infos(model)
+    priorities = model_priorities(model, config.order, example, config.trace_iterations)
+    return build_plan(
+        infos, priorities, config.servers, config.classes, config.slice_bytes,
+        consistency=config.consistency,
+    )  # fmt: skip

@@ -1,21 +1,27 @@
 """Task graph of parameter-server training (`cadence.ps`, BSP), and `simulate_ps`.
 
-What the runtime does, step by step, per worker and iteration:
+The graph is built from the runtime's own plan (`cadence.ps.plan.PSPlan`): which server owns
+which slice of each block's parameters, and each slice's priority. What the runtime does, step
+by step, per worker and iteration:
 - block b's forward waits for block b's parameters of this iteration (its pulls);
-- backward pushes each block's gradient as soon as it is ready: a transfer on the worker's
-  uplink (one at a time, in the order they become ready);
-- a server applies a slice's update once every worker's gradient for it is in (its CPU, one
-  update at a time); the cost per byte is `SimOptions.update_s_per_byte`;
+- backward pushes each block's gradient as soon as it is ready: one message per slice, to the
+  slice's server, on the worker's uplink (one transfer at a time, in the order they become
+  ready; a block's slices on one server are one task of their bytes plus a latency per slice);
+- a server applies its slices of a block once every worker's gradient for them is in (its
+  CPU, one update at a time); the cost per byte is `SimOptions.update_s_per_byte`;
 - the parameters of the next iteration come back on the worker's downlink, one transfer at a
   time, **most urgent first** among those ready (the servers' send window and priority queue):
-  by block order for `layer` / `graph` (on the zoo's chains of blocks they are equal), in
-  arrival order for `fifo`; a worker asks for a block right after pushing it, whatever the
-  order, so the servers' queue decides what goes first among the answers ready.
+  by the slices' priorities (`layer` / `graph`: block order on the zoo's chains of blocks), in
+  arrival order for `fifo` (equal priorities); a worker asks for a slice right after pushing
+  it, whatever the order, so the servers' queue decides what goes first among the answers
+  ready.
 
-Each block's bytes are split evenly over the servers (the plan balances servers by bytes).
-With `colocated`, the last worker shares a host with the servers: its transfers cost nothing
-(loopback), as in `cadence train --strategy ps`, where worker 0 starts the server. Simulated
-worker 0 is always a remote one, so the figures read off it include the wire.
+Without a plan given, `simulate_ps` makes the one the runtime makes for a chain of blocks
+(`cadence.ps.plan.chain_plan`: slices of at most `slice_bytes` or 1/S of the model, placed
+largest first on the least-loaded server). With `colocated`, the last worker shares a host
+with the servers: its transfers cost nothing (loopback), as in `cadence train --strategy ps`,
+where worker 0 starts the server. Simulated worker 0 is always a remote one, so the figures
+read off it include the wire.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from __future__ import annotations
 from cadence.comm.cost import AlphaBeta
 from cadence.errors import UserError
 from cadence.profile import Profile
+from cadence.ps.config import PSConfig, parse_consistency
+from cadence.ps.plan import PSPlan, Transfer, chain_plan
 from cadence.sim.compute import (
     add_compute_iteration,
     add_input,
@@ -37,24 +45,36 @@ from cadence.sim.metrics import SimResult, analyse
 from cadence.sim.options import SimOptions
 
 ORDERS = ("fifo", "layer", "graph")
+DEFAULT_SLICE_BYTES: int = PSConfig.slice_bytes
+"""The runtime's slice size unless told."""
 
 
 def build_ps(
     profile: Profile,
     *,
     workers: int,
-    servers: int,
+    plan: PSPlan,
     link: AlphaBeta,
-    priority: str,
     iterations: int,
     colocated: bool,
     options: SimOptions,
+    name: str = "ps",
 ) -> Built:
-    """Graph of `options.warmup_iterations + iterations` BSP iterations."""
+    """Graph of `options.warmup_iterations + iterations` BSP iterations of `plan`."""
     costs = block_costs(profile, options.calibrate_compute)
     nb = len(costs.forward_s)
     steps = backward_steps(nb)
-    blocks = [b for b in range(nb) if costs.param_bytes[b] > 0]
+    servers = plan.servers
+    transfers = plan.transfers()
+    if any(t.block >= nb for t in transfers):
+        raise UserError(
+            f"the parameter-server plan has blocks the profile's {nb} do not: make the plan "
+            "from the profiled model"
+        )
+    by_block: dict[int, list[Transfer]] = {}
+    for t in transfers:
+        by_block.setdefault(t.block, []).append(t)
+    blocks = sorted(by_block)
     graph = TaskGraph()
     compute = [graph.resource(f"w{w}.compute", STREAM, worker=w) for w in range(workers)]
     up = [graph.resource(f"w{w}.up", STREAM, worker=w) for w in range(workers)]
@@ -62,10 +82,10 @@ def build_ps(
     cpus = [graph.resource(f"s{s}.cpu", STREAM, worker=0) for s in range(servers)]
     graph.resource("w0.nic", LINK, bytes_per_s=1.0, worker=0)  # the metrics expect one
 
-    def wire(w: int, nbytes: float) -> float:
+    def wire(w: int, t: Transfer) -> float:
         if colocated and w == workers - 1:
             return 0.0
-        return link.alpha_for("p2p") + nbytes * link.beta_s_per_byte
+        return t.messages * link.alpha_for("p2p") + t.nbytes * link.beta_s_per_byte
 
     total = options.warmup_iterations + iterations
     starts: list[int] = []
@@ -81,33 +101,30 @@ def build_ps(
             prev[w] = done.last
             if w == 0:
                 starts.append(done.forward[0])
-            for b in sorted(blocks, key=lambda b: -b):  # gradients in backward order
-                part = costs.param_bytes[b] / servers
-                for s in range(servers):
-                    pushes[w, b, s] = graph.add(
-                        f"push {b}", "push", resources=(up[w],), duration_s=wire(w, part),
+            for b in reversed(blocks):  # gradients in backward order
+                for t in by_block[b]:
+                    pushes[w, b, t.server] = graph.add(
+                        f"push {b}", "push", resources=(up[w],), duration_s=wire(w, t),
                         deps=[done.weight_grad[b]], worker=w, iteration=it,
                     )  # fmt: skip
         gates = [[[] for _ in range(nb)] for _ in range(workers)]
-        for b in sorted(blocks, key=lambda b: -b):
-            part = costs.param_bytes[b] / servers
-            for s in range(servers):
+        for b in reversed(blocks):
+            for t in by_block[b]:
                 update = graph.add_work(
-                    f"update {b}", "update", cpus[s], part * options.update_s_per_byte,
-                    deps=[pushes[w, b, s] for w in range(workers)], iteration=it,
+                    f"update {b}", "update", cpus[t.server], t.nbytes * options.update_s_per_byte,
+                    deps=[pushes[w, b, t.server] for w in range(workers)], iteration=it,
                 )  # fmt: skip
                 for w in range(workers):
-                    asked = pushes[w, b, s]  # every order asks right after the push
+                    asked = pushes[w, b, t.server]  # every order asks right after the push
                     # fifo: equal priorities, so the earliest ready goes first (arrival order)
-                    rank = 0 if priority == "fifo" else b
                     gates[w][b].append(
                         graph.add(
                             f"pull {b}",
                             "pull",
                             resources=(down[w],),
-                            duration_s=wire(w, part),
+                            duration_s=wire(w, t),
                             deps=[update, asked],
-                            priority=rank,
+                            priority=t.priority,
                             worker=w,
                             iteration=it,
                         )  # fmt: skip
@@ -117,7 +134,7 @@ def build_ps(
         "next", "marker", resources=(compute[0],), deps=[taken, *gates[0][0]], iteration=total
     )
     starts.append(marker)
-    return Built(graph, tuple(starts), options.warmup_iterations, f"ps-{priority}", workers)
+    return Built(graph, tuple(starts), options.warmup_iterations, name, workers)
 
 
 def simulate_ps(
@@ -130,12 +147,16 @@ def simulate_ps(
     iterations: int = 2,
     colocated: bool = True,
     options: SimOptions | None = None,
+    plan: PSPlan | None = None,
+    slice_bytes: int = DEFAULT_SLICE_BYTES,
 ) -> SimResult:
     """Predict BSP parameter-server training of `profile`'s model: `workers` workers and
     `servers` servers joined by `link` (an `AlphaBeta`, or bytes/s), transfers in `priority`
     order (fifo, layer or graph; `+net` is accepted and changes nothing here: one flow per
-    link direction has nothing to overtake at the switch). `iteration_s` is the mean period
-    of `iterations` iterations after the warm-up ones."""
+    link direction has nothing to overtake at the switch). `plan`: the runtime's `PSPlan`
+    (its servers and priorities then replace `servers` and `priority`); None: the plan the
+    runtime makes for the profile's chain of blocks with `slice_bytes`. `iteration_s` is the
+    mean period of `iterations` iterations after the warm-up ones."""
     order = priority.removesuffix("+net")
     if order not in ORDERS:
         raise UserError(f"unknown priority '{priority}': choose one of {', '.join(ORDERS)}")
@@ -144,9 +165,15 @@ def simulate_ps(
     if colocated and workers < 2:
         raise UserError("colocated servers need at least 2 workers (one remote)")
     options = options or SimOptions()
-    built = build_ps(
-        profile, workers=workers, servers=servers, link=link_model(link), priority=order,
-        iterations=iterations, colocated=colocated, options=options,
-    )  # fmt: skip
     costs = block_costs(profile, options.calibrate_compute)
+    if plan is None:
+        plan = chain_plan(costs.param_bytes, servers, order, slice_bytes=slice_bytes)
+    if parse_consistency(plan.consistency)[0] != "bsp":
+        raise UserError(
+            f"the simulator models bsp parameter servers only (the plan keeps {plan.consistency})"
+        )
+    built = build_ps(
+        profile, workers=workers, plan=plan, link=link_model(link), iterations=iterations,
+        colocated=colocated, options=options, name=f"ps-{order}",
+    )  # fmt: skip
     return analyse(built, run(built.graph), sum(costs.param_bytes))

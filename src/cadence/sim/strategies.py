@@ -120,8 +120,9 @@ def _zero(
     for stage, compression, share in variants:
         # A partial share pays only when each block's forward waits for its own gather.
         partial = 0 < share < 1
-        plan = ZeroSimPlan(stage=stage, compression=compression, replicated_update=share > 0,
-                           replicated_share=share, overlap_gather=partial)  # fmt: skip
+        knobs = ZeroSimPlan(stage=stage, compression=compression, replicated_update=share > 0,
+                            replicated_share=share, overlap_gather=partial)  # fmt: skip
+        plan = knobs.zero_plan(costs, n)  # what the executor would do, unit by unit
         # (the adapter prices the codec only where a plan has one: onebit)
         result = simulate_zero(
             costs, plan, n, setup.link, 3, setup.update_s_per_byte, codec, grad_accum, clip
@@ -129,9 +130,8 @@ def _zero(
         memory = state_bytes(p, 2, f"zero{stage}", n) + _activations(costs)
         if stage == 3:
             memory += 2 * largest  # a block gathered plus the next one prefetched
-        replicated = plan.replicated_blocks(costs.param_bytes)
-        # The replicated blocks' frozen Adam denominator, fp32.
-        memory += sum(nb for nb, r in zip(costs.param_bytes, replicated, strict=True) if r)
+        # The replicated units' frozen Adam denominator, fp32.
+        memory += sum(u.nbytes for u in plan.units if u.replicated)
         setting = f"stage {stage}, {compression}"
         if partial:
             setting += f", overlap, replicated front {share:.0%}"

@@ -1,7 +1,9 @@
 """Task graphs of ZeRO training (`cadence.zero`), for the event simulator.
 
-The graph follows `cadence/zero/engine.py` step by step, on worker 0 (every rank runs the same
-program; collectives are priced for `world_size` ranks):
+The graph is built from the executor's own plan (`cadence.zero.plan.ZeroPlan`: units, which
+are replicated or gathered in forward order, each unit's collectives and their sizes, the
+lanes they run on) and follows `cadence/zero/engine.py` step by step, on worker 0 (every rank
+runs the same program; collectives are priced for `world_size` ranks):
 
 - one bucket per block (`zero.layout`), each rank owning 1/p of every bucket;
 - one communication thread runs every collective in submission order (a FIFO chain);
@@ -48,8 +50,8 @@ from cadence.sim.options import CLIP_SHARE_OF_STEP
 from cadence.zero.codec_cost import CodecCost, codec_work
 from cadence.zero.config import DEFAULT_FORWARD_GATHER_SHARE, ZeroConfig
 from cadence.zero.layout import front_blocks
+from cadence.zero.plan import ZeroPlan, ZeroUnit, block_units, build_zero_plan
 
-ONEBIT_RATIO = 32  # fp32 momentum -> one sign bit per element
 COMPRESSIONS = ("none", "fp16", "onebit")
 
 
@@ -96,6 +98,26 @@ class ZeroSimPlan:
     def updates_early(self) -> bool:
         """Onebit at stages 1-2: each block is updated and gathered during the backward."""
         return self.stage < 3 and self.compression == "onebit"
+
+    def config(self) -> ZeroConfig:
+        """The `ZeroConfig` that makes the executor do this."""
+        return ZeroConfig(
+            stage=self.stage,
+            compression=self.compression,
+            gather_dtype="bf16" if self.gather_bytes_per_param == 2 else "fp32",
+            overlap_gather=self.overlap_gather,
+            replicated_update=self.replicated_update,
+            replicated_share=self.replicated_share,
+            forward_gather_share=self.forward_gather_share,
+            gather_lane=self.gather_lane,
+        )
+
+    def zero_plan(self, costs: BlockCosts, world_size: int) -> ZeroPlan:
+        """The executor's plan for a model of `costs`' blocks (one unit each) on
+        `world_size` ranks: what the task graph is built from."""
+        return build_zero_plan(
+            block_units(costs.param_bytes, costs.names), self.config(), world_size
+        )
 
     def __post_init__(self) -> None:
         if self.stage not in (1, 2, 3):
@@ -201,34 +223,35 @@ class _Worker:
         return self.last_compute
 
 
-def _reduce(
-    w: _Worker,
-    plan: ZeroSimPlan,
-    b: int,
-    nbytes: int,
-    deps: list[int | None],
-    it: int,
-    replicated: bool,
-) -> int:
-    size = nbytes // 2 if plan.compression == "fp16" else nbytes
-    if plan.compression == "onebit":
-        packed = max(1, nbytes // ONEBIT_RATIO) + 4 * w.p  # sign bits + a scale per chunk
-        work = codec_work(plan.stage, replicated, nbytes / 4, w.p)
-        w.codec(f"encode {b}", work.before, deps, it)
-        if replicated and plan.stage == 2:  # every rank gets everything sent
-            done = w.collective(f"ag-sent {b}", "allgather", packed * w.p, deps, it)
-        else:
-            done = w.collective(f"a2a {b}", "all_to_all", packed, deps, it)
-        if plan.stage == 1:  # stages 2-3 reduce-scatter only (see zero/onebit.py)
-            w.codec(f"re-encode {b}", work.between, [], it)
-            done = w.collective(f"ag1 {b}", "allgather", packed, [], it)
-        w.codec(f"decode {b}", work.after, [], it)
-        return _done(w.last["comm"] if w.codec_cost else done)
-    elif plan.stage == 1:
-        done = w.collective(f"ar {b}", "allreduce", size, deps, it)
-    else:
-        done = w.collective(f"rs {b}", "reduce_scatter", size, deps, it)
-    return _done(done)
+def _reduce(w: _Worker, plan: ZeroPlan, unit: ZeroUnit, b: int, deps: list[int | None],
+            it: int) -> int:  # fmt: skip
+    """The unit's steady-state gradient collectives (`ZeroUnit.reduce`), in plan order; with
+    onebit the codec work around them on the communication thread."""
+    ops = unit.reduce
+    if plan.config.compression != "onebit":
+        op = ops[0]
+        return _done(w.collective(f"{op.name} {b}", op.collective, op.nbytes, deps, it))
+    work = codec_work(plan.stage, unit.replicated, unit.nbytes / 4, w.p)
+    w.codec(f"encode {b}", work.before, deps, it)
+    first = ops[0]
+    done = w.collective(f"{first.name} {b}", first.collective, first.nbytes, deps, it)
+    for op in ops[1:]:  # stage 1: the re-compressed result (stages 2-3 reduce-scatter only)
+        w.codec(f"re-encode {b}", work.between, [], it)
+        done = w.collective(f"{op.name} {b}", op.collective, op.nbytes, [], it)
+    w.codec(f"decode {b}", work.after, [], it)
+    return _done(w.last["comm"] if w.codec_cost else done)
+
+
+def _block_units(plan: ZeroPlan, blocks: int) -> list[ZeroUnit | None]:
+    """Block b's unit (None: a block without parameters); the plan's units are the model
+    itself (first, holding none) and its blocks (`block_units`)."""
+    by_module = plan.by_module()
+    if any(not 1 <= m <= blocks for m in by_module):
+        raise UserError(
+            f"the ZeRO plan's units do not map onto the profile's {blocks} blocks: make the "
+            "plan from the profile's blocks (`ZeroSimPlan.zero_plan`)"
+        )
+    return [by_module.get(b + 1) for b in range(blocks)]
 
 
 def _done(task: int | None) -> int:
@@ -238,7 +261,7 @@ def _done(task: int | None) -> int:
 
 def build_zero(
     costs: BlockCosts,
-    plan: ZeroSimPlan,
+    plan: ZeroPlan,
     world_size: int,
     link: AlphaBeta,
     iterations: int,
@@ -257,13 +280,14 @@ def build_zero(
     the step (early updates, onebit at stages 1-2, are not held back for it)."""
     graph = TaskGraph()
     w = _Worker(graph, link, world_size, codec)
-    nb, pb = len(costs.forward_s), costs.param_bytes
-    gather = [pb[b] * plan.gather_bytes_per_param // 4 for b in range(nb)]
-    replicated = plan.replicated_blocks(pb)
-    early = plan.updates_early
-    share = plan.forward_gather_share if plan.overlap_gather and early else 0.0
-    later = front_blocks(pb, share)  # gathered after the step, in forward order
-    gather_lane = "gather" if plan.gather_lane else "comm"
+    nb = len(costs.forward_s)
+    units = _block_units(plan, nb)
+    pb = [u.nbytes if u is not None else 0 for u in units]
+    gather = [u.gather.nbytes if u is not None and u.gather else 0 for u in units]
+    lane = [u.gather.lane if u is not None and u.gather else "comm" for u in units]
+    replicated = [u is not None and u.replicated for u in units]
+    early = plan.early_update
+    later = [early and u is not None and u.forward_gather for u in units]  # after the step
     starts: list[int] = []
     gates: list[list[int]] = [[] for _ in range(nb)]  # what each block's forward waits for
     for it in range(warmup_iterations + iterations):
@@ -301,20 +325,21 @@ def build_zero(
                 freed = -costs.activation_bytes[b]
                 done = w.work(f"B{b}", "weight_grad", seconds, [after], it, freed)
                 bwd_gather = bwd_gather_next
-                if sync and (plan.stage > 1 or early) and pb[b]:
-                    reductions.append(_reduce(w, plan, b, pb[b], [done], it, replicated[b]))
+                unit = units[b]
+                if sync and plan.reduces_in_backward and unit is not None:
+                    reductions.append(_reduce(w, plan, unit, b, [done], it))
                     if early:  # updated right behind it (processor time: charged to the step)
                         updated[b] = u = reductions[-1]
                         if not (replicated[b] or later[b]):
                             gathered[b] = w.collective(
-                                f"g{b}", "allgather", gather[b], [u], it, lane=gather_lane
+                                f"g{b}", "allgather", gather[b], [u], it, lane=lane[b]
                             )
-        if plan.stage == 1 and not early:
+        if not plan.reduces_in_backward:
             backward = [w.last_compute]  # stage 1 reduces at the step, after backward
             reductions += [
-                _reduce(w, plan, b, pb[b], backward, it, replicated[b])
-                for b in reversed(range(nb))
-                if pb[b]
+                _reduce(w, plan, unit, b, backward, it)
+                for b, unit in reversed(list(enumerate(units)))
+                if unit is not None
             ]
         stepped = sum(n if r else n / world_size for n, r in zip(pb, replicated, strict=True))
         # With early updates the step waits for the reductions and the updates are done or
@@ -331,9 +356,7 @@ def build_zero(
             for b in range(nb):  # the front blocks' gathers, in forward order
                 if later[b] and not replicated[b] and pb[b]:
                     deps = [updated[b], step]
-                    gathered[b] = w.collective(
-                        f"g{b}", "allgather", gather[b], deps, it, gather_lane
-                    )
+                    gathered[b] = w.collective(f"g{b}", "allgather", gather[b], deps, it, lane[b])
             # A replicated block waits only for its update.
             waits = [g if g is not None else u for g, u in zip(gathered, updated, strict=True)]
         elif plan.stage < 3:  # (a replicated update is always early: onebit at stages 1-2)
@@ -342,7 +365,7 @@ def build_zero(
             waits = [None] * nb
         every = [t for t in waits if t is not None]
         own = [[t] if t is not None else [] for t in waits]
-        gates = own if plan.overlap_gather else [every] * nb
+        gates = own if plan.config.overlap_gather else [every] * nb
     total = warmup_iterations + iterations
     if plan.stage == 3:  # the next step's first forward waits for its block's gather
         gates[0] = [g for g in [w.collective("g0", "allgather", gather[0], [], total)] if g]
@@ -355,7 +378,7 @@ def build_zero(
 
 def simulate_zero(
     costs: BlockCosts | Profile,
-    plan: ZeroSimPlan,
+    plan: ZeroSimPlan | ZeroPlan,
     world_size: int,
     link: AlphaBeta | float,
     iterations: int = 3,
@@ -364,7 +387,8 @@ def simulate_zero(
     grad_accum: int = 1,
     clip: bool = False,
 ) -> SimResult:
-    """Predict ZeRO `plan` on `world_size` ranks joined by `link` (an `AlphaBeta`, or
+    """Predict ZeRO `plan` (the executor's `ZeroPlan` over the profile's blocks, or the
+    `ZeroSimPlan` to make it from) on `world_size` ranks joined by `link` (an `AlphaBeta`, or
     bytes/s), from a profile or its block costs; `update_s_per_byte` prices the step,
     `codec` 1-bit Adam's encoding and decoding (None: free), `grad_accum` the micro-batches
     of gradient accumulation per step, `clip` a global-norm clip before the step."""
@@ -374,6 +398,10 @@ def simulate_zero(
         costs = block_costs(costs)
     if grad_accum < 1:
         raise UserError(f"grad_accum must be >= 1, got {grad_accum}")
+    if isinstance(plan, ZeroSimPlan):
+        plan = plan.zero_plan(costs, world_size)
+    elif plan.world_size != world_size:
+        raise UserError(f"the ZeRO plan is for {plan.world_size} ranks, not {world_size}")
     built = build_zero(
         costs, plan, world_size, link_model(link), iterations, update_s_per_byte, codec=codec,
         grad_accum=grad_accum, clip=clip,

@@ -23,6 +23,8 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.autograd.function import FunctionCtx
 
+from cadence.comm import ops as comm
+from cadence.comm.process_group import new_group
 from cadence.errors import UserError
 
 Group = dist.ProcessGroup | None
@@ -71,7 +73,7 @@ def _all_reduce(x: Tensor, group: Group) -> Tensor:
         return x
     out = x.contiguous().clone()  # never reduce into a tensor autograd may still read
     _note("all_reduce", out.numel() * out.element_size())
-    dist.all_reduce(out, group=group)
+    comm.all_reduce(out, group=group)
     return out
 
 
@@ -105,7 +107,7 @@ class _GatherFromTP(torch.autograd.Function):
             return x
         parts = [torch.empty_like(x) for _ in range(size)]
         _note("all_gather", size * x.numel() * x.element_size())
-        dist.all_gather(parts, x.contiguous(), group=group)
+        comm.all_gather(parts, x.contiguous(), group=group)
         return torch.cat(parts, dim=-1)
 
     @staticmethod
@@ -145,6 +147,6 @@ def hybrid_groups(tp_size: int) -> tuple[Group, Group]:
     world, rank = dist.get_world_size(), dist.get_rank()
     if tp_size < 1 or world % tp_size:
         raise UserError(f"tensor-parallel size {tp_size} does not divide the world size {world}")
-    tp_groups = [dist.new_group(list(range(s, s + tp_size))) for s in range(0, world, tp_size)]
-    dp_groups = [dist.new_group(list(range(j, world, tp_size))) for j in range(tp_size)]
+    tp_groups = [new_group(list(range(s, s + tp_size))) for s in range(0, world, tp_size)]
+    dp_groups = [new_group(list(range(j, world, tp_size))) for j in range(tp_size)]
     return tp_groups[rank // tp_size], dp_groups[rank % tp_size]

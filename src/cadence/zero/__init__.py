@@ -7,7 +7,8 @@
 
     model, optimizer = cadence.zero(model, stage=2, compression="onebit", freeze_steps=100, lr=1e-3)
 
-`layout.py` is the shard plan (pure), `engine.py` carries it out, `params3.py` adds stage 3's
+`plan.py` is the plan (pure: units, shard layout from `layout.py`, per-unit collectives; the
+simulator reads it too), `engine.py` carries it out, `params3.py` adds stage 3's
 gather/release hooks, `onebit.py`/`compress.py` the 1-bit collectives, `checkpoint.py` sharded
 save/load.
 """
@@ -23,6 +24,8 @@ import torch.distributed as dist
 from torch import nn
 
 from cadence.amp import install as install_scaler
+from cadence.comm.ops import broadcast_tensors
+from cadence.comm.process_group import new_group_like_default
 from cadence.zero.checkpoint import load, save
 from cadence.zero.config import DEFAULT_FORWARD_GATHER_SHARE, ZeroConfig
 from cadence.zero.engine import ZeroEngine
@@ -30,14 +33,18 @@ from cadence.zero.grad_norm import install as install_clip
 from cadence.zero.layout import ZeroLayout, build_layout, comm_bytes_per_step, state_bytes
 from cadence.zero.optim import ZeroOptimizer
 from cadence.zero.params3 import Stage3Engine
+from cadence.zero.plan import ZeroPlan, build_zero_plan, describe_model
 from cadence.zero.shard_optim import BY_NAME, OptimizerArg, resolve
 
 __all__ = [
     "ZeroConfig",
     "ZeroLayout",
     "ZeroOptimizer",
+    "ZeroPlan",
     "build_layout",
+    "build_zero_plan",
     "comm_bytes_per_step",
+    "describe_model",
     "load",
     "save",
     "state_bytes",
@@ -116,23 +123,21 @@ def zero_from_config(
     world_size, rank, group, gather_group = 1, 0, None, None
     if dist.is_initialized() and dist.get_world_size() > 1:
         world_size, rank = dist.get_world_size(), dist.get_rank()
+    plan = build_zero_plan(describe_model(model), config, world_size)
+    if world_size > 1:
         with torch.no_grad():  # start from rank 0's weights and buffers, as DDP does
-            for t in [*model.parameters(), *model.buffers()]:
-                dist.broadcast(t, src=0)
+            broadcast_tensors([*model.parameters(), *model.buffers()], src=0)
         # The communication thread's own group: never interleaves with the caller's collectives.
-        group = dist.new_group(backend=dist.get_backend())
-        if config.updates_early and config.gather_lane and not config.replicates_everything:
-            gather_group = dist.new_group(backend=dist.get_backend())
+        group = new_group_like_default()
+        if plan.gather_lane:
+            gather_group = new_group_like_default()
     engine: ZeroEngine
     if config.stage == 3:
-        engine = Stage3Engine(
-            model, config, user, group, world_size, rank, broadcast_buffers=broadcast_buffers
-        )
+        engine = Stage3Engine(model, plan, user, group, rank, broadcast_buffers=broadcast_buffers)
     else:
         engine = ZeroEngine(
-            model, config, user, group, world_size, rank, gather_group,
-            broadcast_buffers=broadcast_buffers,
-        )  # fmt: skip
+            model, plan, user, group, rank, gather_group, broadcast_buffers=broadcast_buffers
+        )
     model._cadence_zero_engine = engine  # type: ignore[assignment]  # lives as long as the model
     if "no_sync" not in dir(model):
         model.no_sync = engine.no_sync  # type: ignore[assignment]  # as DDP's

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from cadence.comm import ops as comm
 from cadence.zero.config import DEFAULT_FORWARD_GATHER_SHARE, ZeroConfig
 
 JOB_KINDS = ("ddp", "fsdp2", "deepspeed", "zero")
@@ -146,9 +147,8 @@ def run(spec: JobSpec, out_dir: Path) -> None:
         }
         (out_dir / f"rank{ctx.rank}.json").write_text(json.dumps(record) + "\n")
         if ctx.world_size > 1:
-            import torch.distributed as dist
 
-            dist.barrier()  # leave together (see cadence.launch.worker)
+            comm.barrier()  # leave together (see cadence.launch.worker)
     finally:
         destroy()
 

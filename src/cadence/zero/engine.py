@@ -27,8 +27,7 @@ from torch import nn
 from cadence.comm import collectives
 from cadence.errors import UserError
 from cadence.zero.compress import decode, encode
-from cadence.zero.config import ZeroConfig
-from cadence.zero.layout import Bucket, ZeroLayout, bucket_params, build_layout, front_buckets
+from cadence.zero.layout import Bucket, ZeroLayout, bucket_params
 from cadence.zero.onebit import (
     gather_wires,
     mean_of_received,
@@ -36,6 +35,7 @@ from cadence.zero.onebit import (
     momentum_all_reduce,
     momentum_reduce_scatter,
 )
+from cadence.zero.plan import ZeroPlan
 from cadence.zero.shard_optim import Segment, group_index, rebuild, segments, single_group
 from cadence.zero.update import (
     FrozenAdamArgs,
@@ -106,14 +106,16 @@ class ZeroEngine:
     def __init__(
         self,
         model: nn.Module,
-        config: ZeroConfig,
+        plan: ZeroPlan,
         user_optimizer: torch.optim.Optimizer,
         group: dist.ProcessGroup | None,
-        world_size: int,
         rank: int,
         gather_group: dist.ProcessGroup | None = None,
         broadcast_buffers: bool = True,
     ) -> None:
+        world_size = plan.world_size
+        self.plan = plan
+        config = plan.config
         self.config, self.group, self.p, self.rank = config, group, world_size, rank
         self.model = model
         self.broadcast_buffers = broadcast_buffers
@@ -124,15 +126,13 @@ class ZeroEngine:
         self._next_reduce = -1
         """The bucket whose reduction goes next during a backward (see `_reduce_in_order`)."""
         self.gather_group = gather_group if gather_group is not None else group
-        entries = [e for e in bucket_params(model) if e[2]]
-        self.layout: ZeroLayout = build_layout(
-            [(name, [(n, tuple(p.shape)) for n, p in params]) for name, _, params in entries],
-            world_size,
-        )
+        entries = bucket_params(model)  # the units `plan` was made from, in the same order
+        self.layout: ZeroLayout = plan.layout
         self.states = [
-            self._make_state(spec, block, [p for _, p in params])
-            for spec, (_, block, params) in zip(self.layout.buckets, entries, strict=True)
-        ]
+            self._make_state(unit.bucket, entries[unit.module][1],
+                             [p for _, p in entries[unit.module][2]])
+            for unit in plan.units
+        ]  # fmt: skip
         self._restart_order()
         self.inner = self._shard_optimizer(user_optimizer)
         for st in self.states:
@@ -156,27 +156,23 @@ class ZeroEngine:
         # with every parameter current (unless overlap_gather), but parameters change
         # during the backward; with several backwards per step the update uses the first
         # one's momentum.
-        self.early_update = config.updates_early and world_size > 1
+        self.early_update = plan.early_update and world_size > 1
         # Every rank updates every piece of these buckets itself after warm-up: no gathers.
-        if config.replicated_update and world_size > 1:
-            for st, front in zip(
-                self.states, front_buckets(self.layout, config.replicated_share), strict=True
-            ):
-                st.replicated = front
+        if world_size > 1:
+            for st, unit in zip(self.states, plan.units, strict=True):
+                st.replicated = unit.replicated
         # Stage 1 reduces early too once 1-bit Adam is compressing: its momentum all-reduce
         # needs only this backward's gradient, so it can overlap the rest of the backward.
-        if config.stage >= 2 or config.compression == "onebit":
+        if plan.reduces_in_backward:
             for st in self.states:
                 for i, p in enumerate(st.params):
                     p.register_post_accumulate_grad_hook(self._grad_hook(st, i))
         if config.overlap_gather and config.stage < 3:
             for st in self.states:
                 st.block.register_forward_pre_hook(self._wait_gather_hook(st))
-            # The same front blocks on every rank (same layout): collective order agrees.
-            for st, front in zip(
-                self.states, front_buckets(self.layout, config.forward_gather_share), strict=True
-            ):
-                st.forward_gather = front
+            # The same front blocks on every rank (same plan): collective order agrees.
+            for st, unit in zip(self.states, plan.units, strict=True):
+                st.forward_gather = unit.forward_gather
             model.register_state_dict_pre_hook(lambda *_a, **_k: self.wait_gathers())
         self._buffers_due = True
         model.register_forward_pre_hook(self._sync_buffers)
@@ -382,19 +378,22 @@ class ZeroEngine:
             st.grad.add_(piece)
 
     def _reduce(self, st: BucketState, flat_grad: torch.Tensor, compressed: bool) -> None:
-        """Communication thread: reduce one bucket's gradients into this rank's piece."""
+        """Communication thread: reduce one bucket's gradients into this rank's piece, with
+        the collectives its plan unit names for this phase."""
         lo, hi = st.spec.piece_range(self.rank)
+        unit = self.plan.units[st.spec.index]
         if compressed:
-            if self.config.stage == 1:
+            if unit.reduce[-1].name == "ag1":  # stage 1: the 1-bit all-reduce
                 self._onebit_all_reduce(st, flat_grad)
-            else:
+            else:  # an all-to-all, or (replicated stage 2) an all-gather of what was sent
                 self._onebit_reduce_scatter(st, flat_grad)
             return
+        plain = unit.warmup_reduce[0]
         op = "avg"
         wire = flat_grad
-        if self.config.compression == "fp16":  # divided first, as torch's fp16 hook: no overflow
+        if plain.wire == "fp16":  # divided first, as torch's fp16 hook: no overflow
             wire, op = flat_grad.half().div_(self.p), "sum"
-        if self.p > 1 and self.config.stage == 1:
+        if self.p > 1 and plain.collective == "allreduce":
             collectives.all_reduce(wire, op=op, group=self.group)
             out = wire[lo:hi]
         elif self.p > 1:

@@ -28,8 +28,8 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from cadence.errors import UserError
-from cadence.zero.config import ZeroConfig
 from cadence.zero.engine import BucketState, ZeroEngine
+from cadence.zero.plan import ZeroPlan
 
 
 def _tensors(output: Any) -> list[torch.Tensor]:
@@ -48,17 +48,15 @@ class Stage3Engine(ZeroEngine):
     def __init__(
         self,
         model: nn.Module,
-        config: ZeroConfig,
+        plan: ZeroPlan,
         user_optimizer: torch.optim.Optimizer,
         group: dist.ProcessGroup | None,
-        world_size: int,
         rank: int,
         broadcast_buffers: bool = True,
     ) -> None:
         super().__init__(
-            model, config, user_optimizer, group, world_size, rank,
-            broadcast_buffers=broadcast_buffers,
-        )  # fmt: skip
+            model, plan, user_optimizer, group, rank, broadcast_buffers=broadcast_buffers
+        )
         self.pinned = False
         self._pinned_for_state = False
         self.handles: list[RemovableHandle] = []
@@ -118,7 +116,7 @@ class Stage3Engine(ZeroEngine):
                     return
                 self.release_all()  # training resumes: the pinned copies go
             self.ensure_gathered(st)
-            if self.config.prefetch:
+            if self.plan.prefetch:
                 self._start_gather(st.spec.index + 1)
 
         return hook
@@ -131,7 +129,7 @@ class Stage3Engine(ZeroEngine):
             if module.training and torch.is_grad_enabled():
                 for t in needs_grad:
                     t.register_hook(self._pre_backward(st))
-                if st.spec.index == len(self.states) - 1 or st.block is self.model:
+                if self.plan.units[st.spec.index].held:
                     return  # backward starts here at once, or the whole model's is held
                 if not needs_grad:
                     return  # no output hook would gather it again before its backward
@@ -142,7 +140,7 @@ class Stage3Engine(ZeroEngine):
     def _pre_backward(self, st: BucketState) -> Any:
         def hook(grad: torch.Tensor) -> None:
             self.ensure_gathered(st)
-            if self.config.prefetch:
+            if self.plan.prefetch:
                 self._start_gather(st.spec.index - 1)
 
         return hook
