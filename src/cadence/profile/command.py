@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from cadence.comm.process_group import visible_gpus
 from cadence.dp.heap import keep_heap
 from cadence.errors import UserError
 from cadence.placement import place_worker
+from cadence.profile.facts import zoo_facts
 from cadence.profile.measure import profile_zoo_model
 from cadence.profile.record import DEFAULT_BLOCK_TIMING, Profile
 
@@ -87,6 +89,8 @@ def profile_command(
     The process's glibc heap thresholds are fixed first (`cadence.dp.heap.keep_heap`, as in
     cadence-dp's training processes), so that the blocks and the optimizer step are timed in
     the steady state of a training process, not in a fresh process's faulting heap.
+    The profile carries the model's layout, buffers and gradient arrival order
+    (`Profile.model_facts`), so a prediction from it need not build the model.
     Bad arguments or an unknown model raise a one-line UserError.
     """
     where = place_worker(device, 0, 1, visible_gpus()).device
@@ -103,6 +107,8 @@ def profile_command(
         profile = profile_zoo_model(
             model, batch_size, iterations, warmup, device=where, block_timing=block_timing
         )
+        # What the simulator would otherwise build the model for, saved with the timings.
+        profile = dataclasses.replace(profile, model_facts=zoo_facts(model))
     finally:
         torch.set_num_threads(previous)
     echo(format_table(profile))
