@@ -139,12 +139,7 @@ def _add_profile(sub: Any) -> None:
     )
     p.add_argument("--model", default="vgg16", help="model zoo name")
     add_micro_batch_size(p, "timed", default=32)
-    p.add_argument(
-        "--iterations",
-        type=int,
-        default=10,
-        help="most timed iterations (medians); it stops once they are known to within 1%%",
-    )
+    p.add_argument("--iterations", type=int, default=10, help="timed iterations (median)")
     p.add_argument("--threads", type=int, default=1, help="intra-op CPU threads")
     p.add_argument("--device", default="auto", help="cpu, cuda, or auto (cuda where there is one)")
     p.add_argument(
