@@ -27,7 +27,7 @@ MODEL = "cnn_lstm"  # BatchNorm buffers of two dtypes, and an LSTM whose gradien
 PREDICTIONS = [
     ["simulate", "--strategy", "ddp"],
     ["simulate", "--strategy", "cadence-dp"],
-    ["simulate", "--strategy", "cadence-dp", "--threshold", "64kib"],
+    ["simulate", "--strategy", "zero", "--zero-stage", "1", "--compression", "fp16"],
     ["simulate", "--strategy", "zero", "--zero-stage", "3", "--compression", "onebit"],
     ["plan", "dp", "--thresholds", "16kib,256kib"],
     ["plan", "strategies"],
