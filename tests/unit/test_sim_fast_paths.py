@@ -185,3 +185,17 @@ def test_cached_broadcast_costs_are_the_slowest_ranks(link: AlphaBeta) -> None:
             again = link.time("broadcast", "binomial_eager", n, p)
             slowest = max(model._cost(model._path_terms(c, float(n))) for c in every_rank_path(p))
             assert first == again == slowest
+
+
+def test_the_zero_package_loads_its_names_on_use() -> None:
+    import cadence.zero
+    from cadence.zero import compress, wire
+
+    assert callable(cadence.zero)  # cadence.zero(model, ...) as before
+    assert cadence.zero.zero.__module__ == "cadence.zero.api"
+    assert cadence.zero.ZeroConfig.__module__ == "cadence.zero.config"
+    assert cadence.zero.build_layout.__module__ == "cadence.zero.layout"
+    assert compress.wire_bytes is wire.wire_bytes  # the codec's own names still there
+    assert compress.SCALE_CHUNK == wire.SCALE_CHUNK
+    with pytest.raises(AttributeError, match="no_such_name"):
+        _ = cadence.zero.no_such_name
