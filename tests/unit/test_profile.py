@@ -253,3 +253,30 @@ def test_the_one_bit_codec_is_timed_per_element_and_checked(profiled, tmp_path):
     assert older.codec_s_per_element is None
     here = profile_codec(older)  # timed on this CPU instead
     assert 0 < here.encode_s_per_element < 1e-6 and 0 < here.decode_s_per_element < 1e-6
+
+
+def test_a_median_settles_once_its_noise_is_small_enough() -> None:
+    from cadence.profile.measure import MIN_SETTLED_ITERATIONS, median_settled
+
+    steady = [1.0, 1.001, 0.999, 1.0005]
+    assert not median_settled(steady[: MIN_SETTLED_ITERATIONS - 1], 0.01)
+    assert median_settled(steady, 0.01)
+    assert not median_settled(steady, 1e-5)
+    noisy = [1.0, 1.3, 0.7, 1.2, 0.8]
+    assert not median_settled(noisy, 0.01)
+    assert median_settled([1.0, 1.0, 1.0, 50.0], 0.01)  # one outlier does not hold it up
+
+
+def test_profiling_stops_once_the_medians_settle(capsys: pytest.CaptureFixture[str]) -> None:
+    from cadence.profile.measure import MIN_SETTLED_ITERATIONS
+
+    spec = get_model_spec("cnn")
+    model, batch = spec.build(), spec.synthetic_batch(4)
+    loose = profile_model(model, batch, iterations=9, warmup=0, tolerance=10.0, progress=True)
+    assert loose.iterations == MIN_SETTLED_ITERATIONS
+    assert "profiling custom" in capsys.readouterr().err  # the bar, on stderr
+    every = profile_model(model, batch, iterations=4, warmup=0)
+    assert every.iterations == 4
+    assert "profiling" not in capsys.readouterr().err
+    with pytest.raises(ValueError, match="tolerance must be > 0"):
+        profile_model(model, batch, iterations=4, warmup=0, tolerance=0.0)

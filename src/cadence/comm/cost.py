@@ -9,6 +9,7 @@ all-to-all: each rank's block is n / p), so one `n` compares algorithms of the s
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 
@@ -70,11 +71,13 @@ def _check(collective: str, algorithm: str, nbytes: int, world_size: int) -> Non
         raise ValueError(f"need nbytes >= 0 and world_size >= 1, got {nbytes}, {world_size}")
 
 
-def _eager_binomial_paths(p: int) -> list[tuple[int, ...]]:
+@functools.cache  # a plan prices many broadcasts on one world: build its tree once
+def _eager_binomial_paths(p: int) -> tuple[tuple[int, ...], ...]:
     """Every rank's path from the root of a binomial broadcast whose ranks post all their
     sends at once, as gloo's does, as the copies of n each hop's sender posts together: its k
     sends share its uplink and all land k*n*beta after it holds the data (p = 4: rank 3's path
-    is (2, 1), 3 n beta in all, where sequential rounds take 2 n beta)."""
+    is (2, 1), 3 n beta in all, where sequential rounds take 2 n beta). Each path once, in
+    order of first appearance (half the ranks share their path with another)."""
     # Virtual rank v (root 0) receives from v - 2^h, h its highest set bit, and then sends to
     # v + 2^i for every i above h (every i for the root) that is still a rank.
     paths: dict[int, tuple[int, ...]] = {0: ()}
@@ -83,7 +86,7 @@ def _eager_binomial_paths(p: int) -> list[tuple[int, ...]]:
         children = [v + (1 << i) for i in range(first, _log2_ceil(p)) if v + (1 << i) < p]
         for child in children:
             paths[child] = (*paths[v], len(children))
-    return [path for v, path in paths.items() if v]
+    return tuple(dict.fromkeys(path for v, path in paths.items() if v))
 
 
 def _halving_doubling(n: float, p: int) -> Terms:
@@ -231,12 +234,13 @@ class AlphaBeta:
         return Terms(p - 1, spread, 0)  # all_to_all pairwise: p-1 exchanges of n/p
 
     def _eager_binomial(self, n: float, p: int) -> Terms:
-        # The slowest path; a forwarding hop's first `burst_bytes` pass at once.
-        def path_terms(copies: tuple[int, ...]) -> Terms:
-            forwarded = sum(max(0.0, k * n - self.burst_bytes) for k in copies[1:])
-            return Terms(len(copies), copies[0] * n + forwarded, 0)
+        return _slowest_eager_path(self, n, p)
 
-        return max((path_terms(c) for c in _eager_binomial_paths(p)), key=self._cost)
+    def _path_terms(self, copies: tuple[int, ...], n: float) -> Terms:
+        """One path of the eager binomial tree; a forwarding hop's first `burst_bytes` pass
+        at once."""
+        forwarded = sum(max(0.0, k * n - self.burst_bytes) for k in copies[1:])
+        return Terms(len(copies), copies[0] * n + forwarded, 0)
 
     def _chain(self, n: float, p: int) -> Terms:
         # n split into k segments flows down a chain of p ranks: p - 2 + k steps of n/k each.
@@ -269,6 +273,13 @@ class AlphaBeta:
         if collective == "allreduce" and self.allreduce_alphas:
             model = replace(model, alpha_s=self.alpha_for(collective, nbytes))
         return model._cost(model.terms(collective, algorithm, nbytes, world_size))
+
+
+@functools.lru_cache(maxsize=4096)  # the same buffers and chunks recur in every iteration
+def _slowest_eager_path(model: AlphaBeta, n: float, p: int) -> Terms:
+    """The slowest path of `model`'s eager binomial broadcast of `n` bytes to `p` ranks (the
+    first of equals): a pure function of the (frozen) model, n and p, so cached."""
+    return max((model._path_terms(c, n) for c in _eager_binomial_paths(p)), key=model._cost)
 
 
 def _interpolate_log(points: tuple[tuple[float, float], ...], nbytes: float) -> float:

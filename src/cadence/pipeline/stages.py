@@ -11,10 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import TYPE_CHECKING
 
 from cadence.errors import UserError
-from cadence.models.blocks import BlockModel
 from cadence.profile.record import Profile
+
+if TYPE_CHECKING:  # the split is arithmetic on costs, which the simulator runs without torch
+    from cadence.models.blocks import BlockModel
 
 PIPELINE_BLOCK_TIMING = "auto"
 """How the pipeline's planners profile blocks (`cadence.profile.profile_model`): inside whole
@@ -157,6 +160,8 @@ def plan_stages(
 
 def stage_module(model: BlockModel, ranges: tuple[tuple[int, int], ...], stage: int) -> BlockModel:
     """Stage `stage` of `model`: a `BlockModel` slice sharing the model's parameters."""
+    from cadence.models.blocks import BlockModel
+
     start, end = ranges[stage]
     piece = model[start:end]
     assert isinstance(piece, BlockModel)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,8 +13,14 @@ from cadence.comm.process_group import visible_gpus
 from cadence.dp.heap import keep_heap
 from cadence.errors import UserError
 from cadence.placement import place_worker
+from cadence.profile.facts import zoo_facts
 from cadence.profile.measure import profile_zoo_model
 from cadence.profile.record import DEFAULT_BLOCK_TIMING, Profile
+
+SETTLED_WITHIN = 0.01
+"""`profile_command` times iterations until the medians are known to within 1% of themselves
+(`cadence.profile.measure.median_settled`), `iterations` at most: a quiet machine needs a few,
+a busy one all of them."""
 
 _MB = 1e6
 _TIMING_NOTE = {"separate": "", "in-iteration": ", blocks timed inside whole iterations"}
@@ -76,6 +84,7 @@ def profile_command(
     echo: Callable[[str], None] = print,
     device: str = "cpu",
     block_timing: str = DEFAULT_BLOCK_TIMING,
+    tolerance: float | None = SETTLED_WITHIN,
 ) -> Profile:
     """Profile zoo `model` on a synthetic batch, print the per-block table, save JSON to `out`.
 
@@ -84,9 +93,13 @@ def profile_command(
     `None` keeps torch's current setting. The previous setting is restored afterwards.
     `device` is cpu, cuda (the current GPU) or auto (cuda where there is one); `block_timing`
     is in-iteration, separate or auto (in-iteration on CUDA; see `profile_model`).
+    `iterations` is the most it times: it stops once the medians are known to within
+    `tolerance` (None: all of them). A progress bar shows on stderr where that is a terminal.
     The process's glibc heap thresholds are fixed first (`cadence.dp.heap.keep_heap`, as in
     cadence-dp's training processes), so that the blocks and the optimizer step are timed in
     the steady state of a training process, not in a fresh process's faulting heap.
+    The profile carries the model's layout, buffers and gradient arrival order
+    (`Profile.model_facts`), so a prediction from it need not build the model.
     Bad arguments or an unknown model raise a one-line UserError.
     """
     where = place_worker(device, 0, 1, visible_gpus()).device
@@ -101,8 +114,11 @@ def profile_command(
         torch.set_num_threads(threads)
     try:
         profile = profile_zoo_model(
-            model, batch_size, iterations, warmup, device=where, block_timing=block_timing
-        )
+            model, batch_size, iterations, warmup, device=where, block_timing=block_timing,
+            tolerance=tolerance, progress=sys.stderr.isatty(),
+        )  # fmt: skip
+        # What the simulator would otherwise build the model for, saved with the timings.
+        profile = dataclasses.replace(profile, model_facts=zoo_facts(model))
     finally:
         torch.set_num_threads(previous)
     echo(format_table(profile))

@@ -8,10 +8,13 @@ the upstream gradient of the block before it, exactly as in a real backward pass
 
 from __future__ import annotations
 
+import math
 import statistics
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
+from tqdm import tqdm
 
 from cadence.errors import UserError
 from cadence.models import BlockModel, get_model_spec, loss_fn
@@ -21,6 +24,22 @@ from cadence.profile.in_loop import LOOP_STEPS_CUDA, batch_input_s, steps_in_loo
 from cadence.profile.optimizer_step import STEPPED_OPTIMIZERS, optimizer_step_s
 from cadence.profile.record import BLOCK_TIMINGS, DEFAULT_BLOCK_TIMING, BlockProfile, Profile
 from cadence.zero.codec_cost import time_codec
+
+MIN_SETTLED_ITERATIONS = 3
+"""Timed iterations `profile_model` runs at least before a `tolerance` may stop it."""
+
+
+def median_settled(samples: Sequence[float], tolerance: float) -> bool:
+    """Whether the median of `samples` is known to within `tolerance` of itself: its standard
+    error, estimated robustly as 1.2533 x 1.4826 x the median absolute deviation / sqrt(n)
+    (exact for normal noise, and one outlier moves it little), is at most `tolerance` times
+    the median. Fewer than `MIN_SETTLED_ITERATIONS` samples never settle."""
+    n = len(samples)
+    if n < MIN_SETTLED_ITERATIONS:
+        return False
+    middle = statistics.median(samples)
+    spread = statistics.median(abs(v - middle) for v in samples)
+    return 1.2533 * 1.4826 * spread / math.sqrt(n) <= tolerance * abs(middle)
 
 
 class _SavedBytes:
@@ -149,10 +168,16 @@ def profile_model(
     name: str = "custom",
     block_timing: str = DEFAULT_BLOCK_TIMING,
     optimizer_steps: bool = True,
+    tolerance: float | None = None,
+    progress: bool = False,
 ) -> Profile:
     """Profile `model` (in training mode, on its parameters' device) on `batch`.
 
-    Medians over `iterations` timed iterations after `warmup` untimed ones. Each block's
+    Medians over `iterations` timed iterations after `warmup` untimed ones; with a
+    `tolerance`, `iterations` is the most it times: it stops once the medians of the whole
+    iteration and of the blocks' sum are each known to within that share of themselves
+    (`median_settled`), after at least `MIN_SETTLED_ITERATIONS`, and `Profile.iterations`
+    says how many it timed. `progress` draws a progress bar on stderr. Each block's
     forward and two gradients are timed in calls of their own. With `block_timing`
     "in-iteration" (the default) the times recorded are the block's share of whole iterations,
     each block's backward split between its two gradients as its own calls split it; with
@@ -166,6 +191,8 @@ def profile_model(
     """
     if iterations < 1 or warmup < 0:
         raise ValueError(f"need iterations >= 1 and warmup >= 0, got {iterations}, {warmup}")
+    if tolerance is not None and not (math.isfinite(tolerance) and tolerance > 0):
+        raise ValueError(f"tolerance must be > 0, got {tolerance}")
     if block_timing not in ("auto", *BLOCK_TIMINGS):
         raise UserError(
             f"unknown block timing {block_timing!r}: use {', '.join(BLOCK_TIMINGS)} or auto"
@@ -183,17 +210,31 @@ def profile_model(
     )
     # fwd, igrad, wgrad in calls of their own; fwd and backward inside whole iterations
     samples: list[list[list[float]]] = [[], [], [], [], []]
-    loss_samples, iteration_samples, forward_samples = [], [], []
-    for it in range(warmup + iterations):
-        fwd, igrad, wgrad, loss_s = _timed_pass(model, x, y, device)
-        whole, forward = _iteration_s(model, x, y, device)
-        inside = block_times_in_iteration(model, x, y, device) if in_iteration else ([], [])
-        if it >= warmup:
+    loss_samples, iteration_samples, forward_samples, block_sums = [], [], [], []
+    bar = tqdm(
+        total=warmup + iterations, desc=f"profiling {name}", unit="iteration",
+        disable=not progress, leave=False, dynamic_ncols=True,
+    )  # fmt: skip
+    with bar:
+        for it in range(warmup + iterations):
+            fwd, igrad, wgrad, loss_s = _timed_pass(model, x, y, device)
+            whole, forward = _iteration_s(model, x, y, device)
+            inside = block_times_in_iteration(model, x, y, device) if in_iteration else ([], [])
+            bar.update()
+            if it < warmup:
+                continue
             for store, values in zip(samples, (fwd, igrad, wgrad, *inside), strict=True):
                 store.append(values)
             loss_samples.append(loss_s)
             iteration_samples.append(whole)
             forward_samples.append(forward)
+            own = sum(fwd) + sum(igrad) + sum(wgrad)
+            block_sums.append(sum(inside[0]) + sum(inside[1]) if in_iteration else own)
+            if tolerance is not None and all(
+                median_settled(v, tolerance) for v in (iteration_samples, block_sums)
+            ):
+                break
+    timed = len(iteration_samples)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         _iteration_s(model, x, y, device)
@@ -255,7 +296,7 @@ def profile_model(
         blocks=tuple(blocks),
         iteration_s=iteration_s,
         loss_s=statistics.median(loss_samples),
-        iterations=iterations,
+        iterations=timed,
         warmup=warmup,
         device=str(device),
         threads=torch.get_num_threads(),
@@ -280,6 +321,8 @@ def profile_zoo_model(
     device: str | torch.device = "cpu",
     block_timing: str = DEFAULT_BLOCK_TIMING,
     optimizer_steps: bool = True,
+    tolerance: float | None = None,
+    progress: bool = False,
 ) -> Profile:
     """Profile zoo model `name` (default build, seeded) on a synthetic batch, on `device`
     (`profile_model` says what the other arguments do)."""
@@ -291,4 +334,6 @@ def profile_zoo_model(
     torch.manual_seed(seed)
     model = spec.build().to(device)
     batch = spec.synthetic_batch(batch_size, seed)
-    return profile_model(model, batch, iterations, warmup, name, block_timing, optimizer_steps)
+    return profile_model(
+        model, batch, iterations, warmup, name, block_timing, optimizer_steps, tolerance, progress
+    )

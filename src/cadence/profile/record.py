@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from cadence.errors import UserError
+from cadence.profile.facts import ModelFacts
 
 FORMAT = "cadence-profile"
 VERSION = 1
@@ -117,6 +118,11 @@ class Profile:
     error feedback, "decode": into a running sum; `cadence.zero.codec_cost`), which the
     simulator's ZeRO adapter charges; None in profiles made before it was recorded (the
     simulator then times it on its own CPU)."""
+    model_facts: ModelFacts | None = None
+    """The zoo model's parameter layout, buffers and gradient arrival order, which the
+    simulator reads instead of building the model (`cadence.profile.facts`); None for a model
+    outside the zoo and in profiles made before it was recorded (the simulator then builds
+    the zoo model)."""
 
     @property
     def param_bytes(self) -> int:
@@ -151,6 +157,8 @@ class Profile:
         fields = {k: v for k, v in data.items() if k not in ("format", "version")}
         fields["input_shape"] = tuple(int(d) for d in fields["input_shape"])
         fields["blocks"] = tuple(BlockProfile(**b) for b in fields["blocks"])
+        if fields.get("model_facts") is not None:
+            fields["model_facts"] = ModelFacts.from_dict(fields["model_facts"])
         profile = cls(**fields)
         if profile.peak_memory_kind not in PEAK_KINDS:
             raise ValueError(f"peak_memory_kind {profile.peak_memory_kind!r} not in {PEAK_KINDS}")

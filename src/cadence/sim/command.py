@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -22,7 +21,9 @@ from cadence.dp.plan import (
     one_chunk_suffices,
 )
 from cadence.errors import UserError
+from cadence.models import get_model_spec
 from cadence.profile import Profile
+from cadence.profile.facts import zoo_facts
 from cadence.sim.api import DDP_BUCKET_BYTES, plan_dp, simulate_ddp, simulate_dp
 from cadence.sim.compute import block_costs
 from cadence.sim.metrics import SimResult
@@ -67,52 +68,29 @@ class Setup:
     fills its buckets. None: the expected order (reverse registration)."""
 
 
-@functools.cache  # a prediction asks once per row or run: build each model once
 def zoo_buffer_broadcasts(model: str) -> int:
     """How many broadcasts DDP makes for zoo `model`'s buffers before each forward: torch
     buckets them by dtype, one call each (BatchNorm: float statistics and an int64 counter);
     1 for a model without buffers (nothing is sent then)."""
-    from cadence.models import get_model_spec
-
-    module = get_model_spec(model).build()
-    return max(len({b.dtype for b in module.buffers()}), 1)
+    return zoo_facts(model).buffer_broadcasts
 
 
-@functools.cache
 def zoo_arrival_order(model: str) -> tuple[int, ...]:
     """The order zoo `model`'s gradients arrive in one backward pass (`gradient_arrival_order`
     on a batch of two synthetic samples): the same on every batch, since it follows the graph."""
-    import torch
-
-    from cadence.dp.layers import gradient_arrival_order
-    from cadence.models import get_model_spec
-    from cadence.models.loss import loss_fn
-
-    spec = get_model_spec(model)
-    torch.manual_seed(0)
-    module = spec.build()
-    inputs, targets = spec.synthetic_batch(2)
-    return gradient_arrival_order(module, lambda m: loss_fn(m(inputs), targets))
+    return zoo_facts(model).arrival_order
 
 
 def model_params(model: str) -> tuple[ParamInfo, ...]:
     """Zoo `model`'s parameters as cadence.dp lays them out (what its plans index)."""
-    return zoo_layout(model)[0]
+    return zoo_facts(model).params
 
 
 def zoo_layout(model: str) -> tuple[tuple[ParamInfo, ...], int]:
     """Zoo `model`'s parameters as cadence.dp lays them out (what its plans index), and the
     bytes of its buffers (what DDP broadcasts before each forward)."""
-    import torch
-
-    from cadence.dp.layers import model_layout
-    from cadence.models import get_model_spec
-
-    spec = get_model_spec(model)  # unknown names: a UserError listing the zoo
-    torch.manual_seed(0)
-    module = spec.build()
-    buffers = sum(b.numel() * b.element_size() for b in module.buffers())
-    return model_layout(module).infos, buffers
+    facts = zoo_facts(model)
+    return facts.params, facts.buffer_bytes
 
 
 def make_setup(
@@ -142,7 +120,7 @@ def make_setup(
         raise UserError(f"--payload-fraction must be in (0, 1], got {payload_fraction}")
     bps = parse_bandwidth(bandwidth)
     check_step(optimizer, optimizer_step_s)  # before any profiling
-    params, buffer_bytes = zoo_layout(model)
+    get_model_spec(model)  # unknown names: a UserError listing the zoo
     if calibration is not None:
         from cadence.comm.calibrate import calibrated_link
 
@@ -167,6 +145,9 @@ def make_setup(
         profile = profile_command(
             model, batch_size=batch_size, iterations=profile_iterations, echo=lambda _: None
         )
+    # Saved with the profile where it was made (no model to build then), else found now.
+    facts = profile.model_facts or zoo_facts(model)
+    params = facts.params
     # The step as it ran where the profile was made (a GPU's, not this machine's CPU's).
     optimizer_step_s = chosen_step_s(optimizer, optimizer_step_s, profile.optimizer_step_s)
     update = step_cost(model, optimizer, optimizer_step_s, params)
@@ -181,9 +162,9 @@ def make_setup(
         link=link,
         description=description,
         update_s_per_byte=update,
-        buffer_bytes=buffer_bytes,
-        buffer_broadcasts=zoo_buffer_broadcasts(model),
-        arrival_order=zoo_arrival_order(model),
+        buffer_bytes=facts.buffer_bytes,
+        buffer_broadcasts=facts.buffer_broadcasts,
+        arrival_order=facts.arrival_order,
     )
 
 

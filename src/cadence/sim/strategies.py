@@ -158,10 +158,14 @@ def _ps(setup: Setup, costs: BlockCosts, update_s: float) -> list[Candidate]:
 def _tensor(setup: Setup, costs: BlockCosts, update_s: float, model_name: str) -> list[Candidate]:
     """TP over all workers, and TP=2 x DP when the count allows; gpt models only."""
     from cadence.models import get_model_spec
+
+    spec = get_model_spec(model_name)
+    if spec.task != "next_token":  # the zoo's transformers are its next-token models: no
+        return []  # need to import torch and build the others to find they are not
     from cadence.tp import gpt_tp_plan, predict_comm_s
     from cadence.tp.transformer import gpt_parts
 
-    model = get_model_spec(model_name).build()
+    model = spec.build()
     try:
         gpt_parts(model)
     except Exception:  # noqa: BLE001 - not a transformer: no tensor-parallel candidate

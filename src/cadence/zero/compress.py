@@ -19,18 +19,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from cadence.zero.wire import SCALE_BYTES, SCALE_CHUNK, wire_bytes
+
 _SHIFTS = torch.arange(8, dtype=torch.uint8)
 _WEIGHTS = (1 << _SHIFTS).to(torch.uint8)
 # Row b holds the 8 signs (+1/-1) byte b stands for.
 _SIGN_TABLE = (((torch.arange(256).reshape(-1, 1) >> torch.arange(8)) & 1) * 2 - 1).float()
-SCALE_BYTES = 4
-SCALE_CHUNK = 256
-"""Elements per fp32 scale; pieces are padded to a multiple of it."""
-
-
-def wire_bytes(numel: int) -> int:
-    """Size of one encoded piece of `numel` elements (a multiple of `SCALE_CHUNK`)."""
-    return numel // 8 + SCALE_BYTES * (numel // SCALE_CHUNK)
 
 
 def _numel_of(wire: torch.Tensor) -> int:

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-from torch import nn
+from typing import TYPE_CHECKING
 
 from cadence.errors import UserError
-from cadence.zero.compress import SCALE_CHUNK, wire_bytes
+from cadence.zero.wire import SCALE_CHUNK, wire_bytes
+
+if TYPE_CHECKING:  # the bucket sizes and memory formulas below are arithmetic the simulator
+    from torch import nn  # reads without torch; only the model walks take modules
 
 FP32 = 4
 
@@ -89,23 +91,28 @@ def round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-CONTAINERS = (nn.ModuleList, nn.Sequential, nn.ModuleDict)
-"""Modules whose items are ZeRO units: repeated layers live in them (transformers' `h`,
-`layer`, `layers`, torchvision-style stages), and they call (or their owner calls) each item."""
+def containers() -> tuple[type[nn.Module], ...]:
+    """Modules whose items are ZeRO units: repeated layers live in them (transformers' `h`,
+    `layer`, `layers`, torchvision-style stages), and they call (or their owner calls) each
+    item."""
+    from torch import nn
+
+    return (nn.ModuleList, nn.Sequential, nn.ModuleDict)
 
 
 def model_units(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """The units ZeRO buckets and (in stage 3) gathers, in pre-order (forward order as far as
     the module tree tells it): the model itself, then every item of a container module
-    (`CONTAINERS`) at any depth. A zoo `BlockModel` is the model plus its blocks (not deeper),
+    (`containers()`) at any depth. A zoo `BlockModel` is the model plus its blocks (not deeper),
     so buckets stay its blocks, as the simulator assumes."""
     units: list[tuple[str, nn.Module]] = [("", model)]
     seen = {id(model)}
+    kinds = containers()
 
     def walk(prefix: str, module: nn.Module, deeper: bool) -> None:
         for name, child in module.named_children():
             path = prefix + name
-            if isinstance(module, CONTAINERS) and id(child) not in seen:
+            if isinstance(module, kinds) and id(child) not in seen:
                 seen.add(id(child))
                 units.append((path, child))
             if deeper:

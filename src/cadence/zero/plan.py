@@ -23,8 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-from torch import nn
+from typing import TYPE_CHECKING
 
 from cadence.zero.config import ZeroConfig
 from cadence.zero.layout import (
@@ -35,6 +34,9 @@ from cadence.zero.layout import (
     build_layout,
     front_buckets,
 )
+
+if TYPE_CHECKING:  # the plan is arithmetic on unit descriptions; only describe_model takes a
+    from torch import nn  # module, whose caller has torch loaded
 
 ONEBIT_RATIO = 32
 """fp32 momentum -> one sign bit per element."""
