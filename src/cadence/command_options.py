@@ -62,7 +62,8 @@ class ProfileOptions:
     """Samples per worker in one forward/backward, the batch a profile times (--batch-size is
     the global batch of cadence train)."""
     profile_iterations: int = 5
-    """Timed iterations of a profile (the median is kept)."""
+    """Most timed iterations of a profile (medians are kept); it stops once they are known to
+    within 1% (at least 3)."""
     block_timing: Literal["in-iteration", "separate", "auto"] = "in-iteration"
     """in-iteration (each block's share of whole iterations), separate (each block's forward
     and gradients in calls of their own), or auto (in-iteration on CUDA, separate on the CPU,
