@@ -263,7 +263,8 @@ def plot(series: Sequence[dict[str, Any]], path: Path) -> None:
     ax_rss.set_ylabel("resident memory (MiB)")
     ax_fds.set_xlabel("step")
     ax_fds.set_ylabel("threads + open descriptors")
-    ax_rss.legend(fontsize=7)
+    if series:  # none where every run stopped before its start step
+        ax_rss.legend(fontsize=7)
     fig.suptitle("cadence bench soak: per-rank resources over a long run, flat is good")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
