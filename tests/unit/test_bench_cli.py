@@ -1,4 +1,4 @@
-"""`cadence bench` offers the product's six benchmarks, each with the shared options."""
+"""`cadence bench` offers the product's seven benchmarks, each with the shared options."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ def _benchmarks() -> dict[str, argparse.ArgumentParser]:
     return dict(bench.choices)
 
 
-def test_the_six_benchmarks() -> None:
-    assert set(_benchmarks()) == {"dp", "zero", "pipeline", "ps", "collectives", "sim"}
+def test_the_seven_benchmarks() -> None:
+    expected = {"dp", "zero", "pipeline", "ps", "collectives", "sim", "soak"}
+    assert set(_benchmarks()) == expected
 
 
 def test_every_benchmark_takes_the_shared_options_it_uses_and_writes_to_out() -> None:

@@ -16,6 +16,7 @@ from cadence.bench.cli_args import command_line as _command_line
 from cadence.bench.cli_args import names as _names
 from cadence.bench.cli_args import one as _one
 from cadence.bench.cli_dp import add_dp as _add_dp
+from cadence.bench.cli_soak import add_soak as _add_soak
 
 
 def _cmd_collectives(args: argparse.Namespace) -> int:
@@ -152,6 +153,7 @@ _BENCHES: tuple[Callable[[Any], None], ...] = (
     _add_pipeline,
     _add_zero,
     _add_ps,
+    _add_soak,
 )
 
 

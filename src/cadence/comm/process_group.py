@@ -100,3 +100,14 @@ def new_group_like_default() -> dist.ProcessGroup:
 def destroy() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def leave_groups(*groups: dist.ProcessGroup | None) -> None:
+    """Destroy the process groups an engine made for itself (None and repeats skipped): each
+    gloo group holds its own connections to every peer and an I/O thread, which would outlive
+    the engine otherwise. Every rank calls it, after the group's last collective. Nothing to
+    do once the default group is gone: destroying it took every group with it."""
+    if not dist.is_initialized():
+        return
+    for group in dict.fromkeys(g for g in groups if g is not None):
+        dist.destroy_process_group(group)

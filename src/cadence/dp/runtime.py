@@ -30,6 +30,7 @@ from torch.autograd import Variable
 
 from cadence.comm import ops as comm
 from cadence.comm.ops import wire_device
+from cadence.comm.process_group import leave_groups
 from cadence.dp import clip
 from cadence.dp.autotune import Autotuner, TuneResult
 from cadence.dp.config import DPConfig
@@ -679,7 +680,8 @@ class SyncEngine:
         )
 
     def close(self) -> None:
-        """Drop a backward pass never stepped, wait for the rest, stop the thread, unhook."""
+        """Drop a backward pass never stepped, wait for the rest, stop the thread, unhook, and
+        leave the engine's process group (its connections and I/O thread go with it)."""
         self._release("drop", [])
         self.flush()
         with self._cv:
@@ -692,3 +694,5 @@ class SyncEngine:
             handle.remove()
         if self.reorder is not None:
             self.reorder.close()
+        leave_groups(self.group)  # data_parallel made it for this engine alone
+        self.group = None

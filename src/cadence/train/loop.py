@@ -27,6 +27,7 @@ from cadence.models.user import LossFn, check_fits, load_loss, model_and_data
 from cadence.train.accumulate import check_accumulation, forward_backward
 from cadence.train.optim import build_optimizer
 from cadence.train.outputs import plot_training, save_checkpoint, write_json
+from cadence.train.resources import probe_from_env
 from cadence.train.sharding import epoch_batches, rank_slice, steps_per_epoch
 from cadence.train.strategies import OwnsStep, get_strategy
 
@@ -119,6 +120,7 @@ def run_training(
     )
     epochs_needed = math.ceil(total_steps / per_epoch) if per_epoch else 0
     fail_at = _injected_failure(ctx.rank)
+    probe = probe_from_env(ctx.rank, total_steps)  # None unless `cadence bench soak` asked
 
     metrics: dict[str, Any] = {
         "config": config.to_json(),
@@ -177,6 +179,8 @@ def run_training(
             t_prev = now
             step += 1
             bar.update(1)
+            if probe is not None:
+                probe.after_step(step)
             if ctx.is_main and step % 5 == 0:
                 bar.set_postfix(epoch=epoch, loss=f"{loss.item():.4f}")
         train_seconds = time.perf_counter() - t_epoch

@@ -25,6 +25,7 @@ import torch.distributed as dist
 from torch import nn
 
 from cadence.comm import collectives
+from cadence.comm.process_group import leave_groups
 from cadence.errors import UserError
 from cadence.zero.compress import decode, encode
 from cadence.zero.layout import Bucket, ZeroLayout, bucket_params
@@ -259,6 +260,9 @@ class ZeroEngine:
         for pool in (self._pool, self._gather_pool):
             if pool is not None:
                 pool.shutdown(wait=True)
+        # zero_from_config made both for this engine alone: their connections and I/O threads.
+        leave_groups(self.group, self.gather_group)
+        self.group = self.gather_group = None
 
     @property
     def compressed_phase(self) -> bool:
