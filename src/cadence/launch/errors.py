@@ -38,6 +38,25 @@ class RankError:
         return f"{self.kind}: {first_line}" if first_line else self.kind
 
 
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def _with_root_cause(exc: BaseException) -> str:
+    """`exc`'s message, its first line followed by the first line of the exception that
+    caused it where one did (e.g. the gloo error behind "cadence-dp communication failed")."""
+    root = exc
+    while root.__cause__ is not None and root.__cause__ is not root:
+        root = root.__cause__
+    message = str(exc)
+    if root is exc:
+        return message
+    head, _, rest = message.strip().partition("\n")
+    cause = _first_line(str(root))
+    cause = f"{type(root).__name__}: {cause}" if cause else type(root).__name__
+    return f"{head} ({cause})" + (f"\n{rest}" if rest else "")
+
+
 def record_error(rank: int, exc: BaseException, user_error: bool) -> None:
     """Write `exc` to the file named by CADENCE_ERROR_FILE, if the launcher asked for one."""
     path = os.environ.get(ERROR_FILE_ENV)
@@ -46,7 +65,7 @@ def record_error(rank: int, exc: BaseException, user_error: bool) -> None:
     data = {
         "rank": rank,
         "kind": type(exc).__name__,
-        "message": str(exc),
+        "message": str(exc) if user_error else _with_root_cause(exc),
         "traceback": "".join(traceback.format_exception(exc)),
         "time": time.time(),
         "user_error": user_error,

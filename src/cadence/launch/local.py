@@ -210,6 +210,10 @@ def launch_local(
                 dead = []
             if dead:
                 time.sleep(POLL_S)  # let the root cause finish writing its error file
+                # A rank that died natively may be reaped after the peer its death broke:
+                # every rank dead by now is a candidate cause, not only the first seen.
+                dead = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
+                dead = [r for r in dead if r not in lost]
                 stop_all(procs)
                 raise failure_cause(procs, logs, dead)
             if all(c == 0 or r in lost for r, c in enumerate(codes)):
