@@ -33,6 +33,16 @@ class DistContext:
         return self.rank == 0
 
 
+_TIMEOUT: timedelta | None = None  # the job's, once `init_from_env` created its group
+
+
+def group_timeout() -> timedelta | None:
+    """The timeout `init_from_env` gave the job's process group, for the groups cadence creates
+    beside it: torch's `new_group` would otherwise wait 30 minutes on gloo whatever the job's
+    timeout (None: cadence did not create the group, torch's default applies)."""
+    return _TIMEOUT
+
+
 def _env_int(name: str, default: int) -> int:
     return int(os.environ.get(name, default))
 
@@ -51,8 +61,10 @@ def init_from_env(
     training code runs single-process for references and debugging. `device` (auto, cpu or
     cuda) and the host's GPUs pick the device and, with `backend` auto, the backend
     (`cadence.placement`); LOCAL_WORLD_SIZE (set by torchrun and cadence's launcher) says how
-    many workers share the host.
+    many workers share the host. `timeout_s` bounds every wait on a peer: the rendezvous and
+    each collective, here and in the groups cadence creates beside this one.
     """
+    global _TIMEOUT
     rank = _env_int("RANK", 0)
     world_size = _env_int("WORLD_SIZE", 1)
     local_rank = _env_int("LOCAL_RANK", rank)
@@ -73,11 +85,12 @@ def init_from_env(
     if where.type == "cuda":
         torch.cuda.set_device(where)
     if world_size > 1 and not dist.is_initialized():
+        _TIMEOUT = timedelta(seconds=timeout_s)
         dist.init_process_group(
             backend=backend,
             rank=rank,
             world_size=world_size,
-            timeout=timedelta(seconds=timeout_s),
+            timeout=_TIMEOUT,
         )
     return DistContext(rank, world_size, local_rank, backend, where)
 

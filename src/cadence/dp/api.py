@@ -11,6 +11,7 @@ from torch import nn
 if TYPE_CHECKING:
     from cadence.profile import Profile
 
+from cadence.comm.process_group import group_timeout
 from cadence.dp.autotune import load_result
 from cadence.dp.config import DPConfig
 from cadence.dp.heap import keep_heap
@@ -51,7 +52,7 @@ def data_parallel(
             for tensor in [*model.parameters(), *model.buffers()]:
                 dist.broadcast(tensor, src=0)
         # A group of its own: the communication thread never interleaves with the main thread.
-        group = dist.new_group(backend=dist.get_backend())
+        group = dist.new_group(backend=dist.get_backend(), timeout=group_timeout())
     engine = SyncEngine(model_layout(model), optimizer, config, group, world_size, root=model)
     attach_tuner(engine, config, profile, world_size)
     engine.forward_side.handles.append(

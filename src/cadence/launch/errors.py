@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 import traceback
@@ -14,6 +15,9 @@ from typing import NoReturn
 
 from cadence.errors import UserError
 from cadence.launch.env import ERROR_FILE_ENV, LOG_FILE_ENV
+
+_GLOO_SOURCE = re.compile(r"\[[^\]\s]+\.(?:cc|cpp|h):\d+\] ")
+_GLOO_TIMEOUT = re.compile(r"Timed out waiting (\d+)ms for \w+ operation")
 
 
 @dataclass(frozen=True)
@@ -34,8 +38,14 @@ class RankError:
     """True when the cause was bad input rather than a bug or a crash."""
 
     def summary(self) -> str:
-        first_line = self.message.strip().splitlines()[0] if self.message.strip() else ""
+        first_line = _GLOO_SOURCE.sub("", _first_line(self.message))  # gloo's file:line prefix
         return f"{self.kind}: {first_line}" if first_line else self.kind
+
+    def timed_out_s(self) -> float | None:
+        """The wait in seconds after which a collective gave up on a peer, when that is why
+        this rank failed (gloo: "Timed out waiting 5000ms for recv operation to complete")."""
+        found = _GLOO_TIMEOUT.search(self.message)
+        return int(found.group(1)) / 1000 if found else None
 
 
 def _first_line(text: str) -> str:

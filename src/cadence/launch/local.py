@@ -142,6 +142,13 @@ def failure_cause(procs: list[subprocess.Popen[bytes]], logs: Path, dead: list[i
     if first.user_error:
         return UserError(first.message)
     log = log_file(logs, first.rank)
+    waited = first.timed_out_s()
+    if waited is not None:  # a peer alive but silent: stalled, or the link to it is down
+        return WorkerFailed(
+            f"rank {first.rank} timed out after {waited:g} s waiting for a peer in a "
+            f"collective (--timeout): a peer stalled or a link between them is down "
+            f"({first.summary()}; traceback in {log})"
+        )
     return WorkerFailed(f"rank {first.rank} failed: {first.summary()} (traceback in {log})")
 
 

@@ -31,6 +31,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from cadence.amp import Handler, unscale_local
 from cadence.amp import register as register_scaler
+from cadence.comm.process_group import group_timeout
 from cadence.errors import UserError
 from cadence.models.blocks import BlockModel
 from cadence.pipeline.api import build_executor, num_stages
@@ -206,7 +207,7 @@ class PipelineParallel(nn.Module):
             for d in range(replicas):
                 ranks = tuple(d * len(ranges) + s for s in stages)
                 if ranks not in _GROUPS:
-                    _GROUPS[ranks] = dist.new_group(list(ranks))
+                    _GROUPS[ranks] = dist.new_group(list(ranks), timeout=group_timeout())
                 if ex.stage in stages and ex.ranks[0] == d * len(ranges):
                     mine.append((_GROUPS[ranks], params))
         return mine

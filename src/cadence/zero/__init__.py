@@ -23,6 +23,7 @@ import torch.distributed as dist
 from torch import nn
 
 from cadence.amp import install as install_scaler
+from cadence.comm.process_group import group_timeout
 from cadence.zero.checkpoint import load, save
 from cadence.zero.config import DEFAULT_FORWARD_GATHER_SHARE, ZeroConfig
 from cadence.zero.engine import ZeroEngine
@@ -120,9 +121,9 @@ def zero_from_config(
             for t in [*model.parameters(), *model.buffers()]:
                 dist.broadcast(t, src=0)
         # The communication thread's own group: never interleaves with the caller's collectives.
-        group = dist.new_group(backend=dist.get_backend())
+        group = dist.new_group(backend=dist.get_backend(), timeout=group_timeout())
         if config.updates_early and config.gather_lane and not config.replicates_everything:
-            gather_group = dist.new_group(backend=dist.get_backend())
+            gather_group = dist.new_group(backend=dist.get_backend(), timeout=group_timeout())
     engine: ZeroEngine
     if config.stage == 3:
         engine = Stage3Engine(

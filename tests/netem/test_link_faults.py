@@ -1,0 +1,155 @@
+"""An emulated link taken down under `cadence train --emulate-bandwidth` (world size 2, the
+switch port of host 1 set down): for longer than `--timeout` the run stops with one line that
+names the timeout; for shorter it trains to the end. No namespace survives either."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cli_helpers import SRC
+from tests.conftest import needs_netem
+
+# Hang-detection deadlines, not timings.
+START_BOUND_S = 120  # workers importing torch and joining on a loaded machine
+STOP_BOUND_S = 90  # after the link went down: --timeout plus the supervisor's stop
+
+
+def _left_behind(host_namespace: str) -> set[str]:
+    """The namespaces of `host_namespace`'s cluster that still exist."""
+    cluster = host_namespace.rsplit("-", 1)[0]
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in out.splitlines() if line.startswith(cluster + "-")}
+
+
+def _rank1_namespace(run_dir: Path) -> str | None:
+    """The namespace rank 1 of this run trains in, once it has joined its peer (two or more
+    established TCP connections: the rendezvous store and gloo's)."""
+    found = subprocess.run(
+        ["pgrep", "-f", f"cadence.launch.worker .*{run_dir}"], capture_output=True, text=True
+    )
+    for pid in found.stdout.split():
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"RANK=1" not in environ:
+            continue
+        namespace = subprocess.run(
+            ["ip", "netns", "identify", pid], capture_output=True, text=True
+        ).stdout.strip()
+        if not namespace:
+            return None
+        sockets = subprocess.run(
+            ["ip", "netns", "exec", namespace, "ss", "-Htn", "state", "established"],
+            capture_output=True, text=True,
+        ).stdout  # fmt: skip
+        return namespace if len(sockets.splitlines()) >= 2 else None
+    return None
+
+
+def _set_port(host_namespace: str, state: str) -> None:
+    """Set host `host_namespace`'s port on its cluster's switch up or down."""
+    cluster, host = host_namespace.rsplit("-", 1)
+    subprocess.run(
+        ["ip", "-n", f"{cluster}-sw", "link", "set", host, state], check=True, timeout=30
+    )
+
+
+def _start(run_dir: Path, steps: int, timeout_s: int, *args: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=SRC)
+    return subprocess.Popen(
+        [sys.executable, "-m", "cadence", "train", "--model", "mlp", "--steps", str(steps),
+         "--emulate-bandwidth", "20mbit", "--timeout", str(timeout_s), "--out", str(run_dir),
+         "--name", "run", *args],
+        cwd=run_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _joined(proc: subprocess.Popen[str], run_dir: Path) -> str:
+    deadline = time.monotonic() + START_BOUND_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        namespace = _rank1_namespace(run_dir)
+        if namespace:
+            time.sleep(2)  # into the training steps, past the model's set-up
+            return namespace
+        time.sleep(0.2)
+    proc.kill()
+    _, stderr = proc.communicate()
+    pytest.fail(f"rank 1 never joined its peer:\n{stderr}")
+
+
+def _finish(proc: subprocess.Popen[str], bound_s: float) -> str:
+    try:
+        _, stderr = proc.communicate(timeout=bound_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, stderr = proc.communicate()
+        pytest.fail(f"no exit within {bound_s} s of the link going down:\n{stderr}")
+    return stderr
+
+
+@needs_netem
+def test_a_link_down_longer_than_the_timeout_stops_the_run_naming_it(tmp_path):
+    proc = _start(tmp_path, 100_000, timeout_s=5)
+    namespace = _joined(proc, tmp_path)
+    _set_port(namespace, "down")  # and never up again: the teardown removes it
+    stderr = _finish(proc, STOP_BOUND_S)
+    assert proc.returncode == 1, stderr
+    last = stderr.strip().splitlines()[-1]
+    assert "timed out after 5 s waiting for a peer in a collective (--timeout)" in last, stderr
+    assert "a link between them is down" in last
+    assert "Traceback" not in stderr
+    assert _left_behind(namespace) == set()
+
+
+def _first_epoch_done(proc: subprocess.Popen[str]) -> list[str]:
+    """Read rank 0's output until its first epoch line (then the run is training its second
+    epoch); the lines read so far."""
+    assert proc.stdout is not None
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def read() -> None:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            lines.append(line)
+            if line.startswith("epoch 1/"):
+                seen.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    if not seen.wait(START_BOUND_S):
+        proc.kill()
+        pytest.fail(f"no first epoch within {START_BOUND_S} s:\n{proc.communicate()[1]}")
+    return lines
+
+
+@needs_netem
+def test_a_link_down_shorter_than_the_timeout_is_ridden_out(tmp_path):
+    # 20mbit: a step of mlp waits ~0.14 s for the wire; batches of 32 make an epoch 44 steps,
+    # so the outage starts and ends inside the second epoch's steps.
+    proc = _start(tmp_path, 150, 60, "--batch-size", "32")
+    _first_epoch_done(proc)
+    namespace = _rank1_namespace(tmp_path)
+    assert namespace is not None
+    _set_port(namespace, "down")
+    time.sleep(3)
+    _set_port(namespace, "up")
+    try:
+        proc.wait(timeout=STOP_BOUND_S + 60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"no exit after the link came back:\n{proc.communicate()[1]}")
+    stderr = proc.stderr.read() if proc.stderr else ""
+    assert proc.returncode == 0, stderr
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["steps"] == 150
+    # The outage fell inside the training steps: one of them waited it out.
+    assert max(metrics["iteration_times_s"]) > 2.0
+    assert _left_behind(namespace) == set()
