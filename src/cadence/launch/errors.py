@@ -17,7 +17,7 @@ from cadence.errors import UserError
 from cadence.launch.env import ERROR_FILE_ENV, LOG_FILE_ENV
 
 _GLOO_SOURCE = re.compile(r"\[[^\]\s]+\.(?:cc|cpp|h):\d+\] ")
-_GLOO_TIMEOUT = re.compile(r"Timed out waiting (\d+)ms for \w+ operation")
+_GLOO_TIMEOUT = re.compile(r"Timed out waiting \d+ms for \w+ operation|Application timeout")
 
 
 @dataclass(frozen=True)
@@ -41,11 +41,11 @@ class RankError:
         first_line = _GLOO_SOURCE.sub("", _first_line(self.message))  # gloo's file:line prefix
         return f"{self.kind}: {first_line}" if first_line else self.kind
 
-    def timed_out_s(self) -> float | None:
-        """The wait in seconds after which a collective gave up on a peer, when that is why
-        this rank failed (gloo: "Timed out waiting 5000ms for recv operation to complete")."""
-        found = _GLOO_TIMEOUT.search(self.message)
-        return int(found.group(1)) / 1000 if found else None
+    def timed_out(self) -> bool:
+        """Whether this rank failed because a collective gave up waiting on a peer (gloo's
+        "Timed out waiting 5000ms for recv operation", or "Application timeout caused pair
+        closure" on the operations that shared the connection)."""
+        return _GLOO_TIMEOUT.search(self.message) is not None
 
 
 def _first_line(text: str) -> str:
