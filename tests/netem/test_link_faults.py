@@ -20,6 +20,7 @@ from tests.conftest import needs_netem
 # Hang-detection deadlines, not timings.
 START_BOUND_S = 120  # workers importing torch, joining and training an epoch
 STOP_BOUND_S = 90  # after the link went down: --timeout plus the supervisor's stop
+OUTAGE_S = 6  # the short outage, well under the 60 s timeout of its run
 
 
 def _left_behind(host_namespace: str) -> set[str]:
@@ -127,18 +128,19 @@ def test_a_link_down_longer_than_the_timeout_stops_the_run_naming_it(tmp_path, a
 @needs_netem
 def test_a_link_down_shorter_than_the_timeout_is_ridden_out(tmp_path):
     # 20mbit: a step of mlp waits ~0.14 s for the wire; batches of 32 make an epoch 44 steps,
-    # so the outage starts and ends inside the second epoch's steps.
+    # so the outage starts and ends inside the second epoch (~6 s of steps).
     proc = _start(tmp_path, 150, 60, "--batch-size", "32")
     _first_epoch_done(proc)
     namespace = _rank1_namespace(tmp_path)
     assert namespace is not None
     _set_port(namespace, "down")
-    time.sleep(3)
+    time.sleep(OUTAGE_S)
     _set_port(namespace, "up")
     stderr = _wait_exit(proc, STOP_BOUND_S + 60)
     assert proc.returncode == 0, stderr
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["steps"] == 150
-    # The outage fell inside the training steps: one of them waited it out.
-    assert max(metrics["iteration_times_s"]) > 2.0
+    # The outage fell inside the training steps: one of them waited out most of it (its
+    # start may overlap rank 0 writing the first epoch's outputs).
+    assert max(metrics["iteration_times_s"]) > OUTAGE_S / 3
     assert _left_behind(namespace) == set()
