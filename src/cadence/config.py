@@ -161,6 +161,10 @@ class ClusterSection:
     """Run the workers as hosts of an emulated cluster with links capped at RATE, e.g. 400mbit."""
     master_port: int | None = None
     """Rendezvous port of local launches; none: a free one."""
+    timeout_s: float = opt(300.0, flag="--timeout", metavar="SECONDS")
+    """A rank that waits this long for a peer (rendezvous or collective, e.g. across a link
+    that is down) fails and the job stops naming the timeout; a peer that dies is noticed at
+    once (its connections close)."""
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -168,6 +172,8 @@ class ClusterSection:
         if self.threads is not None and self.threads < 1:
             raise UserError(f"--threads must be at least 1 (got {self.threads})")
         check_device(self.device)
+        if not self.timeout_s > 0:
+            raise UserError(f"--timeout must be positive (got {self.timeout_s})")
         if self.master_port is not None and not 0 < self.master_port < 65536:
             raise UserError(f"--master-port must be in 1..65535 (got {self.master_port})")
 

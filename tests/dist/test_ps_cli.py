@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from cadence.train.loop import INJECT_ENV
+from cadence.inject import INJECT_ENV
 from tests.cli_helpers import assert_one_line_error, run_cadence
 
 

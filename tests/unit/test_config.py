@@ -36,6 +36,7 @@ def test_an_unknown_flat_key_is_refused_in_one_line():
         ({"lr": 0.0}, "--lr must be positive"),
         ({"optimizer": "lion"}, "unknown optimizer 'lion'"),
         ({"master_port": 70000}, "--master-port"),
+        ({"timeout": 0.0}, "--timeout must be positive"),
         ({"strategy": "horovod"}, "unknown strategy 'horovod'"),
     ],
 )

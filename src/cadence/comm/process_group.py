@@ -33,6 +33,16 @@ class DistContext:
         return self.rank == 0
 
 
+_TIMEOUT: timedelta | None = None  # the job's, once `init_from_env` created its group
+
+
+def group_timeout() -> timedelta | None:
+    """The timeout `init_from_env` gave the job's process group, for the groups cadence creates
+    beside it: torch's `new_group` would otherwise wait 30 minutes on gloo whatever the job's
+    timeout (None: cadence did not create the group, torch's default applies)."""
+    return _TIMEOUT
+
+
 def _env_int(name: str, default: int) -> int:
     return int(os.environ.get(name, default))
 
@@ -51,7 +61,8 @@ def init_from_env(
     training code runs single-process for references and debugging. `device` (auto, cpu or
     cuda) and the host's GPUs pick the device and, with `backend` auto, the backend
     (`cadence.placement`); LOCAL_WORLD_SIZE (set by torchrun and cadence's launcher) says how
-    many workers share the host.
+    many workers share the host. `timeout_s` bounds every wait on a peer: the rendezvous and
+    each collective, here and in the groups cadence creates beside this one.
     """
     rank = _env_int("RANK", 0)
     world_size = _env_int("WORLD_SIZE", 1)
@@ -78,22 +89,23 @@ def init_from_env(
 
 
 def init_group(backend: str, rank: int, world_size: int, timeout_s: float) -> None:
-    """Join the default process group (its rendezvous from MASTER_ADDR/MASTER_PORT)."""
-    dist.init_process_group(
-        backend=backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s)
-    )
+    """Join the default process group (its rendezvous from MASTER_ADDR/MASTER_PORT); the
+    groups `new_group` makes later get the same timeout."""
+    global _TIMEOUT
+    _TIMEOUT = timedelta(seconds=timeout_s)
+    dist.init_process_group(backend=backend, rank=rank, world_size=world_size, timeout=_TIMEOUT)
 
 
 def new_group(ranks: list[int] | None = None) -> dist.ProcessGroup:
     """A process group of `ranks` (every rank: None); every rank of the job must call it."""
-    group: dist.ProcessGroup = dist.new_group(ranks)
+    group: dist.ProcessGroup = dist.new_group(ranks, timeout=group_timeout())
     return group
 
 
 def new_group_like_default() -> dist.ProcessGroup:
     """A second group of every rank with the default group's backend: collectives issued on it
     from another thread never interleave with the caller's on the default group."""
-    group: dist.ProcessGroup = dist.new_group(backend=dist.get_backend())
+    group: dist.ProcessGroup = dist.new_group(backend=dist.get_backend(), timeout=group_timeout())
     return group
 
 

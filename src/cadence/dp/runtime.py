@@ -46,6 +46,7 @@ from cadence.dp.plan import (
     one_chunk_suffices,
 )
 from cadence.dp.reorder import BackwardReorder, deferrable
+from cadence.inject import injected_fault
 
 WAIT_POLL_S = 1.0
 ONE_CHUNK_PROBE_ITERATIONS = 3
@@ -123,6 +124,8 @@ class SyncEngine:
         self._last_ready_s = [0.0] * num_params  # snapshot of the last complete backward
         self._applied = [0] * num_params  # backward passes whose update is applied
         self._error: BaseException | None = None
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        self._fault = injected_fault(rank, "allreduce")  # tests only (cadence.inject)
         # The chunk the communication thread waits for: a gradient hook wakes it only when it
         # completes that chunk, not once per parameter (each wake-up costs a context switch
         # on the cores the backward pass computes on).
@@ -536,6 +539,8 @@ class SyncEngine:
             work = None
             if self.group is not None:
                 work = comm.all_reduce_async(buffer, group=self.group)
+            if self._fault is not None and self._fault.step + 1 == iteration:
+                self._fault.fire("in the gradient all-reduce")
             in_flight.append((chunk, buffer, work))
             in_flight_bytes += chunk.nbytes
         # Which parameters got a gradient on some rank: known once the backward pass has ended

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 import traceback
@@ -14,6 +15,9 @@ from typing import NoReturn
 
 from cadence.errors import UserError
 from cadence.launch.env import ERROR_FILE_ENV, LOG_FILE_ENV
+
+_GLOO_SOURCE = re.compile(r"\[[^\]\s]+\.(?:cc|cpp|h):\d+\] ")
+_GLOO_TIMEOUT = re.compile(r"Timed out waiting \d+ms for \w+ operation|Application timeout")
 
 
 @dataclass(frozen=True)
@@ -34,8 +38,33 @@ class RankError:
     """True when the cause was bad input rather than a bug or a crash."""
 
     def summary(self) -> str:
-        first_line = self.message.strip().splitlines()[0] if self.message.strip() else ""
+        first_line = _GLOO_SOURCE.sub("", _first_line(self.message))  # gloo's file:line prefix
         return f"{self.kind}: {first_line}" if first_line else self.kind
+
+    def timed_out(self) -> bool:
+        """Whether this rank failed because a collective gave up waiting on a peer (gloo's
+        "Timed out waiting 5000ms for recv operation", or "Application timeout caused pair
+        closure" on the operations that shared the connection)."""
+        return _GLOO_TIMEOUT.search(self.message) is not None
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def _with_root_cause(exc: BaseException) -> str:
+    """`exc`'s message, its first line followed by the first line of the exception that
+    caused it where one did (e.g. the gloo error behind "cadence-dp communication failed")."""
+    root = exc
+    while root.__cause__ is not None and root.__cause__ is not root:
+        root = root.__cause__
+    message = str(exc)
+    if root is exc:
+        return message
+    head, _, rest = message.strip().partition("\n")
+    cause = _first_line(str(root))
+    cause = f"{type(root).__name__}: {cause}" if cause else type(root).__name__
+    return f"{head} ({cause})" + (f"\n{rest}" if rest else "")
 
 
 def record_error(rank: int, exc: BaseException, user_error: bool) -> None:
@@ -46,7 +75,7 @@ def record_error(rank: int, exc: BaseException, user_error: bool) -> None:
     data = {
         "rank": rank,
         "kind": type(exc).__name__,
-        "message": str(exc),
+        "message": str(exc) if user_error else _with_root_cause(exc),
         "traceback": "".join(traceback.format_exception(exc)),
         "time": time.time(),
         "user_error": user_error,

@@ -117,9 +117,15 @@ def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
             proc.wait()
 
 
-def failure_cause(procs: list[subprocess.Popen[bytes]], logs: Path, dead: list[int]) -> Exception:
+def failure_cause(
+    procs: list[subprocess.Popen[bytes]],
+    logs: Path,
+    dead: list[int],
+    timeout_s: float | None = None,
+) -> Exception:
     """Name the root cause among the ranks in `dead` (seen exiting badly before the supervisor
-    stopped the others, whose SIGTERM is a consequence, not a cause).
+    stopped the others, whose SIGTERM is a consequence, not a cause); `timeout_s`: the job's
+    collective timeout, said when that is what ended it.
 
     A rank that died without recording anything crashed natively (abort, segfault, OOM kill);
     errors its peers recorded are then almost always their sockets closing under them. Otherwise
@@ -142,6 +148,13 @@ def failure_cause(procs: list[subprocess.Popen[bytes]], logs: Path, dead: list[i
     if first.user_error:
         return UserError(first.message)
     log = log_file(logs, first.rank)
+    if first.timed_out():  # a peer alive but silent: stalled, or the link to it is down
+        waited = f" after {timeout_s:g} s" if timeout_s is not None else ""
+        return WorkerFailed(
+            f"rank {first.rank} timed out{waited} waiting for a peer in a collective "
+            f"(--timeout): a peer stalled or a link between them is down "
+            f"({first.summary()}; traceback in {log})"
+        )
     return WorkerFailed(f"rank {first.rank} failed: {first.summary()} (traceback in {log})")
 
 
@@ -210,8 +223,12 @@ def launch_local(
                 dead = []
             if dead:
                 time.sleep(POLL_S)  # let the root cause finish writing its error file
+                # A rank that died natively may be reaped after the peer its death broke:
+                # every rank dead by now is a candidate cause, not only the first seen.
+                dead = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
+                dead = [r for r in dead if r not in lost]
                 stop_all(procs)
-                raise failure_cause(procs, logs, dead)
+                raise failure_cause(procs, logs, dead, config.cluster.timeout_s)
             if all(c == 0 or r in lost for r, c in enumerate(codes)):
                 break
             time.sleep(POLL_S)

@@ -31,7 +31,7 @@ def run_worker(config: TrainConfig, run_dir: Path | None) -> dict[str, Any]:
     if threads:
         torch.set_num_threads(threads)
     bandwidth = os.environ.get(BANDWIDTH_ENV)
-    ctx = init_from_env(device=config.cluster.device)
+    ctx = init_from_env(device=config.cluster.device, timeout_s=config.cluster.timeout_s)
     try:
         check_strategy(config.job.strategy, str(ctx.device), ctx.backend)  # under torchrun too
         metrics = run_training(config, ctx, run_dir, float(bandwidth) if bandwidth else None)

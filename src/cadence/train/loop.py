@@ -7,7 +7,6 @@ The loop is strategy-agnostic: the strategy wraps model and optimizer, the loop 
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import sys
 import time
@@ -21,6 +20,7 @@ from cadence.comm import DistContext, all_reduce_sum
 from cadence.comm.cost import ring_allreduce_wire_s
 from cadence.config import TrainConfig
 from cadence.errors import UserError
+from cadence.inject import fail_in_forward, injected_fault
 from cadence.models import Dataset, loss_fn
 from cadence.models.refs import is_ref
 from cadence.models.user import LossFn, check_fits, load_loss, model_and_data
@@ -32,19 +32,6 @@ from cadence.train.sharding import epoch_batches, rank_slice, steps_per_epoch
 from cadence.train.strategies import OwnsStep, get_strategy
 
 EVAL_BATCH = 256
-INJECT_ENV = "CADENCE_INJECT_FAILURE"
-"""`RANK:STEP` makes that rank raise at that step; `RANK:STEP:abort` makes it die natively
-(SIGABRT, nothing recorded): lets tests check crash handling for real."""
-
-
-def _injected_failure(rank: int) -> tuple[int, bool] | None:
-    """(step, abort) for this rank, or None."""
-    spec = os.environ.get(INJECT_ENV)
-    if not spec:
-        return None
-    parts = spec.split(":")
-    fail_rank, fail_step = int(parts[0]), int(parts[1])
-    return (fail_step, parts[2:] == ["abort"]) if fail_rank == rank else None
 
 
 @torch.no_grad()
@@ -119,7 +106,10 @@ def run_training(
         config.job.steps if config.job.steps is not None else per_epoch * config.job.epochs
     )
     epochs_needed = math.ceil(total_steps / per_epoch) if per_epoch else 0
-    fail_at = _injected_failure(ctx.rank)
+    fail_at = injected_fault(ctx.rank, "step")  # tests: CADENCE_INJECT_FAILURE (cadence.inject)
+    fail_in = injected_fault(ctx.rank, "forward")
+    if fail_in is not None:
+        fail_in_forward(plain, fail_in)
     probe = probe_from_env(ctx.rank, total_steps)  # None unless `cadence bench soak` asked
 
     metrics: dict[str, Any] = {
@@ -160,10 +150,8 @@ def run_training(
         ):
             if step == total_steps:
                 break
-            if fail_at is not None and step == fail_at[0]:
-                if fail_at[1]:
-                    os.abort()
-                raise RuntimeError(f"injected failure at step {step} ({INJECT_ENV})")
+            if fail_at is not None and step == fail_at.step:
+                fail_at.fire("between steps")
             x, y = data.train_x[idx].to(ctx.device), data.train_y[idx].to(ctx.device)
             if owner is not None:
                 loss = owner.train_step(x, y, optimizer)
