@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -65,7 +66,7 @@ def _cmd_netem(args: argparse.Namespace) -> int:
     data: Any
     if args.netem_cmd == "up":
         data = netem.netem_up(
-            args.hosts, netem.parse_bandwidth(args.bandwidth),
+            args.hosts, netem.parse_bandwidth(args.emulate_bandwidth),
             priority_classes=args.priority_classes,
             congestion_control=args.congestion_control,
             port_queue=args.port_queue,
@@ -80,7 +81,8 @@ def _cmd_netem(args: argparse.Namespace) -> int:
         _netem_load(args.cluster, args.src, args.dst, args.seconds)
         return 0
     else:
-        bandwidth = netem.parse_bandwidth(args.bandwidth) if args.bandwidth else None
+        rate = args.emulate_bandwidth
+        bandwidth = netem.parse_bandwidth(rate) if rate else None
         if bandwidth is None and args.cluster is None:
             bandwidth = netem.parse_bandwidth("1gbit")
         data = netem.netem_probe(
@@ -98,8 +100,6 @@ def _netem_load(cluster_id: str | None, src: int, dst: int, seconds: float) -> N
     from cadence import netem
 
     netem.check_netem_available()
-    if seconds < 0:
-        raise UserError(f"--seconds must be 0 (until Ctrl-C) or more (got {seconds})")
     infos = [i for i in netem.list_clusters() if cluster_id in (None, i.cluster_id)]
     if len(infos) != 1:
         found = ", ".join(i.cluster_id for i in netem.list_clusters()) or "none"
@@ -156,7 +156,9 @@ def _add_profile(sub: Any) -> None:
 
 
 def _add_train(sub: Any) -> None:
-    from cadence.config_flags import add_config_arguments, add_config_flag
+    from cadence.command_options import SimulateOptions
+    from cadence.config import SECTIONS
+    from cadence.config_flags import FlagSet, add_flags
 
     p = sub.add_parser(
         "train",
@@ -166,65 +168,44 @@ def _add_train(sub: Any) -> None:
         "in sections below; --config FILE reads them from a TOML file ([section] tables of "
         "field = value, e.g. [data] batch_size = 64) and the flags given override the file.",
     )
-    add_config_flag(p)
-    p.add_argument("--json", default=None, metavar="FILE", help="also write the metrics here")
-    add_config_arguments(p)
+    sections = [FlagSet(name, cls) for name, cls in SECTIONS.items()]
+    add_flags(p, [*sections, FlagSet("simulate", SimulateOptions, only=("json",))])
     p.set_defaults(func=_cmd_train)
 
 
 def _add_netem(sub: Any) -> None:
+    from cadence.command_options import NetemOptions, SimulateOptions
+    from cadence.config import ClusterSection
+    from cadence.config_flags import FlagSet, add_flags
+
+    def netem(*only: str, **defaults: object) -> FlagSet:
+        return FlagSet("netem", NetemOptions, only=only, defaults=defaults)
+
+    output = FlagSet("simulate", SimulateOptions, only=("json",))
+    # The cap means what `cadence train --emulate-bandwidth` means: one field, one flag.
+    cap = FlagSet("cluster", ClusterSection, only=("emulate_bandwidth",))
+
     p = sub.add_parser("netem", help="emulated cluster: network namespaces with capped links")
     nsub = p.add_subparsers(dest="netem_cmd", required=True)
+    link = ("priority_classes", "congestion_control", "port_queue", "slow_start_after_idle")
     up = nsub.add_parser("up", help="create a persistent emulated cluster")
-    up.add_argument("--hosts", type=int, default=2)
-    up.add_argument("--bandwidth", default="1gbit", help="link cap, e.g. 400mbit")
-    up.add_argument(
-        "--priority-classes", type=int, default=0, metavar="N",
-        help="N (2-4) htb priority classes on every port, by the TOS byte the parameter "
-        "server's channels mark (default 0: one tbf per port)",
-    )  # fmt: skip
-    up.add_argument(
-        "--congestion-control", default=None, metavar="NAME",
-        help="TCP congestion control of every host (default cubic, or "
-        "$CADENCE_NETEM_CONGESTION_CONTROL; e.g. bbr or reno)",
-    )  # fmt: skip
-    up.add_argument(
-        "--port-queue", default=None, choices=("fifo", "per-peer"),
-        help="how every capped port queues: one FIFO (tbf), or an even share for each other "
-        "host (htb), as a real host's fair queues give (default per-peer, or "
-        "$CADENCE_NETEM_PORT_QUEUE; fifo under priority classes)",
-    )  # fmt: skip
-    up.add_argument(
-        "--slow-start-after-idle", default=None, action=argparse.BooleanOptionalAction,
-        help="whether hosts start an idle TCP connection's window again, as Linux does by "
-        "default (net.ipv4.tcp_slow_start_after_idle; default off, or "
-        "$CADENCE_NETEM_SLOW_START_AFTER_IDLE=1|0)",
-    )  # fmt: skip
-    up.add_argument("--json", default=None, metavar="FILE")
+    up_cap = dataclasses.replace(cap, defaults={"emulate_bandwidth": "1gbit"})
+    add_flags(up, [netem("hosts", *link), up_cap, output])
     down = nsub.add_parser("down", help="remove an emulated cluster")
     down.add_argument("cluster", nargs="?", default=None, help="cluster id (see status)")
-    down.add_argument("--all", action="store_true", help="remove every cadence cluster")
+    add_flags(down, [netem("remove_all")])
     status = nsub.add_parser("status", help="list emulated clusters")
-    status.add_argument("--json", default=None, metavar="FILE")
+    add_flags(status, [output])
     probe = nsub.add_parser("probe", help="measure bandwidth between two hosts")
     probe.add_argument(
-        "cluster",
-        nargs="?",
-        default=None,
-        help="cluster id; default: a temporary 2-host cluster at --bandwidth",
-    )
-    probe.add_argument(
-        "--bandwidth", default=None, help="cap of the temporary cluster (default 1gbit)"
-    )
-    probe.add_argument("--src", type=int, default=0)
-    probe.add_argument("--dst", type=int, default=1)
-    probe.add_argument("--seconds", type=float, default=2.0)
-    probe.add_argument("--json", default=None, metavar="FILE")
+        "cluster", nargs="?", default=None,
+        help="cluster id; default: a temporary 2-host cluster at --emulate-bandwidth (none: "
+        "1gbit)",
+    )  # fmt: skip
+    add_flags(probe, [netem("src", "dst", "seconds"), cap, output])
     load = nsub.add_parser("load", help="background TCP traffic over one link (contention)")
     load.add_argument("cluster", nargs="?", default=None, help="cluster id (default: the only one)")
-    load.add_argument("--src", type=int, default=0, help="sending host")
-    load.add_argument("--dst", type=int, default=1, help="receiving host")
-    load.add_argument("--seconds", type=float, default=0.0, help="duration; 0: until Ctrl-C")
+    add_flags(load, [netem("src", "dst", "seconds", seconds=0.0)])
     p.set_defaults(func=_cmd_netem)
 
 
@@ -254,7 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_calibrate(sub)
     add_bench_sim(add_bench(sub))
     models = sub.add_parser("models", help="list the model zoo")
-    models.add_argument("--json", default=None, metavar="FILE")
+    from cadence.command_options import SimulateOptions
+    from cadence.config_flags import FlagSet, add_flags
+
+    add_flags(models, [FlagSet("simulate", SimulateOptions, only=("json",))])
     models.set_defaults(func=_cmd_models)
     return parser
 

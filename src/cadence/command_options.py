@@ -97,7 +97,8 @@ class SimulateOptions:
     png: str | None = opt(None, metavar="FILE")
     """Draw the command's picture here (simulate: the timeline; plan map: the map)."""
     json: str | None = opt(None, metavar="FILE")
-    """Write the figures here."""
+    """Also write the results here as JSON: the figures (simulate, plan), the profile, the
+    metrics (train), the zoo (models), the cluster or the probe (netem)."""
 
     def __post_init__(self) -> None:
         _at_least("--replicas", self.replicas, 1)
@@ -182,11 +183,47 @@ class BenchOptions:
         _at_least("--warmup", self.warmup, 0)
 
 
+@dataclass(frozen=True, kw_only=True)
+class NetemOptions:
+    """The emulated cluster `cadence netem` makes, probes or loads: network namespaces joined
+    by capped links (each subcommand takes the options it uses; the cap is
+    `--emulate-bandwidth`, as in `cadence train`)."""
+
+    hosts: int = 2
+    """Hosts of the cluster."""
+    priority_classes: int = opt(0, metavar="N")
+    """N (2-4) htb priority classes on every port, by the TOS byte the parameter server's
+    channels mark; 0: one tbf per port."""
+    congestion_control: str | None = opt(None, metavar="NAME")
+    """TCP congestion control of every host, e.g. bbr or reno; none: cubic, or
+    $CADENCE_NETEM_CONGESTION_CONTROL."""
+    port_queue: Literal["fifo", "per-peer"] | None = None
+    """How every capped port queues: one FIFO (tbf), or an even share for each other host
+    (htb), as a real host's fair queues give; none: per-peer, or $CADENCE_NETEM_PORT_QUEUE
+    (fifo under priority classes)."""
+    slow_start_after_idle: bool | None = None
+    """Whether hosts start an idle TCP connection's window again, as Linux does by default
+    (net.ipv4.tcp_slow_start_after_idle); none: off, or $CADENCE_NETEM_SLOW_START_AFTER_IDLE=1|0."""
+    src: int = 0
+    """Sending host."""
+    dst: int = 1
+    """Receiving host."""
+    seconds: float = opt(2.0, metavar="SECONDS")
+    """How long to send (load: 0 sends until Ctrl-C)."""
+    remove_all: bool = opt(False, flag="--all")
+    """down: remove every cadence cluster."""
+
+    def __post_init__(self) -> None:
+        _at_least("--hosts", self.hosts, 1)
+        _at_least("--seconds", self.seconds, 0.0)
+
+
 COMMAND_TABLES: dict[str, type] = {
     "network": NetworkModel,
     "profile": ProfileOptions,
     "simulate": SimulateOptions,
     "plan": PlanOptions,
     "bench": BenchOptions,
+    "netem": NetemOptions,
 }
 """The commands' own TOML tables (next to `TrainConfig`'s sections in a `--config` file)."""

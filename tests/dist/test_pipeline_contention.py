@@ -12,8 +12,8 @@ from tests.conftest import needs_netem
 
 @needs_netem
 def test_load_takes_bandwidth_from_a_probe_on_the_same_link(tmp_path: Path) -> None:
-    up = run_cadence("netem", "up", "--hosts", "2", "--bandwidth", "200mbit", "--json", "up.json",
-                     cwd=tmp_path, timeout=60)
+    up = run_cadence("netem", "up", "--hosts", "2", "--emulate-bandwidth", "200mbit",
+                     "--json", "up.json", cwd=tmp_path, timeout=60)
     assert up.returncode == 0, up.stderr
     cluster = json.loads((tmp_path / "up.json").read_text())["cluster_id"]
     load = None

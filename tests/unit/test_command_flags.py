@@ -142,3 +142,25 @@ def test_simulate_reads_the_file_end_to_end(tmp_path: Path) -> None:
     assert main(["simulate", "--config", str(job), "--workers", "4"]) == 0
     data = json.loads(out.read_text())
     assert (data["strategy"], data["world_size"]) == ("ddp", 4)
+
+
+def test_netem_flags_come_from_their_table_and_the_cap_is_trains() -> None:
+    up = _resolved("netem", "up", "--emulate-bandwidth", "400mbit", "--port-queue", "fifo")
+    assert (up.hosts, up.emulate_bandwidth, up.port_queue, up.json) == (2, "400mbit", "fifo", None)
+    assert _resolved("netem", "up").emulate_bandwidth == "1gbit"
+    probe = _resolved("netem", "probe", "abc", "--dst", "3")
+    assert (probe.cluster, probe.emulate_bandwidth, probe.dst) == ("abc", None, 3)
+    assert probe.seconds == 2.0
+    assert _resolved("netem", "load").seconds == 0.0
+    assert _resolved("netem", "down", "--all").all is True
+    derived = _derived()
+    assert {c for c, _ in derived["--emulate-bandwidth"]} >= {"train", "netem up", "netem probe"}
+    assert {a.dest for _, a in derived["--emulate-bandwidth"]} == {"cluster.emulate_bandwidth"}
+    assert {c for c, _ in derived["--json"]} >= {"train", "models", "netem status"}
+    every = {s for a in build_parser()._actions for s in a.option_strings}
+    for command, parser in _commands(build_parser()).items():
+        if command.startswith("netem"):
+            every |= {s for a in parser._actions for s in a.option_strings}
+    assert "--bandwidth" not in every
+    with pytest.raises(UserError, match="--seconds must be >= 0"):
+        _resolved("netem", "load", "--seconds", "-1")

@@ -69,6 +69,9 @@ def test_slow_start_after_idle_is_off_unless_turned_on(monkeypatch: pytest.Monke
 )
 def test_netem_up_takes_idle_restart_either_way(flag: list[str], expected: bool | None) -> None:
     from cadence.cli import build_parser
+    from cadence.config_flags import resolve_flags
 
-    args = build_parser().parse_args(["netem", "up", "--bandwidth", "400mbit", *flag])
+    args = build_parser().parse_args(["netem", "up", "--emulate-bandwidth", "400mbit", *flag])
+    resolve_flags(args)
     assert args.slow_start_after_idle is expected
+    assert args.emulate_bandwidth == "400mbit"

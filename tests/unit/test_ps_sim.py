@@ -6,7 +6,9 @@ import pytest
 
 from cadence.errors import UserError
 from cadence.profile.record import BlockProfile, Profile
-from cadence.sim.ps_adapter import simulate_ps
+from cadence.ps.plan import chain_plan
+from cadence.sim.options import SimOptions
+from cadence.sim.ps_adapter import host_bytes, server_hosts, simulate_ps
 
 
 def _profile(blocks: int = 3) -> Profile:
@@ -53,3 +55,37 @@ def test_colocated_worker_moves_nothing_and_bad_input_is_refused() -> None:
         simulate_ps(_profile(), workers=2, link=100.0, priority="random")
     with pytest.raises(UserError, match="at least 2 workers"):
         simulate_ps(_profile(), workers=1, link=100.0)
+
+
+def test_shared_hosts_fan_in_on_the_server_hosts_link() -> None:
+    # One server, on worker 3's host: its downlink takes the 3 remote workers' 300 bytes of
+    # gradients, its uplink sends them 300 bytes back each: 9 s each way at 100 B/s. Without
+    # shared hosts only each worker's own link is priced (3 s each way).
+    free = SimOptions(update_s_per_byte=0.0)
+    shared = simulate_ps(_profile(), workers=4, link=100.0, shared_hosts=True, options=free)
+    alone = simulate_ps(_profile(), workers=4, link=100.0, options=free)
+    assert shared.iteration_s >= 9.0 > alone.iteration_s
+    assert shared.busy_s["w3.down"] == pytest.approx(9.0)
+    assert shared.busy_s["w3.up"] == pytest.approx(9.0)
+
+
+def test_shared_hosts_run_each_servers_updates_on_its_hosts_processor() -> None:
+    # Two blocks on two servers (block 0 on worker 1's host, block 1 on worker 0's), a free
+    # link, 1 s per block update: worker 0's processor computes 4 s and updates block 1.
+    slow = SimOptions(update_s_per_byte=0.01)
+    result = simulate_ps(
+        _profile(2), workers=2, servers=2, link=1e12, shared_hosts=True, options=slow
+    )
+    assert result.update_s == pytest.approx(1.0)
+    assert result.iteration_s >= 4.0 + 1.0
+    free = simulate_ps(_profile(2), workers=2, servers=2, link=1e12, shared_hosts=True)
+    assert free.iteration_s == pytest.approx(4.0, rel=1e-6)
+
+
+def test_host_bytes_count_the_workers_and_the_servers_traffic() -> None:
+    # Blocks 0 and 2 on server 0 (worker 1's host), block 1 on server 1 (worker 0's host).
+    plan = chain_plan([100, 100, 100], 2, "graph")
+    assert server_hosts(2, 2) == [1, 0]
+    # Host 0: its worker pushes 200 bytes to server 0, its server answers worker 1's 100.
+    assert host_bytes(plan, 2, 0) == (300, 300)
+    assert host_bytes(plan, 2, 1) == (300, 300)

@@ -8,9 +8,13 @@ import pytest
 
 from cadence.comm.cost import AlphaBeta
 from cadence.profile import BlockProfile, Profile
+from cadence.ps.config import PSConfig
+from cadence.ps.plan import chain_plan
 from cadence.sim.command import Setup
 from cadence.sim.compute import BlockCosts, block_costs, block_params
-from cadence.sim.estimates import ps_estimate, state_bytes, tp_estimate
+from cadence.sim.estimates import state_bytes, tp_estimate
+from cadence.sim.options import SimOptions
+from cadence.sim.ps_adapter import host_bytes, simulate_ps
 from cadence.sim.strategies import best_fitting, rank_strategies, why
 
 MB = 1_000_000
@@ -30,32 +34,6 @@ def _costs(nb: int = 2, f: float = 1.0, b: float = 2.0, pbytes: int = 4 * MB) ->
 
 FREE = AlphaBeta(alpha_s=0.0, beta_s_per_byte=0.0)
 SLOW = AlphaBeta(alpha_s=0.0, beta_s_per_byte=1e-6)  # 1 MB/s
-
-
-def test_ps_period_is_compute_when_the_link_is_free() -> None:
-    assert ps_estimate(_costs(), FREE, 4, 4, True).iteration_s == pytest.approx(6.0)
-    assert ps_estimate(_costs(), FREE, 4, 1, False).iteration_s == pytest.approx(6.0)
-
-
-def test_ps_single_server_fan_in_slows_every_transfer() -> None:
-    one = ps_estimate(_costs(), SLOW, 4, 1, False).iteration_s
-    spread = ps_estimate(_costs(), SLOW, 4, 4, True).iteration_s
-    assert one > spread > 6.0
-
-
-def test_ps_front_first_pulls_let_the_next_forward_start_earlier() -> None:
-    costs = _costs(nb=4, f=1.0, b=1.0)
-    front = ps_estimate(costs, SLOW, 2, 1, False, front_first=True).iteration_s
-    fifo = ps_estimate(costs, SLOW, 2, 1, False, front_first=False).iteration_s
-    assert front < fifo
-
-
-def test_colocated_pushes_and_answers_share_the_hosts_uplink() -> None:
-    # 2 workers, a server on each host: per iteration each uplink carries half of the 8 MB
-    # of gradients out and half of the parameters back, 8 MB at 1 MB/s.
-    est = ps_estimate(_costs(), SLOW, 2, 2, True)
-    assert est.iteration_s >= 8.0
-    assert est.wire_bytes == pytest.approx(8 * MB)
 
 
 def test_tp_adds_blocking_communication_and_exposed_data_parallel_sync() -> None:
@@ -159,3 +137,21 @@ def test_a_memory_limit_picks_the_fastest_that_fits() -> None:
 def test_a_single_worker_ranks_only_data_parallel() -> None:
     rows = rank_strategies(_setup(1, 100e6), "mlp")
     assert {c.strategy for c in rows} == {"ddp", "cadence-dp"}
+
+
+def test_the_ps_row_is_simulate_ps_on_the_runtime_plan() -> None:
+    setup = _setup(4, 100e6)
+    ps = next(c for c in rank_strategies(setup, "mlp") if c.strategy == "ps")
+    costs = block_costs(setup.profile)
+    runtime = PSConfig(servers=4, workers=4)
+    plan = chain_plan(costs.param_bytes, 4, runtime.order, slice_bytes=runtime.slice_bytes)
+    options = SimOptions(update_s_per_byte=setup.update_s_per_byte)
+    expected = simulate_ps(
+        setup.profile, workers=4, link=setup.link, iterations=3, options=options, plan=plan,
+        shared_hosts=True,
+    )
+    assert ps.method == "simulated"
+    assert ps.iteration_s == pytest.approx(expected.iteration_s, rel=1e-12)
+    assert ps.wire_bytes == max(host_bytes(plan, 4))
+    # Each host sends its worker's 3/4 of the gradients and its server's 1/4 to 3 workers.
+    assert ps.wire_bytes == pytest.approx(2 * 3 / 4 * sum(costs.param_bytes), rel=0.01)

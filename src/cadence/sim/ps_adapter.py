@@ -19,9 +19,24 @@ by step, per worker and iteration:
 Without a plan given, `simulate_ps` makes the one the runtime makes for a chain of blocks
 (`cadence.ps.plan.chain_plan`: slices of at most `slice_bytes` or 1/S of the model, placed
 largest first on the least-loaded server). With `colocated`, the last worker shares a host
-with the servers: its transfers cost nothing (loopback), as in `cadence train --strategy ps`,
-where worker 0 starts the server. Simulated worker 0 is always a remote one, so the figures
-read off it include the wire.
+with the servers: its transfers cost nothing (loopback), as in `cadence train --strategy ps`
+with one server, which worker 0 starts. Simulated worker 0 is always a remote one, so the
+figures read off it include the wire.
+
+With `shared_hosts`, the servers run on the workers' hosts as `cadence train --strategy ps`
+starts them (server s with worker s % W, the workers numbered from the last so that worker 0
+hosts a server only when every worker does), and each host's resources are shared:
+- a transfer between a worker and the server on its host costs nothing (loopback);
+- every other transfer occupies the sender host's uplink and the receiver host's downlink
+  (full duplex), each for its latency per slice plus its bytes at the link's rate, one
+  transfer at a time per link direction, most urgent first (the slices' priorities); a host's
+  uplink carries its worker's pushes and its server's answers, its downlink the answers its
+  worker waits for and the pushes its server receives;
+- a server's updates run on its host's processor, between its worker's compute tasks.
+Each link carries exactly its bytes, so a server's fan-in and fan-out are priced, but the two
+ends of a transfer are scheduled independently and it is done when both are: a relaxation of
+a flow that holds both at once, which can misplace time when both ends are busy (it is not a
+fair-sharing model of TCP flows; it keeps the cost linear in the number of transfers).
 """
 
 from __future__ import annotations
@@ -59,21 +74,19 @@ def build_ps(
     colocated: bool,
     options: SimOptions,
     name: str = "ps",
+    shared_hosts: bool = False,
 ) -> Built:
     """Graph of `options.warmup_iterations + iterations` BSP iterations of `plan`."""
+    if shared_hosts:
+        return _build_shared(
+            profile, workers=workers, plan=plan, link=link, iterations=iterations,
+            options=options, name=name,
+        )  # fmt: skip
     costs = block_costs(profile, options.calibrate_compute)
     nb = len(costs.forward_s)
     steps = backward_steps(nb)
     servers = plan.servers
-    transfers = plan.transfers()
-    if any(t.block >= nb for t in transfers):
-        raise UserError(
-            f"the parameter-server plan has blocks the profile's {nb} do not: make the plan "
-            "from the profiled model"
-        )
-    by_block: dict[int, list[Transfer]] = {}
-    for t in transfers:
-        by_block.setdefault(t.block, []).append(t)
+    by_block = _by_block(plan, nb)
     blocks = sorted(by_block)
     graph = TaskGraph()
     compute = [graph.resource(f"w{w}.compute", STREAM, worker=w) for w in range(workers)]
@@ -137,6 +150,120 @@ def build_ps(
     return Built(graph, tuple(starts), options.warmup_iterations, name, workers)
 
 
+def _by_block(plan: PSPlan, blocks: int) -> dict[int, list[Transfer]]:
+    """The plan's transfers of each block that has any."""
+    by_block: dict[int, list[Transfer]] = {}
+    for t in plan.transfers():
+        if t.block >= blocks:
+            raise UserError(
+                f"the parameter-server plan has blocks the profile's {blocks} do not: make the "
+                "plan from the profiled model"
+            )
+        by_block.setdefault(t.block, []).append(t)
+    return by_block
+
+
+def server_hosts(servers: int, workers: int) -> list[int]:
+    """The worker whose host runs each server under `shared_hosts`: the runtime's s % W,
+    with the workers numbered from the last (worker 0 is remote to server 0)."""
+    return [workers - 1 - s % workers for s in range(servers)]
+
+
+def host_bytes(plan: PSPlan, workers: int, host: int = 0) -> tuple[int, int]:
+    """Bytes one iteration sends and receives on `host`'s link under `shared_hosts`: its
+    worker's pushes and pulls to and from other hosts' servers, and its server's answers to
+    and pushes from the other workers."""
+    where = server_hosts(plan.servers, workers)
+    sent = received = 0
+    for t in plan.transfers():
+        if where[t.server] == host:  # its server's traffic with the W - 1 other workers
+            sent += (workers - 1) * t.nbytes
+            received += (workers - 1) * t.nbytes
+        else:  # its worker's push out and pull back
+            sent += t.nbytes
+            received += t.nbytes
+    return sent, received
+
+
+def _build_shared(
+    profile: Profile,
+    *,
+    workers: int,
+    plan: PSPlan,
+    link: AlphaBeta,
+    iterations: int,
+    options: SimOptions,
+    name: str,
+) -> Built:
+    """`build_ps` with the servers on the workers' hosts (`shared_hosts`, module doc)."""
+    costs = block_costs(profile, options.calibrate_compute)
+    nb = len(costs.forward_s)
+    steps = backward_steps(nb)
+    by_block = _by_block(plan, nb)
+    blocks = sorted(by_block)
+    host = server_hosts(plan.servers, workers)
+    graph = TaskGraph()
+    compute = [graph.resource(f"w{w}.compute", STREAM, worker=w) for w in range(workers)]
+    up = [graph.resource(f"w{w}.up", STREAM, worker=w) for w in range(workers)]
+    down = [graph.resource(f"w{w}.down", STREAM, worker=w) for w in range(workers)]
+    graph.resource("w0.nic", LINK, bytes_per_s=1.0, worker=0)  # the metrics expect one
+
+    def transfer(w: int, t: Transfer, deps: list[int], it: int, out: bool) -> list[int]:
+        """Worker `w`'s push of `t` to its server (`out`) or the server's answer back: a task
+        on the sender host's uplink and one on the receiver host's downlink, each tagged with
+        the host whose link it occupies (the transfer is done when both are)."""
+        label, kind = (f"push {t.block}", "push") if out else (f"pull {t.block}", "pull")
+        h = host[t.server]
+        if h == w:  # loopback
+            return [graph.add(label, kind, deps=deps, worker=w, iteration=it)]
+        seconds = t.messages * link.alpha_for("p2p") + t.nbytes * link.beta_s_per_byte
+        (src, dst) = (w, h) if out else (h, w)
+        return [
+            graph.add(
+                label, kind, resources=(res[r],), duration_s=seconds, deps=deps,
+                priority=t.priority, worker=r, iteration=it,
+            )  # fmt: skip
+            for res, r in ((up, src), (down, dst))
+        ]
+
+    total = options.warmup_iterations + iterations
+    starts: list[int] = []
+    prev: list[int | None] = [None] * workers
+    gates: list[list[list[int]]] = [[[] for _ in range(nb)] for _ in range(workers)]
+    for it in range(total):
+        pushes: dict[tuple[int, int, int], list[int]] = {}
+        for w in range(workers):
+            done = add_compute_iteration(
+                graph, costs, stream=compute[w], worker=w, iteration=it, after=prev[w],
+                gates=gates[w], steps=steps,
+            )  # fmt: skip
+            prev[w] = done.last
+            if w == 0:
+                starts.append(done.forward[0])
+            for b in reversed(blocks):  # gradients in backward order
+                for t in by_block[b]:
+                    deps = [done.weight_grad[b]]
+                    pushes[w, b, t.server] = transfer(w, t, deps, it, True)
+        gates = [[[] for _ in range(nb)] for _ in range(workers)]
+        for b in reversed(blocks):
+            for t in by_block[b]:
+                h = host[t.server]
+                update = graph.add_work(
+                    f"update {b}", "update", compute[h], t.nbytes * options.update_s_per_byte,
+                    deps=[d for w in range(workers) for d in pushes[w, b, t.server]], worker=h,
+                    iteration=it,
+                )  # fmt: skip
+                for w in range(workers):
+                    deps = [update, *pushes[w, b, t.server]]
+                    gates[w][b] += transfer(w, t, deps, it, False)
+    taken = add_input(graph, costs, stream=compute[0], worker=0, iteration=total, after=prev[0])
+    marker = graph.add(
+        "next", "marker", resources=(compute[0],), deps=[taken, *gates[0][0]], iteration=total
+    )
+    starts.append(marker)
+    return Built(graph, tuple(starts), options.warmup_iterations, name, workers)
+
+
 def simulate_ps(
     profile: Profile,
     *,
@@ -149,20 +276,23 @@ def simulate_ps(
     options: SimOptions | None = None,
     plan: PSPlan | None = None,
     slice_bytes: int = DEFAULT_SLICE_BYTES,
+    shared_hosts: bool = False,
 ) -> SimResult:
     """Predict BSP parameter-server training of `profile`'s model: `workers` workers and
     `servers` servers joined by `link` (an `AlphaBeta`, or bytes/s), transfers in `priority`
     order (fifo, layer or graph; `+net` is accepted and changes nothing here: one flow per
     link direction has nothing to overtake at the switch). `plan`: the runtime's `PSPlan`
     (its servers and priorities then replace `servers` and `priority`); None: the plan the
-    runtime makes for the profile's chain of blocks with `slice_bytes`. `iteration_s` is the
-    mean period of `iterations` iterations after the warm-up ones."""
+    runtime makes for the profile's chain of blocks with `slice_bytes`. `shared_hosts`: the
+    servers run on the workers' hosts and share their links and processors (module doc;
+    `colocated` is then implied). `iteration_s` is the mean period of `iterations` iterations
+    after the warm-up ones."""
     order = priority.removesuffix("+net")
     if order not in ORDERS:
         raise UserError(f"unknown priority '{priority}': choose one of {', '.join(ORDERS)}")
     if workers < 1 or servers < 1 or iterations < 1:
         raise UserError("workers, servers and iterations must be at least 1")
-    if colocated and workers < 2:
+    if (colocated or shared_hosts) and workers < 2:
         raise UserError("colocated servers need at least 2 workers (one remote)")
     options = options or SimOptions()
     costs = block_costs(profile, options.calibrate_compute)
@@ -174,6 +304,6 @@ def simulate_ps(
         )
     built = build_ps(
         profile, workers=workers, plan=plan, link=link_model(link), iterations=iterations,
-        colocated=colocated, options=options, name=f"ps-{order}",
+        colocated=colocated, options=options, name=f"ps-{order}", shared_hosts=shared_hosts,
     )  # fmt: skip
     return analyse(built, run(built.graph), sum(costs.param_bytes))

@@ -5,10 +5,11 @@ All strategies are compared at the same global batch: `workers` x the profile's 
 profile's batch (with gradient accumulation N: N of them per step, one gradient sync); a
 tensor-parallel group of t ranks computes t workers' batches split t ways; a pipeline of S
 stages runs the global batch through S workers (its micro-batches are its accumulation). With
-N > 1 the parameter-server row is left out (its estimate does not model accumulation) and so
+N > 1 the parameter-server row is left out (its simulator does not model accumulation) and so
 is tensor parallelism (`cadence train` does not accumulate gradients under it). Data parallel
-and DDP are event-simulated (`cadence.sim`), the pipelines and ZeRO too; the parameter server
-and tensor parallelism are alpha-beta estimates (`cadence.sim.estimates`). Each row says which.
+and DDP are event-simulated (`cadence.sim`), the pipelines, ZeRO and the parameter server too
+(each from the plan its executor runs); tensor parallelism is an alpha-beta estimate
+(`cadence.sim.estimates`). Each row says which.
 
 Memory per worker is parameters + gradients + optimizer state by ZeRO's formulas (fp32) plus
 the activations the profile saw; a row whose memory exceeds `memory_limit` is kept but marked.
@@ -29,7 +30,6 @@ from cadence.sim.compute import BlockCosts, block_costs
 from cadence.sim.estimates import (
     Estimate,
     bytes_on_wire,
-    ps_estimate,
     state_bytes,
     tp_estimate,
 )
@@ -147,12 +147,26 @@ def _row(strategy: str, setting: str, est: Estimate, memory: int) -> Candidate:
     return Candidate(strategy, setting, est.iteration_s, memory, est.wire_bytes, ALPHA_BETA)
 
 
-def _ps(setup: Setup, costs: BlockCosts, update_s: float) -> list[Candidate]:
+def _ps(setup: Setup, costs: BlockCosts, options: SimOptions) -> list[Candidate]:
+    """One server per worker host (the same machine count as the other strategies), on the
+    plan `cadence train --strategy ps --servers N` makes for the profile's chain of blocks,
+    event-simulated with each host's link and processor shared by its worker and its server
+    (`cadence.sim.ps_adapter`, `shared_hosts`)."""
+    from cadence.ps.config import PSConfig
+    from cadence.ps.plan import chain_plan
+    from cadence.sim.ps_adapter import host_bytes, simulate_ps
+
     n, p = setup.world_size, sum(costs.param_bytes)
     memory = state_bytes(p, 2, "ps-worker", n) + _activations(costs)
-    # Servers share the workers' hosts: same machine count as the other strategies.
-    colocated = ps_estimate(costs, setup.link, n, n, True, update_s)
-    return [_row("ps", f"{n} servers, one per worker host, bsp", colocated, memory)]
+    runtime = PSConfig(servers=n, workers=n)
+    plan = chain_plan(costs.param_bytes, n, runtime.order, slice_bytes=runtime.slice_bytes)
+    result = simulate_ps(
+        setup.profile, workers=n, link=setup.link, iterations=3, options=options, plan=plan,
+        shared_hosts=True,
+    )  # fmt: skip
+    wire = max(host_bytes(plan, n))  # worker 0's busier direction
+    setting = f"{n} servers, one per worker host, bsp"
+    return [Candidate("ps", setting, result.iteration_s, memory, wire, SIMULATED)]
 
 
 def _tensor(setup: Setup, costs: BlockCosts, update_s: float, model_name: str) -> list[Candidate]:
@@ -253,7 +267,7 @@ def rank_strategies(
     if setup.world_size > 1:
         rows += _zero(setup, costs, options.grad_accum, options.clip)
         if options.grad_accum == 1:
-            rows += _ps(setup, costs, update_s)
+            rows += _ps(setup, costs, options)
             rows += _tensor(setup, costs, update_s, model_name)
         rows += _pipeline(setup, costs, memory_limit, options.grad_accum)
     # Equal predicted times (all compute-bound, say): the one holding less memory first.
