@@ -6,6 +6,7 @@ The loop is strategy-agnostic: the strategy wraps model and optimizer, the loop 
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import statistics
@@ -17,13 +18,14 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from cadence.comm import DistContext, all_reduce_sum
+from cadence.comm import DistContext, all_reduce_sum, broadcast_object
 from cadence.comm.cost import ring_allreduce_wire_s
 from cadence.config import TrainConfig
 from cadence.errors import UserError
 from cadence.models import Dataset, loss_fn
 from cadence.models.refs import is_ref
 from cadence.models.user import LossFn, check_fits, load_loss, model_and_data
+from cadence.train import rank_state, resume
 from cadence.train.accumulate import check_accumulation, forward_backward
 from cadence.train.optim import build_optimizer
 from cadence.train.outputs import plot_training, save_checkpoint, write_json
@@ -33,17 +35,19 @@ from cadence.train.strategies import OwnsStep, get_strategy
 EVAL_BATCH = 256
 INJECT_ENV = "CADENCE_INJECT_FAILURE"
 """`RANK:STEP` makes that rank raise at that step; `RANK:STEP:abort` makes it die natively
-(SIGABRT, nothing recorded): lets tests check crash handling for real."""
+(SIGABRT, nothing recorded); `RANK:STEP:checkpoint` makes it die natively while writing the
+checkpoint after STEP steps, once every file is written and before it is swapped in: lets tests
+check crash handling for real."""
 
 
-def _injected_failure(rank: int) -> tuple[int, bool] | None:
-    """(step, abort) for this rank, or None."""
+def _injected_failure(rank: int) -> tuple[int, str] | None:
+    """(step, how: raise, abort or checkpoint) for this rank, or None."""
     spec = os.environ.get(INJECT_ENV)
     if not spec:
         return None
     parts = spec.split(":")
     fail_rank, fail_step = int(parts[0]), int(parts[1])
-    return (fail_step, parts[2:] == ["abort"]) if fail_rank == rank else None
+    return (fail_step, parts[2] if len(parts) > 2 else "raise") if fail_rank == rank else None
 
 
 @torch.no_grad()
@@ -96,6 +100,9 @@ def run_training(
     model, optimizer = strategy.wrap_for(config)(model, optimizer, ctx)
     plain = strategy.unwrap(model)
     owner = model if isinstance(model, OwnsStep) else None  # a strategy that runs the step
+    # Resumable checkpoints need every rank's files in one run directory: every rank must
+    # have been given it (a caller may hand it to rank 0 only: then none are written).
+    checkpointing = resume.writes_checkpoints(config) and _all_ranks_have(run_dir, ctx)
     if owner is None:
         check_accumulation(model, config.data.grad_accum, config.job.strategy, ctx.world_size)
     # A strategy that trains on when a worker dies (parameter server: asp, ssp, backup) must
@@ -119,6 +126,7 @@ def run_training(
     )
     epochs_needed = math.ceil(total_steps / per_epoch) if per_epoch else 0
     fail_at = _injected_failure(ctx.rank)
+    strike = fail_at if fail_at is not None and fail_at[1] != "checkpoint" else None
 
     metrics: dict[str, Any] = {
         "config": config.to_json(),
@@ -139,27 +147,63 @@ def run_training(
         metrics["wire_bound_s"] = ring_allreduce_wire_s(grad_bytes, ctx.world_size, bandwidth_bps)
 
     model.train()
-    step = 0
+    step, first_epoch, skip = 0, 1, 0
+    epoch_losses: list[torch.Tensor] = []
+    if config.job.resume is not None:
+        resume.check_resumable(config)
+        assert run_dir is not None and checkpointing, "a resumed run writes checkpoints"
+        step, first_epoch, skip, epoch_losses = _resume(
+            config, ctx, run_dir, metrics, plain, optimizer, owner
+        )
+        if ctx.is_main:
+            tqdm.write(f"resumed at step {step} (epoch {first_epoch}) from {run_dir}")
+
+    def checkpoint(epoch: int, in_epoch: int, closed: bool = False) -> None:
+        assert run_dir is not None
+        if owner is not None:
+            owner.sync()  # the plain module is complete on every rank
+        state = rank_state.capture(config.job.strategy, plain, optimizer, owner)
+        state.update(
+            rng=resume.rng_state(ctx.device),
+            epoch_losses=[x.detach().cpu() for x in epoch_losses] if in_epoch else [],
+            metrics={k: metrics[k] for k in _CONTINUED if k in metrics},
+        )
+        manifest = {
+            "step": step,
+            "epoch": epoch,
+            "in_epoch": in_epoch,
+            "closed": closed,  # the epoch's figures are in metrics (--steps ended it)
+            "world_size": ctx.world_size,
+            "config": resume.fingerprint(config),
+            "dp_tuned": rank_state.dp_tuned(plain),
+        }
+        die = fail_at is not None and fail_at[1] == "checkpoint" and fail_at[0] == step
+        resume.save(run_dir, ctx.rank, manifest, state, os.abort if die else None)
     # A bar only where a person watches; logs get the per-epoch lines.
     show_bar = ctx.is_main and sys.stderr.isatty()
-    bar = tqdm(total=total_steps, disable=not show_bar, unit="step", dynamic_ncols=True)
+    bar = tqdm(
+        total=total_steps, initial=step, disable=not show_bar, unit="step", dynamic_ncols=True
+    )
     t_start = time.perf_counter()
-    for epoch in range(1, epochs_needed + 1):
-        epoch_losses = []
+    for epoch in range(first_epoch, epochs_needed + 1):
+        if epoch != first_epoch or not skip:
+            epoch_losses = []
         t_epoch = time.perf_counter()
         t_prev = t_epoch
-        for idx in epoch_batches(
+        batches = epoch_batches(
             len(data.train_x),
             config.data.batch_size,
             shard_rank,
             shard_world,
             config.job.seed,
             epoch,
-        ):
+        )
+        done_before = skip if epoch == first_epoch else 0  # the resumed epoch's steps
+        for in_epoch, idx in enumerate(itertools.islice(batches, done_before, None), done_before):
             if step == total_steps:
                 break
-            if fail_at is not None and step == fail_at[0]:
-                if fail_at[1]:
+            if strike is not None and step == strike[0]:
+                if strike[1] == "abort":
                     os.abort()
                 raise RuntimeError(f"injected failure at step {step} ({INJECT_ENV})")
             x, y = data.train_x[idx].to(ctx.device), data.train_y[idx].to(ctx.device)
@@ -179,6 +223,15 @@ def run_training(
             bar.update(1)
             if ctx.is_main and step % 5 == 0:
                 bar.set_postfix(epoch=epoch, loss=f"{loss.item():.4f}")
+            every = config.job.checkpoint_every
+            if (
+                checkpointing
+                and every
+                and step % every == 0
+                and in_epoch + 1 < per_epoch
+                and step < total_steps
+            ):  # (the epoch's end, or the run's, checkpoints below)
+                checkpoint(epoch, in_epoch + 1)
         train_seconds = time.perf_counter() - t_epoch
         # One collective per epoch turns every rank's step losses into the global mean.
         losses = torch.stack(epoch_losses).float().cpu()
@@ -221,6 +274,13 @@ def run_training(
                 _save_outputs(
                     run_dir, metrics, plain, optimizer, epoch, step, time.perf_counter() - t_start
                 )
+        if checkpointing:
+            # Mid-epoch when --steps ended the run there: a longer resumed run goes on in it.
+            in_epoch = step - (epoch - 1) * per_epoch
+            if in_epoch == per_epoch:
+                checkpoint(epoch + 1, 0)
+            else:
+                checkpoint(epoch, in_epoch, closed=True)
     bar.close()
     engine = getattr(plain, "_cadence_dp_engine", None)
     if engine is not None:  # the threshold cadence-dp ended with (given, default or tuned)
@@ -241,6 +301,47 @@ def run_training(
     if ctx.is_main and run_dir is not None:
         write_json(run_dir / "metrics.json", metrics)
     return metrics
+
+
+_CONTINUED = ("epochs", "step_loss", "iteration_times_s", "resumed_at_steps")
+"""The figures a resumed run continues (rank 0's are the run's)."""
+
+
+def _all_ranks_have(run_dir: Path | None, ctx: DistContext) -> bool:
+    """Whether every rank was given a run directory (one small collective at start)."""
+    given = torch.tensor([float(run_dir is not None)])
+    return int(all_reduce_sum(given).item()) == ctx.world_size
+
+
+def _resume(
+    config: TrainConfig,
+    ctx: DistContext,
+    run_dir: Path,
+    metrics: dict[str, Any],
+    plain: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    owner: Any,
+) -> tuple[int, int, int, list[torch.Tensor]]:
+    """Restore this rank from the run's checkpoint: (step, epoch, steps done in that epoch,
+    that epoch's step losses so far)."""
+    directory, manifest = resume.load_manifest(run_dir)
+    # Every rank must read the same checkpoint: rank 0's choice (a crash may leave two).
+    directory = Path(broadcast_object(str(directory)) if ctx.world_size > 1 else directory)
+    resume.check_matches(manifest, config, ctx.world_size, directory)
+    state = resume.load_rank(directory, ctx.rank)
+    rank_state.restore(
+        config.job.strategy, plain, optimizer, owner, state, directory, ctx.rank, manifest
+    )
+    for key, value in state["metrics"].items():
+        metrics[key] = value
+    if manifest["closed"] and manifest["in_epoch"]:
+        # The run ended inside this epoch and closed its figures: this run closes it again.
+        metrics["epochs"].pop()
+        del metrics["step_loss"][-manifest["in_epoch"] :]
+    metrics.setdefault("resumed_at_steps", []).append(manifest["step"])
+    resume.set_rng_state(state["rng"], ctx.device)
+    losses = [x.to(ctx.device) for x in state["epoch_losses"]]
+    return manifest["step"], manifest["epoch"], manifest["in_epoch"], losses
 
 
 def _summarise(metrics: dict[str, Any], seconds: float) -> None:
