@@ -37,7 +37,7 @@ INJECT_ENV = "CADENCE_INJECT_FAILURE"
 """`RANK:STEP` makes that rank raise at that step; `RANK:STEP:abort` makes it die natively
 (SIGABRT, nothing recorded); `RANK:STEP:checkpoint` makes it die natively while writing the
 checkpoint after STEP steps, once every file is written and before it is swapped in: lets tests
-check crash handling for real."""
+check crash handling for real. It strikes the first attempt only: a resumed run goes past it."""
 
 
 def _injected_failure(rank: int) -> tuple[int, str] | None:
@@ -125,7 +125,7 @@ def run_training(
         config.job.steps if config.job.steps is not None else per_epoch * config.job.epochs
     )
     epochs_needed = math.ceil(total_steps / per_epoch) if per_epoch else 0
-    fail_at = _injected_failure(ctx.rank)
+    fail_at = None if config.job.resume is not None else _injected_failure(ctx.rank)
     strike = fail_at if fail_at is not None and fail_at[1] != "checkpoint" else None
 
     metrics: dict[str, Any] = {

@@ -108,8 +108,8 @@ def save(
     before_swap: Callable[[], None] | None = None,
 ) -> None:
     """Write this rank's `state` and (rank 0) the `manifest` as the run's new checkpoint.
-    Every rank calls it at the same step. `before_swap` runs on every rank once all files are
-    on disk and before rank 0 swaps the directory in (tests kill a worker there)."""
+    Every rank calls it at the same step. `before_swap` runs once every file is on disk (on
+    rank 0: the manifest too), before rank 0 swaps the directory in (tests kill a worker there)."""
     tmp = run_dir / TMP_DIRNAME
     if rank == 0:
         shutil.rmtree(tmp, ignore_errors=True)  # a crashed earlier attempt's
@@ -120,15 +120,17 @@ def save(
         stream.flush()
         os.fsync(stream.fileno())
     _barrier()  # every rank's file is on disk
-    if before_swap is not None:
-        before_swap()
     if rank != 0:
+        if before_swap is not None:
+            before_swap()
         return
     with open(tmp / MANIFEST, "w") as stream:
         json.dump({"format": FORMAT, **manifest}, stream, indent=2)
         stream.flush()
         os.fsync(stream.fileno())
     _fsync_dir(tmp)
+    if before_swap is not None:
+        before_swap()
     final, prev = run_dir / DIRNAME, run_dir / PREV_DIRNAME
     if final.exists():
         shutil.rmtree(prev, ignore_errors=True)

@@ -44,10 +44,15 @@ def make_run_dir(config: TrainConfig, stable_name: str | None = None) -> Path:
     """The run's output directory: --resume's, or <out>/<name> (made). `stable_name`: the name
     when --name is not given and every rank must arrive at the same one (torchrun)."""
     if config.job.resume is not None:
-        from cadence.train.resume import load_manifest
+        from cadence.train.resume import check_matches, check_resumable, load_manifest
 
+        check_resumable(config)
         run_dir = Path(config.job.resume)
-        load_manifest(run_dir)  # one line now if there is nothing to resume from
+        # One line now, before any worker starts, if there is nothing to resume from or it
+        # was written by another job (the workers check again against the world they form).
+        where, manifest = load_manifest(run_dir)
+        world = int(os.environ.get("WORLD_SIZE", config.cluster.workers))
+        check_matches(manifest, config, world, where)
         return run_dir
     model = config.model.name.replace(":", "-")  # pkg.module:factory
     name = (
