@@ -37,7 +37,9 @@ def _equal(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _assert_same_end(whole: Path, resumed: Path, world: int = 2) -> None:
+def _assert_same_end(
+    whole: Path, resumed: Path, steps: int = STEPS, stop: int = STOP, world: int = 2
+) -> None:
     """Same final checkpoint (model, optimizer or shards, torch RNG) on every rank, and the
     same step losses; the resumed run's figures say where it resumed."""
     for rank in range(world):
@@ -49,33 +51,39 @@ def _assert_same_end(whole: Path, resumed: Path, world: int = 2) -> None:
     m_whole = json.loads((whole / "metrics.json").read_text())
     m_resumed = json.loads((resumed / "metrics.json").read_text())
     assert m_resumed["step_loss"] == m_whole["step_loss"]
-    assert len(m_resumed["step_loss"]) == STEPS
-    assert m_resumed["resumed_at_steps"] == [EVERY * (STOP // EVERY)]
+    assert len(m_resumed["step_loss"]) == steps
+    assert m_resumed["resumed_at_steps"] == [EVERY * (stop // EVERY)]
 
 
 def _config(strategy: str, out: str, name: str, **keys: Any) -> TrainConfig:
+    keys = {"steps": STEPS, **keys}
     return TrainConfig.from_flat(
-        model="mlp", strategy=strategy, batch_size=32, steps=STEPS, checkpoint_every=EVERY,
-        out=out, name=name, **keys,
+        model="mlp", strategy=strategy, batch_size=32, checkpoint_every=EVERY, out=out,
+        name=name, **keys,
     )  # fmt: skip
 
 
-def _whole_stopped_resumed(rank: int, world: int, out: str, strategy: str, keys: Any) -> None:
+def _whole_stopped_resumed(
+    rank: int, world: int, out: str, strategy: str, keys: Any, stop: int
+) -> None:
     ctx = init_from_env()
     whole, cut = Path(out) / "whole", Path(out) / "cut"
     run_training(_config(strategy, out, "whole", **keys), ctx, whole)
-    os.environ[INJECT_ENV] = f"{rank}:{STOP}"  # every rank stops at the same step
+    os.environ[INJECT_ENV] = f"{rank}:{stop}"  # every rank stops at the same step
     with pytest.raises(RuntimeError, match="injected failure"):
         run_training(_config(strategy, out, "cut", **keys), ctx, cut)
     del os.environ[INJECT_ENV]
     run_training(_config(strategy, out, "cut", resume=str(cut), **keys), ctx, cut)
 
 
+TUNED = 24  # cadence-dp tunes 2 thresholds on the mlp within 21 steps (6 timed trials at most)
+
+
 @pytest.mark.parametrize(
     ("strategy", "keys"),
     [
         ("ddp", {}),
-        ("cadence-dp", {"autotune": "exhaustive", "autotune_trials": 2}),
+        ("cadence-dp", {"autotune": "exhaustive", "autotune_trials": 2, "steps": TUNED + 6}),
         ("zero", {"zero_stage": 3}),
         ("zero", {"zero_stage": 1, "compression": "onebit", "freeze_steps": 2}),
         ("pipeline", {"optimizer": "sgd", "lr": 0.05}),
@@ -85,8 +93,13 @@ def _whole_stopped_resumed(rank: int, world: int, out: str, strategy: str, keys:
 def test_stopped_and_resumed_equals_uninterrupted(
     tmp_path: Path, strategy: str, keys: dict[str, Any]
 ) -> None:
-    run_ranks(_whole_stopped_resumed, 2, str(tmp_path), strategy, keys, timeout=240)
-    _assert_same_end(tmp_path / "whole", tmp_path / "cut")
+    steps = keys.get("steps", STEPS)
+    stop = steps - STEPS + STOP  # cadence-dp: after its tuning, which the resumed run keeps
+    run_ranks(_whole_stopped_resumed, 2, str(tmp_path), strategy, keys, stop, timeout=240)
+    _assert_same_end(tmp_path / "whole", tmp_path / "cut", steps, stop)
+    if strategy == "cadence-dp":
+        tuned = json.loads((tmp_path / "cut" / "metrics.json").read_text())["dp_autotune"]
+        assert tuned["method"].startswith("resumed")
 
 
 def _cli(*args: str, name: str, cwd: Path, env: dict[str, str] | None = None) -> Any:
