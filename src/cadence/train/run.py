@@ -87,8 +87,12 @@ def train(config: TrainConfig) -> tuple[dict[str, Any], Path | None]:
         from cadence.launch.worker import run_worker
 
         config = torchrun_resume(config)
-        run_dir = make_run_dir(config, torchrun_run_name(config))
-        return run_worker(config, run_dir), run_dir if os.environ.get("RANK") == "0" else None
+        stable = torchrun_run_name(config)
+        is_main = os.environ.get("RANK") == "0"
+        shared = config.job.name is not None or stable is not None or config.job.resume
+        # Without a name every rank agrees on, rank 0 alone writes (and no checkpoint/).
+        run_dir = make_run_dir(config, stable) if shared or is_main else None
+        return run_worker(config, run_dir), run_dir if is_main else None
     run_dir = make_run_dir(config)
     if config.cluster.emulate_bandwidth is None:
         return launch_local(config, run_dir), run_dir
@@ -113,13 +117,12 @@ def train(config: TrainConfig) -> tuple[dict[str, Any], Path | None]:
 
 def torchrun_run_name(config: TrainConfig) -> str | None:
     """Under torchrun every rank needs the same run directory (each writes its own checkpoint
-    file there), also after torchrun restarts them: --name, else one derived from torchrun's
-    run id (`--rdzv-id`, or the one `--standalone` draws) when the world has several ranks."""
-    if config.job.name is not None or int(os.environ.get("WORLD_SIZE", "1")) == 1:
-        return None
+    file there), also after torchrun restarts them: --name, else a name derived from torchrun's
+    run id (`--rdzv-id`, or the one `--standalone` draws). None: --name is given, or there is
+    no run id to derive one from."""
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
-    if run_id == "none":
-        raise UserError("under torchrun give the run a --name (every rank writes into it)")
+    if config.job.name is not None or run_id == "none":
+        return None
     model = config.model.name.replace(":", "-")
     return f"{model}-{config.job.strategy}-{run_id}"
 
