@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -48,6 +49,13 @@ def _assert_same_end(
         for key in a.keys() - {"rng", "metrics"}:  # python/numpy RNGs are not seeded
             assert _equal(a[key], b[key]), f"rank {rank}: {key} differs"
         assert torch.equal(a["rng"]["torch"], b["rng"]["torch"])
+    servers = sorted(p.name for p in (whole / "checkpoint").glob("server*.npz"))
+    assert servers == sorted(p.name for p in (resumed / "checkpoint").glob("server*.npz"))
+    for name in servers:  # the parameter servers' values and Adam moments
+        with np.load(whole / "checkpoint" / name) as a, np.load(resumed / "checkpoint" / name) as b:
+            assert sorted(a.files) == sorted(b.files)
+            for key in a.files:
+                assert np.array_equal(a[key], b[key]), f"{name}: {key} differs"
     m_whole = json.loads((whole / "metrics.json").read_text())
     m_resumed = json.loads((resumed / "metrics.json").read_text())
     assert m_resumed["step_loss"] == m_whole["step_loss"]
@@ -87,8 +95,9 @@ TUNED = 24  # cadence-dp tunes 2 thresholds on the mlp within 21 steps (6 timed 
         ("zero", {"zero_stage": 3}),
         ("zero", {"zero_stage": 1, "compression": "onebit", "freeze_steps": 2}),
         ("pipeline", {"optimizer": "sgd", "lr": 0.05}),
+        ("ps", {"servers": 2, "ps_priority": "layer"}),
     ],
-    ids=["ddp", "cadence-dp-autotuned", "zero3", "zero1-onebit", "pipeline"],
+    ids=["ddp", "cadence-dp-autotuned", "zero3", "zero1-onebit", "pipeline", "ps-bsp"],
 )
 def test_stopped_and_resumed_equals_uninterrupted(
     tmp_path: Path, strategy: str, keys: dict[str, Any]
@@ -138,8 +147,9 @@ def test_resume_without_a_checkpoint_is_refused(tmp_path: Path) -> None:
         _cli("--resume", "empty", name="", cwd=tmp_path), "--resume empty: no checkpoint there"
     )
     assert_one_line_error(
-        _cli("--resume", "empty", "--strategy", "ps", name="", cwd=tmp_path),
-        "--resume is not supported for --strategy ps",
+        _cli("--resume", "empty", "--strategy", "ps", "--consistency", "asp", name="",
+             cwd=tmp_path),  # fmt: skip
+        "--resume with --strategy ps needs --consistency bsp",
     )
 
 

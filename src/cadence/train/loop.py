@@ -25,7 +25,7 @@ from cadence.errors import UserError
 from cadence.models import Dataset, loss_fn
 from cadence.models.refs import is_ref
 from cadence.models.user import LossFn, check_fits, load_loss, model_and_data
-from cadence.train import rank_state, resume
+from cadence.train import ps_resume, rank_state, resume
 from cadence.train.accumulate import check_accumulation, forward_backward
 from cadence.train.optim import build_optimizer
 from cadence.train.outputs import plot_training, save_checkpoint, write_json
@@ -97,12 +97,27 @@ def run_training(
         check_fits(model, data, train_loss, config.model.name, ctx.device)
     optimizer = build_optimizer(model.parameters(), config)
     strategy = get_strategy(config.job.strategy)
-    model, optimizer = strategy.wrap_for(config)(model, optimizer, ctx)
-    plain = strategy.unwrap(model)
-    owner = model if isinstance(model, OwnsStep) else None  # a strategy that runs the step
+    per_epoch = steps_per_epoch(len(data.train_x), config.data.batch_size)
+    if per_epoch == 0:
+        raise UserError(
+            f"--batch-size {config.data.batch_size} exceeds the {len(data.train_x)} training "
+            f"samples of {data.name}"
+        )
+    total_steps = (
+        config.job.steps if config.job.steps is not None else per_epoch * config.job.epochs
+    )
     # Resumable checkpoints need every rank's files in one run directory: every rank must
     # have been given it (a caller may hand it to rank 0 only: then none are written).
     checkpointing = resume.writes_checkpoints(config) and _all_ranks_have(run_dir, ctx)
+    wrap_config = config
+    if checkpointing and config.job.strategy == "ps":
+        assert run_dir is not None
+        restore = resume.load_manifest(run_dir)[0] if config.job.resume is not None else None
+        ps_resume.prepare(run_dir, ctx.rank, restore)  # before the servers start
+        wrap_config = ps_resume.server_config(config, run_dir, per_epoch, total_steps)
+    model, optimizer = strategy.wrap_for(wrap_config)(model, optimizer, ctx)
+    plain = strategy.unwrap(model)
+    owner = model if isinstance(model, OwnsStep) else None  # a strategy that runs the step
     if owner is None:
         check_accumulation(model, config.data.grad_accum, config.job.strategy, ctx.world_size)
     # A strategy that trains on when a worker dies (parameter server: asp, ssp, backup) must
@@ -115,15 +130,6 @@ def run_training(
     num_params = sum(p.numel() for p in plain.parameters())
     grad_bytes = sum(p.numel() * p.element_size() for p in plain.parameters() if p.requires_grad)
 
-    per_epoch = steps_per_epoch(len(data.train_x), config.data.batch_size)
-    if per_epoch == 0:
-        raise UserError(
-            f"--batch-size {config.data.batch_size} exceeds the {len(data.train_x)} training "
-            f"samples of {data.name}"
-        )
-    total_steps = (
-        config.job.steps if config.job.steps is not None else per_epoch * config.job.epochs
-    )
     epochs_needed = math.ceil(total_steps / per_epoch) if per_epoch else 0
     fail_at = None if config.job.resume is not None else _injected_failure(ctx.rank)
     strike = fail_at if fail_at is not None and fail_at[1] != "checkpoint" else None
@@ -178,7 +184,12 @@ def run_training(
             "dp_tuned": rank_state.dp_tuned(plain),
         }
         die = fail_at is not None and fail_at[1] == "checkpoint" and fail_at[0] == step
-        resume.save(run_dir, ctx.rank, manifest, state, os.abort if die else None)
+        servers = (
+            (lambda: ps_resume.server_files(run_dir, step))
+            if config.job.strategy == "ps"
+            else tuple
+        )
+        resume.save(run_dir, ctx.rank, manifest, state, os.abort if die else None, servers)
     # A bar only where a person watches; logs get the per-epoch lines.
     show_bar = ctx.is_main and sys.stderr.isatty()
     bar = tqdm(

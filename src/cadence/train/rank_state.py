@@ -7,6 +7,7 @@
   which holds state for its stage's parameters only. On resume each rank takes the state of
   its own stage's parameters, from whichever rank held them (the cut may differ: it is
   balanced on a fresh profile).
+- ps (bsp): the module, like ddp; the servers' own files join the checkpoint (`ps_resume`).
 cadence-dp's tuned threshold and reorder point are in the manifest (`dp_tuned`): a resumed
 run applies them instead of tuning again.
 """

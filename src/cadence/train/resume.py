@@ -18,7 +18,7 @@ import json
 import os
 import random
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,10 +56,9 @@ def fingerprint(config: TrainConfig) -> dict[str, Any]:
 def check_resumable(config: TrainConfig) -> None:
     """Refuse, in one line, a job whose resumed run could not continue exactly."""
     if config.job.strategy == "ps":
-        raise UserError(
-            "--resume is not supported for --strategy ps (the servers' state is not in the "
-            "checkpoint): use --ps-checkpoint-dir to restart the servers from their own files"
-        )
+        from cadence.train.ps_resume import check
+
+        check(config)
     if config.job.strategy == "pipeline" and config.pipeline.auto:
         raise UserError(
             "--resume with --schedule auto would plan again from new measurements: resume "
@@ -106,10 +105,12 @@ def save(
     manifest: dict[str, Any],
     state: dict[str, Any],
     before_swap: Callable[[], None] | None = None,
+    extra: Callable[[], Sequence[Path]] = tuple,
 ) -> None:
     """Write this rank's `state` and (rank 0) the `manifest` as the run's new checkpoint.
     Every rank calls it at the same step. `before_swap` runs once every file is on disk (on
-    rank 0: the manifest too), before rank 0 swaps the directory in (tests kill a worker there)."""
+    rank 0: the manifest too), before rank 0 swaps the directory in (tests kill a worker there).
+    `extra()` names files rank 0 copies in (the parameter servers' files)."""
     tmp = run_dir / TMP_DIRNAME
     if rank == 0:
         shutil.rmtree(tmp, ignore_errors=True)  # a crashed earlier attempt's
@@ -124,6 +125,11 @@ def save(
         if before_swap is not None:
             before_swap()
         return
+    for path in extra():
+        with open(path, "rb") as source, open(tmp / path.name, "wb") as copy:
+            shutil.copyfileobj(source, copy)
+            copy.flush()
+            os.fsync(copy.fileno())
     with open(tmp / MANIFEST, "w") as stream:
         json.dump({"format": FORMAT, **manifest}, stream, indent=2)
         stream.flush()
