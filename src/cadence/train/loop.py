@@ -12,6 +12,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -115,9 +116,19 @@ def run_training(
         restore = resume.load_manifest(run_dir)[0] if config.job.resume is not None else None
         ps_resume.prepare(run_dir, ctx.rank, restore)  # before the servers start
         wrap_config = ps_resume.server_config(config, run_dir, per_epoch, total_steps)
+    pipeline_plan = None  # what --schedule auto chose, kept by the checkpoint
+    if config.job.resume is not None and config.job.strategy == "pipeline":
+        assert run_dir is not None
+        pipeline_plan = resume.load_manifest(run_dir)[1].get("pipeline_plan")
+        if pipeline_plan is not None:  # run the chosen plan, not plan again
+            pipeline = replace(config.pipeline, **pipeline_plan, backend="cadence")
+            wrap_config = replace(config, pipeline=pipeline)
     model, optimizer = strategy.wrap_for(wrap_config)(model, optimizer, ctx)
     plain = strategy.unwrap(model)
     owner = model if isinstance(model, OwnsStep) else None  # a strategy that runs the step
+    chose = getattr(owner, "plan_record", None)
+    if chose is not None:
+        pipeline_plan = {k: chose["best"][k] for k in ("schedule", "microbatches")}
     if owner is None:
         check_accumulation(model, config.data.grad_accum, config.job.strategy, ctx.world_size)
     # A strategy that trains on when a worker dies (parameter server: asp, ssp, backup) must
@@ -148,6 +159,8 @@ def run_training(
         "step_loss": [],
         "iteration_times_s": [],
     }
+    if chose is not None:  # what --schedule auto chose, and the candidates it weighed
+        metrics["pipeline_plan"] = chose
     if bandwidth_bps is not None:
         metrics["bandwidth_bps"] = bandwidth_bps
         metrics["wire_bound_s"] = ring_allreduce_wire_s(grad_bytes, ctx.world_size, bandwidth_bps)
@@ -182,6 +195,7 @@ def run_training(
             "world_size": ctx.world_size,
             "config": resume.fingerprint(config),
             "dp_tuned": rank_state.dp_tuned(plain),
+            "pipeline_plan": pipeline_plan,
         }
         die = fail_at is not None and fail_at[1] == "checkpoint" and fail_at[0] == step
         servers = (
@@ -302,9 +316,6 @@ def run_training(
     tuned = getattr(engine, "tune_result", None)
     if tuned is not None:  # what cadence-dp's autotuning chose, for the record
         metrics["dp_autotune"] = tuned.to_json()
-    chosen = getattr(owner, "plan_record", None)
-    if chosen is not None:  # what --schedule auto chose, and the candidates it weighed
-        metrics["pipeline_plan"] = chosen
     report = getattr(owner, "run_report", None)
     if callable(report):  # counters the strategy kept (e.g. the parameter server's traffic)
         metrics.update(report())
@@ -314,7 +325,7 @@ def run_training(
     return metrics
 
 
-_CONTINUED = ("epochs", "step_loss", "iteration_times_s", "resumed_at_steps")
+_CONTINUED = ("epochs", "step_loss", "iteration_times_s", "resumed_at_steps", "pipeline_plan")
 """The figures a resumed run continues (rank 0's are the run's)."""
 
 

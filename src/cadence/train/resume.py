@@ -59,11 +59,11 @@ def check_resumable(config: TrainConfig) -> None:
         from cadence.train.ps_resume import check
 
         check(config)
-    if config.job.strategy == "pipeline" and config.pipeline.auto:
+    pipe = config.pipeline
+    if config.job.strategy == "pipeline" and pipe.auto and (pipe.replan_every or pipe.replan_file):
         raise UserError(
-            "--resume with --schedule auto would plan again from new measurements: resume "
-            "with the --schedule and --microbatches the run chose (its metrics.json, "
-            "pipeline_plan.best)"
+            "--resume cannot restore re-planning (--replan-every, --replan-file), which "
+            "follows measurements: resume without them"
         )
 
 
