@@ -350,7 +350,7 @@ def _resume(
     # Every rank must read the same checkpoint: rank 0's choice (a crash may leave two).
     directory = Path(broadcast_object(str(directory)) if ctx.world_size > 1 else directory)
     resume.check_matches(manifest, config, ctx.world_size, directory)
-    state = resume.load_rank(directory, ctx.rank)
+    state = resume.load_rank(directory, ctx.rank, ctx.device)
     rank_state.restore(
         config.job.strategy, plain, optimizer, owner, state, directory, ctx.rank, manifest
     )

@@ -95,10 +95,12 @@ def _stage_optimizer_state(
     """The optimizer state of this rank's stage parameters, from the ranks that held them."""
     ranges = [list(r) for r in owner.ranges]
     saved = state["optimizer"]
+    first = next(iter(owner.stage.parameters()), None)
+    device = first.device if first is not None else torch.device("cpu")
     if state["ranges"] != ranges:  # cut elsewhere: gather from every stage of replica 0
         merged: dict[Any, Any] = {}
         for stage in range(len(ranges)):
-            merged.update(load_rank(directory, stage)["optimizer"]["state"])
+            merged.update(load_rank(directory, stage, device)["optimizer"]["state"])
         saved = {**saved, "state": merged}
     order = [id(p) for group in optimizer.param_groups for p in group["params"]]
     mine = {order.index(id(p)) for p in owner.stage.parameters()}

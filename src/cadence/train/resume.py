@@ -182,8 +182,9 @@ def check_matches(
             )
 
 
-def load_rank(directory: Path, rank: int) -> dict[str, Any]:
-    state: dict[str, Any] = load_checkpoint(directory / f"rank{rank}.pt", map_location="cpu")
+def load_rank(directory: Path, rank: int, device: torch.device | str = "cpu") -> dict[str, Any]:
+    """Rank `rank`'s file, its tensors on `device` (where this rank trains)."""
+    state: dict[str, Any] = load_checkpoint(directory / f"rank{rank}.pt", map_location=device)
     return state
 
 
@@ -202,10 +203,10 @@ def rng_state(device: torch.device) -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
-    torch.set_rng_state(state["torch"])
+    torch.set_rng_state(state["torch"].cpu())
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     kind, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    np.random.set_state((kind, keys.cpu().numpy().astype(np.uint32), pos, has_gauss, cached))
     if device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state(state["cuda"], device)
+        torch.cuda.set_rng_state(state["cuda"].cpu(), device)
