@@ -165,13 +165,12 @@ def test_killed_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path: Path
     assert resumed.returncode == 0, resumed.stderr
     assert not (run / ".checkpoint.tmp").exists()
     _assert_same_end(tmp_path / "out" / "whole", run)
-    # Another job's settings, or world size, are refused before any worker starts.
-    for args, needle in (
-        (("--lr", "0.01"), "written with --lr 0.002, this job has 0.01"),
-        (("--workers", "4"), "written by 2 workers, this job has 4"),
-        (("--strategy", "zero"), "written with --strategy ddp, this job has zero"),
-    ):
-        assert_one_line_error(_cli("--resume", str(run), *args, name="", cwd=tmp_path), needle)
+    # Another job's settings are refused before any worker starts (the unit tests check the
+    # other mismatches).
+    assert_one_line_error(
+        _cli("--resume", str(run), "--strategy", "zero", name="", cwd=tmp_path),
+        "written with --strategy ddp, this job has zero",
+    )
 
 
 def test_resume_without_a_checkpoint_is_refused(tmp_path: Path) -> None:
