@@ -83,9 +83,19 @@ class JobSection:
     """Run name; none: <model>-<strategy>-<time>."""
     eval_every_epoch: bool = True
     """Evaluate on the test split after every epoch (always done once at the end)."""
+    checkpoint_every: int = opt(0, metavar="N")
+    """Also write the resumable checkpoint (<run>/checkpoint/) every N steps; 0: only at
+    epoch ends and when training ends."""
+    resume: str | None = opt(None, metavar="RUN_DIR")
+    """Continue the run in RUN_DIR from its latest checkpoint, with the same settings (only
+    --steps, --epochs, --checkpoint-every and outputs may change); outputs stay in RUN_DIR."""
 
     def __post_init__(self) -> None:
         _check_choice("strategy", self.strategy, STRATEGY_NAMES)
+        if self.checkpoint_every < 0:
+            raise UserError(
+                f"--checkpoint-every must be 0 (epoch ends) or more (got {self.checkpoint_every})"
+            )
         if self.epochs < 1:
             raise UserError(f"--epochs must be at least 1 (got {self.epochs})")
         if self.steps is not None and self.steps < 1:

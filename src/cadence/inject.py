@@ -5,7 +5,10 @@ MODE is how it fails: `raise` (a RuntimeError, recorded like any error; the defa
 (SIGABRT) or `kill` (SIGKILL), both native deaths that record nothing. PHASE is where: `step`
 (between steps; the default), `forward` (inside the model's forward pass, from a hook on its
 first leaf module) or `allreduce` (cadence-dp's communication thread, right after it issued its
-first gradient all-reduce of that step). Unset, nothing is injected and nothing is checked.
+first gradient all-reduce of that step) or `checkpoint` (while the checkpoint written after
+that many steps is being saved: every file written, not yet swapped in). Unset, nothing is
+injected and nothing is checked. A resumed run (`--resume`, a torchrun restart) injects
+nothing: the fault strikes the first attempt only.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from cadence.errors import UserError
 
 INJECT_ENV = "CADENCE_INJECT_FAILURE"
 MODES = ("raise", "abort", "kill")
-PHASES = ("step", "forward", "allreduce")
+PHASES = ("step", "forward", "allreduce", "checkpoint")
 
 
 @dataclass(frozen=True)
@@ -29,7 +32,7 @@ class Fault:
     step: int
     """0-based training step (cadence-dp: backward pass) at which it fails."""
     mode: Literal["raise", "abort", "kill"]
-    phase: Literal["step", "forward", "allreduce"]
+    phase: Literal["step", "forward", "allreduce", "checkpoint"]
 
     def fire(self, where: str) -> None:
         """Fail now, as `mode` says."""

@@ -93,7 +93,13 @@ def init_group(backend: str, rank: int, world_size: int, timeout_s: float) -> No
     groups `new_group` makes later get the same timeout."""
     global _TIMEOUT
     _TIMEOUT = timedelta(seconds=timeout_s)
-    dist.init_process_group(backend=backend, rank=rank, world_size=world_size, timeout=_TIMEOUT)
+    dist.init_process_group(
+        backend=backend,
+        rank=rank,
+        world_size=world_size,
+        timeout=_TIMEOUT,
+        store=_restart_store(rank, world_size, _TIMEOUT),
+    )
 
 
 def new_group(ranks: list[int] | None = None) -> dist.ProcessGroup:
@@ -107,6 +113,28 @@ def new_group_like_default() -> dist.ProcessGroup:
     from another thread never interleave with the caller's on the default group."""
     group: dist.ProcessGroup = dist.new_group(backend=dist.get_backend(), timeout=group_timeout())
     return group
+
+
+def _restart_store(rank: int, world_size: int, timeout: timedelta) -> dist.Store | None:
+    """After torchrun restarted the workers, a store whose keys are this attempt's only.
+
+    torchrun keeps its agent's store across restarts, so the keys the previous attempt's
+    workers wrote there (their gloo addresses) are still found; a new worker that reads one
+    before its peer overwrote it connects to a dead process and fails. None on a first
+    attempt: torch's own env:// rendezvous."""
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if attempt == "0" or "MASTER_ADDR" not in os.environ:
+        return None
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world_size,
+        is_master=not agent and rank == 0,
+        timeout=timeout,
+        multi_tenant=not agent,
+    )
+    return dist.PrefixStore(f"cadence/attempt_{attempt}", store)
 
 
 def destroy() -> None:

@@ -49,7 +49,7 @@ def run_worker(config: TrainConfig, run_dir: Path | None) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     config = TrainConfig.from_json(json.loads(Path(argv[0]).read_text()))
-    run_dir = Path(argv[1]) if int(os.environ.get("RANK", "0")) == 0 else None
+    run_dir = Path(argv[1])  # rank 0 writes the outputs, every rank its checkpoint file
     return worker_entry(lambda: run_worker(config, run_dir))
 
 

@@ -6,17 +6,20 @@ The loop is strategy-agnostic: the strategy wraps model and optimizer, the loop 
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm import tqdm
 
-from cadence.comm import DistContext, all_reduce_sum
+from cadence.comm import DistContext, all_reduce_sum, broadcast_object
 from cadence.comm.cost import ring_allreduce_wire_s
 from cadence.config import TrainConfig
 from cadence.errors import UserError
@@ -24,6 +27,7 @@ from cadence.inject import fail_in_forward, injected_fault
 from cadence.models import Dataset, loss_fn
 from cadence.models.refs import is_ref
 from cadence.models.user import LossFn, check_fits, load_loss, model_and_data
+from cadence.train import ps_resume, rank_state, resume
 from cadence.train.accumulate import check_accumulation, forward_backward
 from cadence.train.optim import build_optimizer
 from cadence.train.outputs import plot_training, save_checkpoint, write_json
@@ -81,9 +85,37 @@ def run_training(
         check_fits(model, data, train_loss, config.model.name, ctx.device)
     optimizer = build_optimizer(model.parameters(), config)
     strategy = get_strategy(config.job.strategy)
-    model, optimizer = strategy.wrap_for(config)(model, optimizer, ctx)
+    per_epoch = steps_per_epoch(len(data.train_x), config.data.batch_size)
+    if per_epoch == 0:
+        raise UserError(
+            f"--batch-size {config.data.batch_size} exceeds the {len(data.train_x)} training "
+            f"samples of {data.name}"
+        )
+    total_steps = (
+        config.job.steps if config.job.steps is not None else per_epoch * config.job.epochs
+    )
+    # Resumable checkpoints need every rank's files in one run directory: every rank must
+    # have been given it (a caller may hand it to rank 0 only: then none are written).
+    checkpointing = resume.writes_checkpoints(config) and _all_ranks_have(run_dir, ctx)
+    wrap_config = config
+    if checkpointing and config.job.strategy == "ps":
+        assert run_dir is not None
+        restore = resume.load_manifest(run_dir)[0] if config.job.resume is not None else None
+        ps_resume.prepare(run_dir, ctx.rank, restore)  # before the servers start
+        wrap_config = ps_resume.server_config(config, run_dir, per_epoch, total_steps)
+    pipeline_plan = None  # what --schedule auto chose, kept by the checkpoint
+    if config.job.resume is not None and config.job.strategy == "pipeline":
+        assert run_dir is not None
+        pipeline_plan = resume.load_manifest(run_dir)[1].get("pipeline_plan")
+        if pipeline_plan is not None:  # run the chosen plan, not plan again
+            pipeline = replace(config.pipeline, **pipeline_plan, backend="cadence")
+            wrap_config = replace(config, pipeline=pipeline)
+    model, optimizer = strategy.wrap_for(wrap_config)(model, optimizer, ctx)
     plain = strategy.unwrap(model)
     owner = model if isinstance(model, OwnsStep) else None  # a strategy that runs the step
+    chose = getattr(owner, "plan_record", None)
+    if chose is not None:
+        pipeline_plan = {k: chose["best"][k] for k in ("schedule", "microbatches")}
     if owner is None:
         check_accumulation(model, config.data.grad_accum, config.job.strategy, ctx.world_size)
     # A strategy that trains on when a worker dies (parameter server: asp, ssp, backup) must
@@ -96,18 +128,12 @@ def run_training(
     num_params = sum(p.numel() for p in plain.parameters())
     grad_bytes = sum(p.numel() * p.element_size() for p in plain.parameters() if p.requires_grad)
 
-    per_epoch = steps_per_epoch(len(data.train_x), config.data.batch_size)
-    if per_epoch == 0:
-        raise UserError(
-            f"--batch-size {config.data.batch_size} exceeds the {len(data.train_x)} training "
-            f"samples of {data.name}"
-        )
-    total_steps = (
-        config.job.steps if config.job.steps is not None else per_epoch * config.job.epochs
-    )
     epochs_needed = math.ceil(total_steps / per_epoch) if per_epoch else 0
-    fail_at = injected_fault(ctx.rank, "step")  # tests: CADENCE_INJECT_FAILURE (cadence.inject)
-    fail_in = injected_fault(ctx.rank, "forward")
+    # Tests: CADENCE_INJECT_FAILURE (cadence.inject), on the first attempt only.
+    first_attempt = config.job.resume is None
+    fail_at = injected_fault(ctx.rank, "step") if first_attempt else None
+    fail_in = injected_fault(ctx.rank, "forward") if first_attempt else None
+    fail_saving = injected_fault(ctx.rank, "checkpoint") if first_attempt else None
     if fail_in is not None:
         fail_in_forward(plain, fail_in)
     probe = probe_from_env(ctx.rank, total_steps)  # None unless `cadence bench soak` asked
@@ -126,28 +152,76 @@ def run_training(
         "step_loss": [],
         "iteration_times_s": [],
     }
+    if chose is not None:  # what --schedule auto chose, and the candidates it weighed
+        metrics["pipeline_plan"] = chose
     if bandwidth_bps is not None:
         metrics["bandwidth_bps"] = bandwidth_bps
         metrics["wire_bound_s"] = ring_allreduce_wire_s(grad_bytes, ctx.world_size, bandwidth_bps)
 
     model.train()
-    step = 0
+    step, first_epoch, skip = 0, 1, 0
+    epoch_losses: list[torch.Tensor] = []
+    if config.job.resume is not None:
+        resume.check_resumable(config)
+        assert run_dir is not None and checkpointing, "a resumed run writes checkpoints"
+        step, first_epoch, skip, epoch_losses = _resume(
+            config, ctx, run_dir, metrics, plain, optimizer, owner
+        )
+        if ctx.is_main:
+            tqdm.write(f"resumed at step {step} (epoch {first_epoch}) from {run_dir}")
+
+    def checkpoint(epoch: int, in_epoch: int, closed: bool = False) -> None:
+        assert run_dir is not None
+        if owner is not None:
+            owner.sync()  # the plain module is complete on every rank
+        state = rank_state.capture(config.job.strategy, plain, optimizer, owner)
+        state.update(
+            rng=resume.rng_state(ctx.device),
+            epoch_losses=[x.detach().cpu() for x in epoch_losses] if in_epoch else [],
+            metrics={k: metrics[k] for k in _CONTINUED if k in metrics},
+        )
+        manifest = {
+            "step": step,
+            "epoch": epoch,
+            "in_epoch": in_epoch,
+            "closed": closed,  # the epoch's figures are in metrics (--steps ended it)
+            "world_size": ctx.world_size,
+            "config": resume.fingerprint(config),
+            "dp_tuned": rank_state.dp_tuned(plain),
+            "pipeline_plan": pipeline_plan,
+        }
+        die = (
+            functools.partial(fail_saving.fire, "while the checkpoint is written")
+            if fail_saving is not None and fail_saving.step == step
+            else None
+        )
+        servers = (
+            (lambda: ps_resume.server_files(run_dir, step))
+            if config.job.strategy == "ps"
+            else tuple
+        )
+        resume.save(run_dir, ctx.rank, manifest, state, die, servers)
     # A bar only where a person watches; logs get the per-epoch lines.
     show_bar = ctx.is_main and sys.stderr.isatty()
-    bar = tqdm(total=total_steps, disable=not show_bar, unit="step", dynamic_ncols=True)
+    bar = tqdm(
+        total=total_steps, initial=step, disable=not show_bar, unit="step", dynamic_ncols=True
+    )
     t_start = time.perf_counter()
-    for epoch in range(1, epochs_needed + 1):
-        epoch_losses = []
+    for epoch in range(first_epoch, epochs_needed + 1):
+        if epoch != first_epoch or not skip:
+            epoch_losses = []
         t_epoch = time.perf_counter()
         t_prev = t_epoch
-        for idx in epoch_batches(
+        batches = epoch_batches(
             len(data.train_x),
             config.data.batch_size,
             shard_rank,
             shard_world,
             config.job.seed,
             epoch,
-        ):
+        )
+        done_before = skip if epoch == first_epoch else 0  # the resumed epoch's steps
+        for in_epoch, idx in enumerate(itertools.islice(batches, done_before, None), done_before):
             if step == total_steps:
                 break
             if fail_at is not None and step == fail_at.step:
@@ -171,6 +245,15 @@ def run_training(
                 probe.after_step(step)
             if ctx.is_main and step % 5 == 0:
                 bar.set_postfix(epoch=epoch, loss=f"{loss.item():.4f}")
+            every = config.job.checkpoint_every
+            if (
+                checkpointing
+                and every
+                and step % every == 0
+                and in_epoch + 1 < per_epoch
+                and step < total_steps
+            ):  # (the epoch's end, or the run's, checkpoints below)
+                checkpoint(epoch, in_epoch + 1)
         train_seconds = time.perf_counter() - t_epoch
         # One collective per epoch turns every rank's step losses into the global mean.
         losses = torch.stack(epoch_losses).float().cpu()
@@ -213,6 +296,13 @@ def run_training(
                 _save_outputs(
                     run_dir, metrics, plain, optimizer, epoch, step, time.perf_counter() - t_start
                 )
+        if checkpointing:
+            # Mid-epoch when --steps ended the run there: a longer resumed run goes on in it.
+            in_epoch = step - (epoch - 1) * per_epoch
+            if in_epoch == per_epoch:
+                checkpoint(epoch + 1, 0)
+            else:
+                checkpoint(epoch, in_epoch, closed=True)
     bar.close()
     engine = getattr(plain, "_cadence_dp_engine", None)
     if engine is not None:  # the threshold cadence-dp ended with (given, default or tuned)
@@ -223,9 +313,6 @@ def run_training(
     tuned = getattr(engine, "tune_result", None)
     if tuned is not None:  # what cadence-dp's autotuning chose, for the record
         metrics["dp_autotune"] = tuned.to_json()
-    chosen = getattr(owner, "plan_record", None)
-    if chosen is not None:  # what --schedule auto chose, and the candidates it weighed
-        metrics["pipeline_plan"] = chosen
     report = getattr(owner, "run_report", None)
     if callable(report):  # counters the strategy kept (e.g. the parameter server's traffic)
         metrics.update(report())
@@ -233,6 +320,47 @@ def run_training(
     if ctx.is_main and run_dir is not None:
         write_json(run_dir / "metrics.json", metrics)
     return metrics
+
+
+_CONTINUED = ("epochs", "step_loss", "iteration_times_s", "resumed_at_steps", "pipeline_plan")
+"""The figures a resumed run continues (rank 0's are the run's)."""
+
+
+def _all_ranks_have(run_dir: Path | None, ctx: DistContext) -> bool:
+    """Whether every rank was given a run directory (one small collective at start)."""
+    given = torch.tensor([float(run_dir is not None)])
+    return int(all_reduce_sum(given).item()) == ctx.world_size
+
+
+def _resume(
+    config: TrainConfig,
+    ctx: DistContext,
+    run_dir: Path,
+    metrics: dict[str, Any],
+    plain: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    owner: Any,
+) -> tuple[int, int, int, list[torch.Tensor]]:
+    """Restore this rank from the run's checkpoint: (step, epoch, steps done in that epoch,
+    that epoch's step losses so far)."""
+    directory, manifest = resume.load_manifest(run_dir)
+    # Every rank must read the same checkpoint: rank 0's choice (a crash may leave two).
+    directory = Path(broadcast_object(str(directory)) if ctx.world_size > 1 else directory)
+    resume.check_matches(manifest, config, ctx.world_size, directory)
+    state = resume.load_rank(directory, ctx.rank, ctx.device)
+    rank_state.restore(
+        config.job.strategy, plain, optimizer, owner, state, directory, ctx.rank, manifest
+    )
+    for key, value in state["metrics"].items():
+        metrics[key] = value
+    if manifest["closed"] and manifest["in_epoch"]:
+        # The run ended inside this epoch and closed its figures: this run closes it again.
+        metrics["epochs"].pop()
+        del metrics["step_loss"][-manifest["in_epoch"] :]
+    metrics.setdefault("resumed_at_steps", []).append(manifest["step"])
+    resume.set_rng_state(state["rng"], ctx.device)
+    losses = [x.to(ctx.device) for x in state["epoch_losses"]]
+    return manifest["step"], manifest["epoch"], manifest["in_epoch"], losses
 
 
 def _summarise(metrics: dict[str, Any], seconds: float) -> None:

@@ -40,12 +40,30 @@ def validate(config: TrainConfig) -> None:
             )
 
 
-def make_run_dir(config: TrainConfig) -> Path:
+def make_run_dir(config: TrainConfig, stable_name: str | None = None) -> Path:
+    """The run's output directory: --resume's, or <out>/<name> (made). `stable_name`: the name
+    when --name is not given and every rank must arrive at the same one (torchrun)."""
+    if config.job.resume is not None:
+        from cadence.train.resume import check_matches, check_resumable, load_manifest
+
+        check_resumable(config)
+        run_dir = Path(config.job.resume)
+        # One line now, before any worker starts, if there is nothing to resume from or it
+        # was written by another job (the workers check again against the world they form).
+        where, manifest = load_manifest(run_dir)
+        world = int(os.environ.get("WORLD_SIZE", config.cluster.workers))
+        check_matches(manifest, config, world, where)
+        return run_dir
     model = config.model.name.replace(":", "-")  # pkg.module:factory
-    name = config.job.name or f"{model}-{config.job.strategy}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name = (
+        config.job.name
+        or stable_name
+        or f"{model}-{config.job.strategy}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
     out = Path(config.job.out)
     run_dir = out / name
-    if config.job.name is None:  # never overwrite an earlier run that started in the same second
+    if config.job.name is None and stable_name is None:
+        # never overwrite an earlier run that started in the same second
         suffix = 1
         while run_dir.exists():
             suffix += 1
@@ -68,9 +86,13 @@ def train(config: TrainConfig) -> tuple[dict[str, Any], Path | None]:
     if torchrun_env_present():
         from cadence.launch.worker import run_worker
 
+        config = torchrun_resume(config)
+        stable = torchrun_run_name(config)
         is_main = os.environ.get("RANK") == "0"
-        run_dir = make_run_dir(config) if is_main else None
-        return run_worker(config, run_dir), run_dir
+        shared = config.job.name is not None or stable is not None or config.job.resume
+        # Without a name every rank agrees on, rank 0 alone writes (and no checkpoint/).
+        run_dir = make_run_dir(config, stable) if shared or is_main else None
+        return run_worker(config, run_dir), run_dir if is_main else None
     run_dir = make_run_dir(config)
     if config.cluster.emulate_bandwidth is None:
         return launch_local(config, run_dir), run_dir
@@ -91,6 +113,34 @@ def train(config: TrainConfig) -> tuple[dict[str, Any], Path | None]:
     cluster = EmulatedCluster(config.cluster.workers, bandwidth, priority_classes=classes)
     with cleanup_on_signals(), cluster:
         return launch_local(config, run_dir, cluster), run_dir
+
+
+def torchrun_run_name(config: TrainConfig) -> str | None:
+    """Under torchrun every rank needs the same run directory (each writes its own checkpoint
+    file there), also after torchrun restarts them: --name, else a name derived from torchrun's
+    run id (`--rdzv-id`, or the one `--standalone` draws). None: --name is given, or there is
+    no run id to derive one from."""
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+    if config.job.name is not None or run_id == "none":
+        return None
+    model = config.model.name.replace(":", "-")
+    return f"{model}-{config.job.strategy}-{run_id}"
+
+
+def torchrun_resume(config: TrainConfig) -> TrainConfig:
+    """`config`, resuming from its run directory's checkpoint when torchrun restarted the
+    workers (`--max-restarts`) and there is one."""
+    from dataclasses import replace
+
+    from cadence.train.resume import find, writes_checkpoints
+
+    restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if config.job.resume is not None or restarts == 0 or not writes_checkpoints(config):
+        return config
+    run_dir = Path(config.job.out) / (config.job.name or torchrun_run_name(config) or "")
+    if run_dir == Path(config.job.out) or find(run_dir) is None:
+        return config  # killed before its first checkpoint: start again
+    return replace(config, job=replace(config.job, resume=str(run_dir)))
 
 
 def summary_lines(metrics: dict[str, Any], run_dir: Path | None) -> list[str]:
