@@ -166,8 +166,8 @@ def add_bench_sim(bsub: Any) -> None:
 
     network = ("payload_fraction", "calibration", "calibration_latency")
     add_common(
-        p, models="vgg16", caps="400mbit", steps=10, repeats=None, out="bench-out/bench-sim.json",
-        options=("run", "strategies", "from_bench_dp", "profiles"),
+        p, models="vgg16", caps="400mbit", steps=10, repeats=3, out="bench-out/bench-sim.json",
+        options=("run", "strategies", "from_bench_dp", "profiles", "held_out"),
         tables=[("network", network), ("simulate", ("optimizer_step",))],
     )  # fmt: skip
     p.set_defaults(func=_cmd_bench_sim)
