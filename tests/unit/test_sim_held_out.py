@@ -201,3 +201,24 @@ def test_the_command_writes_json_png_and_the_table(
     printed = capsys.readouterr().out
     assert "ps: not predicted: the simulator models bsp only, not asp" in printed
     assert "mean |error|" in printed
+
+
+def test_simulate_says_what_it_assumed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cadence.cli import main
+
+    path = tmp_path / "cnn.json"
+    zoo_profile("cnn").save(path)  # 1 thread, batch 32
+    common = ["simulate", "--profile", str(path), "--model", "cnn", "--workers", "2",
+              "--bandwidth", "1gbit", "--strategy", "ddp"]  # fmt: skip
+    assert main(common) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("assumed: "))
+    assert "link alpha-beta: 1gbit x payload fraction 0.956, no per-message latency" in line
+    assert "cadence calibrate" in line
+    assert f"compute: from {path} (saved " in line and "1 thread(s), batch 32 per worker" in line
+    assert "threads per worker not given" in line
+    assert main([*common, "--threads", "2"]) == 0
+    assert "NOT the training's conditions: its workers run 2 thread(s)" in capsys.readouterr().out
+    assert main([*common, "--threads", "1"]) == 0
+    assert "NOT" not in capsys.readouterr().out

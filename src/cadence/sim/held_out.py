@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cadence.config import TrainConfig
-from cadence.errors import UserError
+from cadence.errors import UserError, WorkerFailed
 
 REQUIRED = ("model", "strategy", "workers", "emulate_bandwidth", "batch_size", "steps")
 """Keys every row states: what the set is about is never left to a default."""
@@ -190,7 +190,7 @@ def measure(
             if row.name not in failed:
                 try:
                     figures[row.name].append(runner(row, repeat))
-                except UserError as exc:  # WorkerFailed too: the row is reported, not the set
+                except (UserError, WorkerFailed) as exc:  # the row is reported, the set goes on
                     failed[row.name] = " ".join(str(exc).split())
             bar.update()
     return figures, failed
