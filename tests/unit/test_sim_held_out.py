@@ -222,3 +222,22 @@ def test_simulate_says_what_it_assumed(
     assert "NOT the training's conditions: its workers run 2 thread(s)" in capsys.readouterr().out
     assert main([*common, "--threads", "1"]) == 0
     assert "NOT" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("factory", "blocks"), [("small_net", 3), ("two_tower", 1)])
+def test_a_users_model_is_profiled_per_module_of_a_sequential_else_whole(
+    factory: str, blocks: int
+) -> None:
+    from cadence.sim.held_out_profile import profile_user_model
+
+    profile = profile_user_model(f"tests.user_parts:{factory}", "tests.user_parts:blobs", 8, 3, 1)
+    assert len(profile.blocks) == blocks
+    assert (profile.batch_size, profile.threads) == (8, 1)
+    facts = profile.model_facts
+    assert facts is not None
+    assert sum(p.nbytes for p in facts.params) == profile.param_bytes
+    assert sorted(facts.arrival_order) == list(range(len(facts.params)))
+    # and the predictor takes it as it takes a zoo model's
+    config = _config(model=f"tests.user_parts:{factory}", dataset="tests.user_parts:blobs",
+                     strategy="cadence-dp", batch_size=16)  # fmt: skip
+    assert predict(config, profile).iteration_s is not None

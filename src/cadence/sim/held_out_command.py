@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,7 @@ def held_out_command(args: Any) -> int:
     for line in held_out_table(scored):
         print(line)
     data = {
-        "command": "cadence " + " ".join(sys.argv[1:]),
+        "command": "cadence " + shlex.join(sys.argv[1:]),
         "held_out": str(path),
         "repeats": args.repeats,
         "rows": scored,
