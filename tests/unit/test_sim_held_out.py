@@ -241,3 +241,14 @@ def test_a_users_model_is_profiled_per_module_of_a_sequential_else_whole(
     config = _config(model=f"tests.user_parts:{factory}", dataset="tests.user_parts:blobs",
                      strategy="cadence-dp", batch_size=16)  # fmt: skip
     assert predict(config, profile).iteration_s is not None
+
+
+def test_held_out_is_refused_beside_other_inputs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cadence.cli import main
+
+    path = write_set(tmp_path / "s.toml", ("a", "ddp", ""))
+    out = str(tmp_path / "o.json")
+    assert main(["bench", "sim", "--held-out", path, "--run", "--out", out]) != 0
+    assert "--held-out trains and profiles its own rows" in capsys.readouterr().err

@@ -211,6 +211,12 @@ def bench_sim_command(args: Any) -> int:
     if getattr(args, "held_out", None):
         from cadence.sim.held_out_command import held_out_command
 
+        if args.runs or args.run or args.from_bench_dp or args.profile:
+            raise UserError(
+                "--held-out trains and profiles its own rows: give it without run files, "
+                "--run, --from-bench-dp or --profile"
+            )
+
         return held_out_command(args)
     runs = list(args.runs)
     out = Path(args.out)
