@@ -108,15 +108,17 @@ def score_row(
     error = None
     if measured is not None and predicted is not None:
         error = (predicted - measured) / measured
+    scored = error is not None and row_spread is not None and row_spread < HIT
     return {
         "row": name, "runs_s": list(runs), "measured_s": measured, "spread": row_spread,
-        "predicted_s": predicted, "error": error, "verdict": verdict(error, row_spread), **more,
+        "predicted_s": predicted, "error": error, "verdict": verdict(error, row_spread),
+        "scored": scored, **more,
     }  # fmt: skip
 
 
 def summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Mean and worst |error| over predicted rows whose spread is under 5%, and the counts."""
-    counted = [r for r in rows if r["error"] is not None and r["spread"] < HIT]
+    counted = [r for r in rows if r["scored"]]
     errors = [abs(r["error"]) for r in counted]
     verdicts = [r["verdict"] for r in rows]
     return {
@@ -151,6 +153,7 @@ def table_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
         lines.append(
             f"{r['row']:<{width}}{_secs(r['measured_s']):>10}{_pct(r['spread']):>8}"
             f"{_secs(r['predicted_s']):>11}{_pct(r['error'], True):>8}  {r['verdict']}"
+            + (" (not scored: spread >= 5%)" if r["error"] is not None and not r["scored"] else "")
         )
     for r in rows:
         note = r.get("note", "")
