@@ -133,6 +133,8 @@ def test_the_table_shows_every_row_and_why_one_was_not_predicted() -> None:
     assert lines[2].split()[1:] == ["1.000s", "0.0%", "-", "-", "-"]
     assert "b-row: not predicted: bsp only [x]" in lines[3]
     assert lines[-1].startswith("mean |error| 2.0%, worst 2.0% over the 1 predicted rows")
+    noisy = table_lines([score_row("c-row", [1.0, 1.2], 1.5)])
+    assert noisy[1].endswith("miss (not scored: spread >= 5%)")
 
 
 def _config(**keys: Any) -> TrainConfig:
