@@ -177,6 +177,10 @@ class BenchOptions:
     profiles: tuple[str, ...] = opt((), flag="--profile", metavar="FILE")
     """sim: saved profiles, one per model (several after one --profile, or --profile
     repeated); none: profile now."""
+    held_out: str | None = opt(None, metavar="FILE")
+    """sim: train every row of a held-out set (benchmarks/held_out.toml) on the emulated
+    cluster --repeats times, rows alternating, and print each row's error beside its
+    run-to-run spread (profiles are taken now, at each row's per-worker batch and threads)."""
 
     def __post_init__(self) -> None:
         _at_least("--repeats", self.repeats, 1)

@@ -69,11 +69,18 @@ def check_port_free(port: int) -> None:
             ) from None
 
 
+def worker_threads(config: TrainConfig) -> int:
+    """Intra-op threads each local worker runs with: `--threads`, else this machine's cores
+    shared evenly among the workers (at least one). A profile meant to predict the run is
+    taken at the same count (`cadence bench sim --held-out`)."""
+    return config.cluster.threads or max(1, (os.cpu_count() or 1) // config.cluster.workers)
+
+
 def _worker_env(
     rank: int, config: TrainConfig, port: int, logs: Path, cluster: ClusterLike | None
 ) -> dict[str, str]:
     env = dict(os.environ)
-    threads = config.cluster.threads or max(1, (os.cpu_count() or 1) // config.cluster.workers)
+    threads = worker_threads(config)
     env.update(
         RANK=str(rank),
         LOCAL_RANK=str(rank),

@@ -208,6 +208,16 @@ def _bench_dp_models(path: str) -> list[tuple[str, int]]:
 
 def bench_sim_command(args: Any) -> int:
     """`cadence bench sim`: optionally train in the emulated cluster, then compare."""
+    if getattr(args, "held_out", None):
+        from cadence.sim.held_out_command import held_out_command
+
+        if args.runs or args.run or args.from_bench_dp or args.profile:
+            raise UserError(
+                "--held-out trains and profiles its own rows: give it without run files, "
+                "--run, --from-bench-dp or --profile"
+            )
+
+        return held_out_command(args)
     runs = list(args.runs)
     out = Path(args.out)
     try:  # before any training or profiling, not after

@@ -52,6 +52,7 @@ def _sets(
     simulate: tuple[str, ...] = ("optimizer_step", "replicas", "clip", "json"),
     plan: tuple[str, ...] = (),
     workers: bool = True,
+    threads: bool = False,
 ) -> list[FlagSet]:
     """The flag tables of a simulator command: model, cluster, network and profile as every
     one takes them, plus the strategy settings and own options it names."""
@@ -61,8 +62,8 @@ def _sets(
         FlagSet("model", ModelSection, only=("name",), defaults={"name": "vgg16"}),
         FlagSet("data", DataSection, only=("grad_accum",)),
         FlagSet("optim", OptimSection, only=("name",), choices={"name": SIM_OPTIMIZERS}),
-        FlagSet("cluster", ClusterSection, only=("workers",) if workers else (),
-                defaults={"workers": 64}),
+        FlagSet("cluster", ClusterSection,
+                only=("workers",) * workers + ("threads",) * threads, defaults={"workers": 64}),
         FlagSet("dp", DPSection, only=("bucket_mb", *dp)),
         FlagSet("zero", ZeroSection, only=("stage", "compression") if "strategy" in job else ()),
         FlagSet("network", NetworkModel),
@@ -101,6 +102,7 @@ def add_simulate(sub: Any) -> None:
         help="predict iteration time, overlap and memory of a strategy from a profile",
     )
     sets = _sets(
+        threads=True,  # the profile is taken at, or compared with, the training's threads
         job=("strategy",),
         dp=("threshold_mb", "reorder_k"),
         simulate=("optimizer_step", "replicas", "clip", "iterations", "credit_mb", "trace",
@@ -166,8 +168,8 @@ def add_bench_sim(bsub: Any) -> None:
 
     network = ("payload_fraction", "calibration", "calibration_latency")
     add_common(
-        p, models="vgg16", caps="400mbit", steps=10, repeats=None, out="bench-out/bench-sim.json",
-        options=("run", "strategies", "from_bench_dp", "profiles"),
+        p, models="vgg16", caps="400mbit", steps=10, repeats=3, out="bench-out/bench-sim.json",
+        options=("run", "strategies", "from_bench_dp", "profiles", "held_out"),
         tables=[("network", network), ("simulate", ("optimizer_step",))],
     )  # fmt: skip
     p.set_defaults(func=_cmd_bench_sim)

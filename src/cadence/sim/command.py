@@ -66,6 +66,9 @@ class Setup:
     """Indices of `params` in the order one backward pass accumulates their gradients
     (`zoo_arrival_order`): how the runtime fuses one block's gradients into chunks and DDP
     fills its buckets. None: the expected order (reverse registration)."""
+    assumed: str = ""
+    """What the prediction assumed of the links and where the compute times came from, for
+    the user (`assumptions`)."""
 
 
 def zoo_buffer_broadcasts(model: str) -> int:
@@ -108,8 +111,10 @@ def make_setup(
     batch_size: int = 32,
     profile_iterations: int = 5,
     echo: Callable[[str], None] = print,
+    threads: int | None = None,
 ) -> Setup:
-    """Check the arguments (one-line UserErrors), then load or measure the profile."""
+    """Check the arguments (one-line UserErrors), then load or measure the profile (measured
+    now at `threads` intra-op threads, each training worker's; None: 1)."""
     from cadence.netem import format_bandwidth, parse_bandwidth
 
     if workers < 1:
@@ -143,8 +148,9 @@ def make_setup(
             "save it with `cadence profile --out FILE` and pass --profile to skip this"
         )
         profile = profile_command(
-            model, batch_size=batch_size, iterations=profile_iterations, echo=lambda _: None
-        )
+            model, batch_size=batch_size, iterations=profile_iterations, echo=lambda _: None,
+            threads=threads or 1,
+        )  # fmt: skip
     # Saved with the profile where it was made (no model to build then), else found now.
     facts = profile.model_facts or zoo_facts(model)
     params = facts.params
@@ -155,17 +161,50 @@ def make_setup(
         f"{model}, batch {profile.batch_size} per worker, {workers} workers, {net}, "
         f"{optimizer} step {update * sum(p.nbytes for p in params) * 1e3:.3g} ms"
     )
+    if calibration is None:
+        net = (
+            f"alpha-beta: {format_bandwidth(bps)} x payload fraction {payload_fraction:.3f}, "
+            + (f"{latency_s * 1e6:g} us per message" if latency_s > 0 else "no per-message latency")
+            + " (to measure your links: `cadence calibrate --out links.json` under torchrun on "
+            "your hosts, then --calibration links.json)"
+        )
+    else:
+        net = f"measured by `cadence calibrate` ({calibration})"
     return Setup(
         profile=profile,
         params=params,
         world_size=workers,
         link=link,
+        assumed=assumptions(net, profile, profile_path, threads),
         description=description,
         update_s_per_byte=update,
         buffer_bytes=facts.buffer_bytes,
         buffer_broadcasts=facts.buffer_broadcasts,
         arrival_order=facts.arrival_order,
     )
+
+
+def assumptions(link: str, profile: Profile, path: str | None, threads: int | None) -> str:
+    """One line: the link model, and where the compute times came from, in what conditions
+    (threads, batch), and whether they are the training's (`threads`: each worker's intra-op
+    threads, None: not given)."""
+    where = f"{profile.threads} thread(s), batch {profile.batch_size} per worker"
+    if path is None:
+        compute = f"profiled now on this machine ({profile.device}) at {where}"
+    else:
+        import os
+        import time
+
+        made = time.strftime("%Y-%m-%d %H:%M", time.localtime(os.path.getmtime(path)))
+        compute = f"from {path} (saved {made}, {profile.device}, {where})"
+    if threads is None:
+        compute += "; training's threads per worker not given (--threads): assumed the same"
+    elif threads != profile.threads:
+        compute += (
+            f"; NOT the training's conditions: its workers run {threads} thread(s) "
+            f"(profile again with `cadence profile --threads {threads}`)"
+        )
+    return f"link {link}; compute: {compute}"
 
 
 def step_cost(
@@ -405,6 +444,7 @@ def setup_from(args: Any, workers: int | None = None, bandwidth: str | None = No
         profile_path=args.profile,
         batch_size=args.micro_batch_size,
         profile_iterations=args.profile_iterations,
+        threads=getattr(args, "threads", None),
     )
 
 
@@ -436,6 +476,7 @@ def simulate_command(args: Any) -> int:
     if args.strategy == "zero":
         shown += f" stage {zero.stage}, {zero.compression}"
     print(f"{shown}: {setup.description}{accumulation_note(options)}")
+    print(f"assumed: {setup.assumed}")
     if plan is not None:
         n = len(plan.chunks)
         print(

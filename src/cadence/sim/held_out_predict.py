@@ -1,0 +1,212 @@
+"""Predict one `cadence train` job of the held-out set (`cadence.sim.held_out`) with the
+simulator, from a profile taken now in the conditions the job's workers train in.
+
+Conditions: the profile runs at the job's per-worker batch (a pipeline's: its micro-batch) with
+the intra-op threads each training worker gets (`cadence.launch.local.worker_threads`). The
+emulated cluster's workers all share this machine, so where workers x threads exceed its cores
+the profile (one process, alone) is not taken in the run's conditions, and the row says so.
+
+Which simulator predicts what: ddp, cadence-dp and zero as `cadence simulate` does
+(`cadence.sim.command.run_strategy`); pipeline with `simulate_pipeline` (one replica: workers =
+stages, a named schedule); ps with `simulate_ps` (bsp, the runtime's chain plan, servers on the
+first worker's host). Anything else is "not predicted", with the reason. Links are the
+emulated cap, its payload share carrying data, no per-message latency unless a calibration
+gives the alphas (`cap_link`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cadence.comm.cost import AlphaBeta
+from cadence.config import TrainConfig
+from cadence.dp.config import mb_to_bytes
+from cadence.models.refs import is_ref
+from cadence.profile import Profile
+from cadence.profile.facts import ModelFacts, zoo_facts
+from cadence.sim.compute import cap_link
+from cadence.sim.options import SimOptions
+from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION, chosen_step_s
+
+ProfileKey = tuple[str, str | None, int, int]
+"""(model, dataset, samples per forward/backward, threads) of a profile."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The simulator's figure for one job, or why there is none."""
+
+    iteration_s: float | None
+    """Predicted median iteration (None: not predicted)."""
+    note: str
+    """What was predicted (strategy and settings), or why nothing was."""
+    conditions: str
+    """The profile's conditions against the run's: "as trained", or what differs."""
+
+
+class NotPredicted(Exception):
+    """The simulator has no model of this job (the message says why)."""
+
+
+def profile_key(config: TrainConfig) -> ProfileKey:
+    """The profile a job's prediction reads: its samples per forward/backward on one worker,
+    at the threads its workers train with."""
+    from cadence.launch.local import worker_threads
+
+    c = config
+    if c.job.strategy == "pipeline":
+        samples = c.data.batch_size // max(1, c.cluster.workers // c.pipeline.stages)
+        samples //= c.pipeline.microbatches * c.data.grad_accum
+    else:
+        samples = c.data.batch_size // (c.cluster.workers * c.data.grad_accum)
+    return (c.model.name, c.data.dataset, max(1, samples), worker_threads(c))
+
+
+def conditions(config: TrainConfig, profile: Profile) -> str:
+    """"as trained" when the profile ran as each worker runs, else what differs."""
+    cores = os.cpu_count() or 1
+    threads = profile_key(config)[3]
+    busy = config.cluster.workers * threads
+    notes = []
+    if profile.threads != threads:
+        notes.append(f"profiled at {profile.threads} threads, workers train at {threads}")
+    if busy > cores:
+        notes.append(
+            f"{config.cluster.workers} workers x {threads} thread(s) share {cores} cores; "
+            "the profile ran alone"
+        )
+    return "; ".join(notes) or "as trained"
+
+
+def take_profile(key: ProfileKey, iterations: int = 5) -> Profile:
+    """A profile of `key`'s model (a zoo name, or `pkg.module:factory` on its dataset) at its
+    batch and threads."""
+    model, dataset, batch, threads = key
+    if not is_ref(model):
+        from cadence.profile import profile_command
+
+        return profile_command(
+            model, batch_size=batch, iterations=iterations, threads=threads, echo=lambda _: None
+        )
+    from cadence.sim.held_out_profile import profile_user_model
+
+    return profile_user_model(model, dataset, batch, iterations, threads)
+
+
+def predict(
+    config: TrainConfig,
+    profile: Profile,
+    payload_fraction: float = TCP_PAYLOAD_FRACTION,
+    calibrated: AlphaBeta | None = None,
+) -> Prediction:
+    """The simulator's median iteration of `config`'s job from `profile` (`profile_key`)."""
+    from cadence.netem import parse_bandwidth
+
+    cap = config.cluster.emulate_bandwidth
+    if cap is None:
+        return Prediction(None, "not predicted: no --emulate-bandwidth, the link is unknown", "")
+    link = cap_link(parse_bandwidth(cap), payload_fraction, calibrated)
+    try:
+        if config.model.loss is not None:
+            raise NotPredicted(f"the profile times cross entropy, not --loss {config.model.loss}")
+        seconds, note = _PREDICTORS.get(config.job.strategy, _unknown)(config, profile, link)
+    except NotPredicted as exc:
+        return Prediction(None, f"not predicted: {exc}", conditions(config, profile))
+    return Prediction(seconds, note, conditions(config, profile))
+
+
+def _facts(config: TrainConfig, profile: Profile) -> ModelFacts:
+    """The model's layout as the profile recorded it, else the zoo model's."""
+    return profile.model_facts or zoo_facts(config.model.name)
+
+
+def _update_s_per_byte(config: TrainConfig, profile: Profile) -> float:
+    from cadence.sim.command import step_cost
+
+    optimizer = config.optim.name
+    step_s = chosen_step_s(optimizer, None, profile.optimizer_step_s)
+    return step_cost(config.model.name, optimizer, step_s, _facts(config, profile).params)
+
+
+def _data_parallel(config: TrainConfig, profile: Profile, link: AlphaBeta) -> tuple[float, str]:
+    from cadence.sim.command import Setup, run_strategy
+    from cadence.sim.zero_graph import ZeroSimPlan
+    from cadence.zero.config import ZeroConfig
+
+    facts = _facts(config, profile)
+    c = config
+    setup = Setup(
+        profile=profile, params=facts.params, world_size=c.cluster.workers, link=link,
+        description=c.model.name, update_s_per_byte=_update_s_per_byte(c, profile),
+        buffer_bytes=facts.buffer_bytes, buffer_broadcasts=facts.buffer_broadcasts,
+        arrival_order=facts.arrival_order,
+    )  # fmt: skip
+    # cadence train builds DDP with bucket_cap_mb: its first bucket has that cap too.
+    options = SimOptions(ddp_first_bucket_bytes=None, grad_accum=c.data.grad_accum)
+    zero = None
+    note: str = c.job.strategy
+    if c.job.strategy == "zero":
+        zero = ZeroSimPlan.from_config(ZeroConfig.from_train_settings(c.to_flat()))
+        note += f" stage {zero.stage}, {zero.compression}"
+    bucket = mb_to_bytes(c.dp.bucket_mb)
+    assert bucket is not None
+    result, _ = run_strategy(
+        setup, c.job.strategy, mb_to_bytes(c.dp.threshold_mb), None, bucket, options,
+        reorder_k=c.dp.reorder_k, zero=zero,
+    )  # fmt: skip
+    if c.job.strategy == "ddp":
+        note += f", bucket {c.dp.bucket_mb:g} MB"
+    return result.iteration_s, note
+
+
+def _pipeline(config: TrainConfig, profile: Profile, link: AlphaBeta) -> tuple[float, str]:
+    from cadence.sim.pipeline_adapter import simulate_pipeline
+
+    c, p = config, config.pipeline
+    if c.cluster.workers != p.stages:
+        raise NotPredicted(f"{c.cluster.workers // p.stages} pipeline replicas (x data parallel)")
+    if ":" not in p.schedule and p.schedule not in ("gpipe", "1f1b"):
+        raise NotPredicted(f"schedule {p.schedule!r} is chosen at run time")
+    if p.recompute:
+        raise NotPredicted("recomputation is not in the held-out predictor")
+    microbatches = p.microbatches * c.data.grad_accum
+    result = simulate_pipeline(
+        profile, stages=p.stages, microbatches=microbatches, schedule=p.schedule, link=link,
+        batch_size=c.data.batch_size, optimizer=c.optim.name,
+        update_s_per_byte=_update_s_per_byte(c, profile),
+    )  # fmt: skip
+    return result.iteration_s, f"pipeline {p.stages} stages, {p.schedule} x {microbatches}"
+
+
+def _ps(config: TrainConfig, profile: Profile, link: AlphaBeta) -> tuple[float, str]:
+    from cadence.ps.config import parse_consistency
+    from cadence.sim.ps_adapter import simulate_ps
+
+    c = config
+    if parse_consistency(c.ps.consistency)[0] != "bsp":
+        raise NotPredicted(f"the simulator models bsp only, not {c.ps.consistency}")
+    if c.data.grad_accum > 1:
+        raise NotPredicted("the parameter-server model has no gradient accumulation")
+    options = dataclasses.replace(SimOptions(), update_s_per_byte=_update_s_per_byte(c, profile))
+    result = simulate_ps(
+        profile, workers=c.cluster.workers, servers=c.ps.servers, link=link,
+        priority=c.ps.priority, options=options,
+    )  # fmt: skip
+    return result.iteration_s, f"ps bsp, {c.ps.servers} server(s), {c.ps.priority} order"
+
+
+def _unknown(config: TrainConfig, profile: Profile, link: AlphaBeta) -> tuple[float, str]:
+    raise NotPredicted(f"no simulator for strategy {config.job.strategy!r}")
+
+
+_PREDICTORS: dict[str, Callable[[TrainConfig, Profile, AlphaBeta], tuple[float, str]]] = {
+    "ddp": _data_parallel,
+    "cadence-dp": _data_parallel,
+    "zero": _data_parallel,
+    "pipeline": _pipeline,
+    "ps": _ps,
+}
+
