@@ -5,6 +5,7 @@ loop (accumulation under no_sync, clipping, an LR scheduler, BatchNorm) through 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import torch
@@ -16,6 +17,7 @@ import cadence
 from cadence.comm import init_from_env
 from cadence.localsgd.runtime import OuterLoop
 from cadence.testing import run_ranks
+from tests.cli_helpers import run_cadence
 
 WORLD = 2
 
@@ -143,7 +145,9 @@ def test_streaming_syncs_each_fragment_at_its_steps_and_trains():
     r = results[0]
     assert r["fragments"] == [2, 4]  # by module order: 112 and 323 values
     expected = [(t, 1 if t % 4 == 2 else 0) for t in range(2, 49, 2)]
-    assert r["starts"] == expected + [(48, 0), (48, 1)]  # then sync() syncs both at once
+    # sync() then waits for fragment 0's (no inner step since it was sent: its result is the
+    # replicas' common theta_outer) and syncs fragment 1 at once.
+    assert r["starts"] == [*expected, (48, 1)]
     assert results[1]["starts"] == r["starts"]
     assert torch.equal(results[0]["final"], results[1]["final"])
     first, last = sum(r["losses"][:6]) / 6, sum(r["losses"][-6:]) / 6
@@ -186,3 +190,65 @@ def test_accumulation_clipping_scheduler_and_batchnorm_buffers():
     mean = (results[0]["before"]["1.running_mean"] + results[1]["before"]["1.running_mean"]) / 2
     torch.testing.assert_close(after0["1.running_mean"], mean)  # buffers averaged at a sync
     assert not torch.equal(results[0]["before"]["1.running_mean"], mean)  # they had drifted
+
+
+def test_cli_trains_streaming_int8_diloco_with_accumulation_and_saves_the_outer_state(tmp_path):
+    proc = run_cadence(
+        "train", "--model", "mlp", "--strategy", "diloco", "--steps", "20", "--sync-every", "4",
+        "--fragments", "2", "--outer-dtype", "int8", "--grad-accum", "2", "--out", "out",
+        "--name", "r", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    run_dir = tmp_path / "out" / "r"
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["steps"] == 20 and metrics["config"]["strategy"] == "diloco"
+    assert metrics["step_loss"][-1] < metrics["step_loss"][0]
+    assert 0.5 < metrics["final_test_accuracy"] <= 1.0
+    checkpoint = torch.load(run_dir / "checkpoint.pt")
+    outer = checkpoint["optimizer"]["localsgd"]
+    assert outer["step"] == 0  # saved after the loop's full sync
+    assert len(outer["outer"]) == 2 and outer["outer_optimizer"]["state"]
+    # The saved weights are theta_outer: the model every rank holds after that sync.
+    saved = torch.cat([t.reshape(-1) for t in checkpoint["model"].values()])
+    torch.testing.assert_close(saved, torch.cat(outer["outer"]))
+
+
+def _scaler_rank(rank: int, world: int) -> dict[str, Any]:
+    init_from_env()
+    batches = _batches(rank, 6)
+    out: dict[str, Any] = {}
+    for case in ("plain", "implicit", "explicit", "overflow"):
+        model = _mlp(6)
+        model, opt = cadence.local_sgd(model, torch.optim.AdamW(model.parameters(), lr=0.01),
+                                       sync_every=2)  # fmt: skip
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+        for step, (x, y) in enumerate(batches):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            if case == "overflow" and rank == 0 and step == 2:
+                loss = loss * float("inf")  # this rank alone skips this step
+            if case == "plain":
+                loss.backward()
+                opt.step()
+                continue
+            scaler.scale(loss).backward()
+            if case == "explicit":
+                scaler.unscale_(opt)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 100.0)
+            scaler.step(opt)
+            scaler.update()
+        opt.sync()
+        steps = max(int(s["step"]) for s in opt.state.values())
+        out[case] = (_vector(model), steps, opt.outer.syncs)
+    return out
+
+
+def test_grad_scaler_steps_skipped_on_one_rank_keep_the_sync_schedule():
+    results = run_ranks(_scaler_rank, WORLD)
+    for r in results:
+        for case in ("implicit", "explicit"):  # a power-of-two scale: unscaling is exact
+            torch.testing.assert_close(r[case][0], r["plain"][0], rtol=1e-6, atol=1e-7)
+    assert results[0]["overflow"][1] == 5 and results[1]["overflow"][1] == 6  # rank 0 skipped
+    assert results[0]["overflow"][2] == results[1]["overflow"][2] == 3  # every sync ran
+    assert torch.equal(results[0]["overflow"][0], results[1]["overflow"][0])
+    assert not torch.equal(results[0]["overflow"][0], results[0]["plain"][0])

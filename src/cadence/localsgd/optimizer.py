@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch.optim import Optimizer
 
 from cadence.errors import UserError
@@ -33,8 +34,25 @@ class LocalSGDOptimizer(Optimizer):
             )
         super().add_param_group(param_group)
 
+    # GradScaler calls step() even for a step it skips, setting `found_inf` and `grad_scale`
+    # first: the ranks' gradients differ, so one rank may skip where another does not, and
+    # the schedule of syncs (collectives) must still count the same steps on every rank.
+    _step_supports_amp_scaling = True
+
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
-        loss = self.inner.step(closure)
+        found_inf = getattr(self, "found_inf", None)
+        loss: float | None = None
+        if found_inf is None:
+            loss = self.inner.step(closure)
+        elif not found_inf.item():  # (an inf or NaN: skipped, as GradScaler does)
+            scale = getattr(self, "grad_scale", None)  # None: the user unscaled already
+            if scale is not None:
+                with torch.no_grad():
+                    for group in self.param_groups:
+                        for p in group["params"]:
+                            if p.grad is not None:
+                                p.grad.div_(scale.to(p.grad.device))
+            loss = self.inner.step(closure)
         self.outer.after_inner_step()
         return loss
 

@@ -41,6 +41,7 @@ def _write(tensors: list[torch.Tensor], flat: torch.Tensor) -> None:
 @dataclass
 class _InFlight:
     fragment: int
+    issued_at: int
     apply_at: int
     delta: Reduction
     buffers: Reduction | None
@@ -79,6 +80,9 @@ class OuterLoop:
         self.step = 0
         """Inner steps since the last full sync (the phase of every fragment's schedule)."""
         self.in_flight: list[_InFlight] = []
+        self.clean = set(range(len(self.fragments)))
+        """Fragments whose weights are theta_outer itself on every rank (no inner step since
+        their last sync, and none carried over): a full sync skips them."""
         self.syncs = 0
         """Fragment syncs applied so far."""
 
@@ -86,6 +90,7 @@ class OuterLoop:
     def after_inner_step(self) -> None:
         """Account for one inner step: apply the syncs due now, then start those due to start."""
         self.step += 1
+        self.clean.clear()
         for item in [i for i in self.in_flight if i.apply_at <= self.step]:
             self._apply(item)
         for fragment in self.config.due(self.step):
@@ -98,10 +103,9 @@ class OuterLoop:
         every rank holds the same weights and buffers. The schedule restarts from step 0."""
         for item in list(self.in_flight):
             self._apply(item)
-        if self.step == 0:
-            return  # nothing trained since the last full sync: the replicas are equal
         for fragment in range(len(self.fragments)):
-            self._apply(self._start(fragment, blocking=True))
+            if fragment not in self.clean:  # the same set on every rank: same collectives
+                self._apply(self._start(fragment, blocking=True))
         self.step = 0
 
     # --- one fragment ------------------------------------------------------------------------
@@ -117,6 +121,7 @@ class OuterLoop:
         keep = not blocking and self.config.delay > 0  # local progress to carry over
         item = _InFlight(
             fragment=index,
+            issued_at=self.step,
             apply_at=self.step + (0 if blocking else self.config.delay),
             delta=start_mean(delta, self.config.outer_dtype, self.world, self.group),
             buffers=mean_buffers,
@@ -137,6 +142,8 @@ class OuterLoop:
         if item.params_at_issue is not None:
             new = outer + (_flat(fragment.params).to(self.device) - item.params_at_issue)
         _write(fragment.params, new)
+        if item.params_at_issue is None or item.issued_at == self.step:  # nothing carried over
+            self.clean.add(item.fragment)
         if item.buffers is not None:
             mean = item.buffers.wait()
             if item.buffers_at_issue is not None:
