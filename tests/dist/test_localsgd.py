@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -29,11 +30,13 @@ def _mlp(seed: int, batchnorm: bool = False) -> nn.Module:
                          nn.Linear(16, 3))  # fmt: skip
 
 
-def _batches(rank: int, steps: int, per_rank: int = 8) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _batches(
+    rank: int, steps: int, per_rank: int = 8, world: int = WORLD
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     gen = torch.Generator().manual_seed(5)
     out = []
     for _ in range(steps):
-        x = torch.randn(WORLD * per_rank, 6, generator=gen)
+        x = torch.randn(world * per_rank, 6, generator=gen)
         y = (x[:, 0] > 0).long() + (x[:, 1] > 0).long()
         mine = slice(rank * per_rank, (rank + 1) * per_rank)
         out.append((x[mine], y[mine]))
@@ -58,7 +61,7 @@ def _vector(model: nn.Module) -> torch.Tensor:
 
 def _parity_rank(rank: int, world: int) -> dict[str, torch.Tensor]:
     init_from_env()
-    batches = _batches(rank, 6)
+    batches = _batches(rank, 6, world=world)
     ddp_model = DistributedDataParallel(_mlp(0))
     _train(ddp_model, torch.optim.SGD(ddp_model.parameters(), lr=0.2), batches)
     model = _mlp(0)
@@ -76,14 +79,16 @@ def _parity_rank(rank: int, world: int) -> dict[str, torch.Tensor]:
             "diloco": _vector(b), "initial": _vector(_mlp(1))}  # fmt: skip
 
 
-def test_h1_equals_ddp_and_diloco_with_lr1_no_momentum_equals_local_sgd():
-    results = run_ranks(_parity_rank, WORLD)
+@pytest.mark.parametrize("world", [2, 4])
+def test_h1_equals_ddp_and_diloco_with_lr1_no_momentum_equals_local_sgd(world):
+    results = run_ranks(_parity_rank, world)
     for r in results:
         torch.testing.assert_close(r["h1"], r["ddp"], rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(r["diloco"], r["local"], rtol=1e-5, atol=1e-6)
     assert not torch.allclose(results[0]["local"], results[0]["initial"])  # it trained
     for key in ("h1", "local", "diloco"):  # H=1 and H=3 end on a sync: identical replicas
-        assert torch.equal(results[0][key], results[1][key]), key
+        for r in results[1:]:
+            assert torch.equal(r[key], results[0][key]), key
 
 
 def _compressed_rank(rank: int, world: int) -> dict[str, Any]:
