@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 import cadence
+from cadence.config import TrainConfig
 from cadence.errors import UserError
 from cadence.localsgd.config import LocalSGDConfig
 from cadence.localsgd.fragments import model_fragments, split_sizes
@@ -150,3 +151,26 @@ def test_alone_streaming_local_sgd_is_the_plain_optimizer():
     opt.sync()
     for a, b in zip(plain.parameters(), wrapped.parameters(), strict=True):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize(
+    ("keys", "needle"),
+    [
+        ({"strategy": "ddp", "sync_every": 4}, "--sync-every is for --strategy local-sgd or"),
+        ({"strategy": "zero", "outer_dtype": "int8"}, "--outer-dtype is for --strategy"),
+        ({"strategy": "local-sgd", "outer_lr": 0.5}, "--outer-lr sets DiLoCo's outer step"),
+        ({"strategy": "diloco", "fragments": 9, "sync_every": 8}, "exceeds --sync-every 8"),
+    ],
+)
+def test_train_config_refuses_settings_that_would_be_ignored(keys, needle):
+    with pytest.raises(UserError, match=needle):
+        TrainConfig.from_flat(**keys)
+
+
+def test_train_config_gives_each_strategy_its_outer_step():
+    section = TrainConfig.from_flat(strategy="diloco", sync_every=8, outer_dtype="bf16").localsgd
+    diloco = section.to_config()
+    assert (diloco.sync_every, diloco.outer_lr, diloco.outer_momentum) == (8, 0.7, 0.9)
+    assert diloco.nesterov and diloco.outer_dtype == "bf16"
+    local = section.to_config(averaging=True)
+    assert (local.outer_lr, local.outer_momentum, local.nesterov) == (1.0, 0.0, False)
