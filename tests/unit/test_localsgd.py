@@ -174,3 +174,25 @@ def test_train_config_gives_each_strategy_its_outer_step():
     assert diloco.nesterov and diloco.outer_dtype == "bf16"
     local = section.to_config(averaging=True)
     assert (local.outer_lr, local.outer_momentum, local.nesterov) == (1.0, 0.0, False)
+
+
+def test_weights_loaded_after_wrapping_are_where_the_outer_steps_start():
+    torch.manual_seed(0)
+    saved = nn.Linear(3, 2).state_dict()
+    x = torch.randn(4, 3)
+    finals = []
+    for load_after in (False, True):
+        model = nn.Linear(3, 2)
+        if not load_after:
+            model.load_state_dict(saved)
+        model, optimizer = cadence.diloco(
+            model, torch.optim.SGD(model.parameters(), lr=0.1), sync_every=2
+        )
+        if load_after:  # e.g. a checkpoint restored into the wrapped model
+            model.load_state_dict(saved)
+        for _ in range(4):
+            optimizer.zero_grad()
+            model(x).square().sum().backward()
+            optimizer.step()
+        finals.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
+    torch.testing.assert_close(finals[1], finals[0])

@@ -40,6 +40,7 @@ class LocalSGDOptimizer(Optimizer):
     _step_supports_amp_scaling = True
 
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        self.outer.before_inner_step()
         found_inf = getattr(self, "found_inf", None)
         loss: float | None = None
         if found_inf is None:

@@ -77,6 +77,9 @@ class OuterLoop:
             momentum=momentum,
             nesterov=config.nesterov and momentum > 0,
         )
+        self.taken = False
+        """Whether theta_outer holds the weights training starts from: they are taken at the
+        first inner step (or from a checkpoint), so weights loaded after wrapping count."""
         self.step = 0
         """Inner steps since the last full sync (the phase of every fragment's schedule)."""
         self.in_flight: list[_InFlight] = []
@@ -87,6 +90,14 @@ class OuterLoop:
         """Fragment syncs applied so far."""
 
     # --- the schedule ------------------------------------------------------------------------
+    @torch.no_grad()
+    def before_inner_step(self) -> None:
+        """Take the starting weights as theta_outer, once."""
+        if not self.taken:
+            for fragment, outer in zip(self.fragments, self.outer, strict=True):
+                outer.copy_(_flat(fragment.params).to(self.device))
+            self.taken = True
+
     def after_inner_step(self) -> None:
         """Account for one inner step: apply the syncs due now, then start those due to start."""
         self.step += 1
@@ -173,4 +184,5 @@ class OuterLoop:
                 mine.copy_(saved)
         self.outer_optimizer.load_state_dict(state["outer_optimizer"])
         self.step, self.syncs = int(state["step"]), int(state["syncs"])
+        self.taken = True
         self.in_flight.clear()
