@@ -257,3 +257,37 @@ def test_grad_scaler_steps_skipped_on_one_rank_keep_the_sync_schedule():
     assert results[0]["overflow"][2] == results[1]["overflow"][2] == 3  # every sync ran
     assert torch.equal(results[0]["overflow"][0], results[1]["overflow"][0])
     assert not torch.equal(results[0]["overflow"][0], results[0]["plain"][0])
+
+
+def _resume_rank(rank: int, world: int) -> dict[str, Any]:
+    import io
+
+    init_from_env()
+    batches = _batches(rank, 11)
+
+    def fresh() -> tuple[nn.Module, Any]:
+        model = _mlp(7)
+        return cadence.diloco(model, torch.optim.AdamW(model.parameters(), lr=0.01),
+                              sync_every=4, fragments=2, overlap_steps=1)  # fmt: skip
+
+    model, opt = fresh()
+    _train(model, opt, batches)
+    whole = _vector(model)
+    model, opt = fresh()
+    _train(model, opt, batches[:6])
+    in_flight = len(opt.outer.in_flight)  # fragment 1's sync, sent after step 6
+    stream = io.BytesIO()
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, stream)
+    stream.seek(0)
+    saved = torch.load(stream, weights_only=True)
+    model, opt = fresh()
+    model.load_state_dict(saved["model"])
+    opt.load_state_dict(saved["optimizer"])
+    _train(model, opt, batches[6:])
+    return {"whole": whole, "resumed": _vector(model), "in_flight": in_flight}
+
+
+def test_state_dict_resumes_exactly_with_a_sync_in_flight():
+    for r in run_ranks(_resume_rank, WORLD):
+        assert r["in_flight"] == 1
+        assert torch.equal(r["resumed"], r["whole"])

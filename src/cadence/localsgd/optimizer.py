@@ -66,7 +66,8 @@ class LocalSGDOptimizer(Optimizer):
 
     def state_dict(self) -> dict[str, Any]:
         """The user's optimizer's state dict plus `localsgd`: theta_outer, the outer optimizer's
-        momentum and the schedule's phase (a torch optimizer loading it ignores the extra key)."""
+        momentum, the schedule's phase and the syncs in flight (a torch optimizer loading it
+        ignores the extra key). Each rank saves its own: the replicas differ between syncs."""
         return {**self.inner.state_dict(), "localsgd": self.outer.state_dict()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

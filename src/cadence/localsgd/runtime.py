@@ -21,7 +21,7 @@ from torch import nn
 from cadence.errors import UserError
 from cadence.localsgd.config import LocalSGDConfig
 from cadence.localsgd.fragments import Fragment, model_fragments
-from cadence.localsgd.wire import Reduction, start_mean
+from cadence.localsgd.wire import Done, Reduction, start_mean
 
 
 def _flat(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -164,13 +164,28 @@ class OuterLoop:
 
     # --- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """theta_outer, the outer optimizer's state and the schedule's phase. A sync in flight
-        is not recorded (the loop saves after a full sync, when none is)."""
+        """theta_outer, the outer optimizer's state, the schedule's phase and the syncs in
+        flight (waited for, a local wait: their means are saved), so a run resumed from it
+        continues exactly as one never stopped. Local: no collective."""
         return {
             "step": self.step,
             "syncs": self.syncs,
+            "taken": self.taken,
+            "clean": sorted(self.clean),
             "outer": [t.detach().clone() for t in self.outer],
             "outer_optimizer": self.outer_optimizer.state_dict(),
+            "in_flight": [
+                {
+                    "fragment": item.fragment,
+                    "issued_at": item.issued_at,
+                    "apply_at": item.apply_at,
+                    "delta": item.delta.wait().clone(),
+                    "buffers": None if item.buffers is None else item.buffers.wait().clone(),
+                    "params_at_issue": item.params_at_issue,
+                    "buffers_at_issue": item.buffers_at_issue,
+                }
+                for item in self.in_flight
+            ],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -184,5 +199,17 @@ class OuterLoop:
                 mine.copy_(saved)
         self.outer_optimizer.load_state_dict(state["outer_optimizer"])
         self.step, self.syncs = int(state["step"]), int(state["syncs"])
-        self.taken = True
-        self.in_flight.clear()
+        self.taken = bool(state.get("taken", True))
+        self.clean = set(state.get("clean", ()))
+        self.in_flight = [
+            _InFlight(
+                fragment=int(item["fragment"]),
+                issued_at=int(item["issued_at"]),
+                apply_at=int(item["apply_at"]),
+                delta=Done(item["delta"].to(self.device)),
+                buffers=None if item["buffers"] is None else Done(item["buffers"]),
+                params_at_issue=item["params_at_issue"],
+                buffers_at_issue=item["buffers_at_issue"],
+            )
+            for item in state.get("in_flight", ())
+        ]

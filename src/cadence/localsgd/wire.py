@@ -24,7 +24,7 @@ from cadence.localsgd.config import INT8_CHUNK
 
 class Reduction(Protocol):
     def wait(self) -> torch.Tensor:
-        """The fp32 mean over ranks (blocks until it has arrived)."""
+        """The fp32 mean over ranks (blocks until it has arrived; the same tensor each call)."""
         ...
 
 
@@ -47,7 +47,9 @@ def dequantize_int8(q: torch.Tensor, scales: torch.Tensor, n: int) -> torch.Tens
     return rows.view(-1)[:n]
 
 
-class _Done:
+class Done:
+    """A mean already known (a world of one, or one restored from a checkpoint)."""
+
     def __init__(self, value: torch.Tensor):
         self._value = value
 
@@ -60,10 +62,13 @@ class _Summed:
 
     def __init__(self, buffer: torch.Tensor, work: dist.Work, world: int):
         self._buffer, self._work, self._world = buffer, work, world
+        self._mean: torch.Tensor | None = None
 
     def wait(self) -> torch.Tensor:
-        self._work.wait()
-        return self._buffer.to(torch.float32).div_(self._world)
+        if self._mean is None:
+            self._work.wait()
+            self._mean = self._buffer.to(torch.float32).div_(self._world)
+        return self._mean
 
 
 class _Gathered:
@@ -74,8 +79,14 @@ class _Gathered:
     ):
         self._values, self._scales, self._works = values, scales, works
         self._n, self._world = n, world
+        self._mean: torch.Tensor | None = None
 
     def wait(self) -> torch.Tensor:
+        if self._mean is None:
+            self._mean = self._sum().div_(self._world)
+        return self._mean
+
+    def _sum(self) -> torch.Tensor:
         for work in self._works:
             work.wait()
         values = self._values.view(self._world, -1)
@@ -83,7 +94,7 @@ class _Gathered:
         total = dequantize_int8(values[0], scales[0], self._n).clone()
         for r in range(1, self._world):  # rank order: every rank rounds the sum alike
             total += dequantize_int8(values[r], scales[r], self._n)
-        return total.div_(self._world)
+        return total
 
 
 def start_mean(
@@ -94,7 +105,7 @@ def start_mean(
     if dtype == "int8":
         q, scales = quantize_int8(flat)
         if world == 1:
-            return _Done(dequantize_int8(q, scales, flat.numel()))
+            return Done(dequantize_int8(q, scales, flat.numel()))
         values = torch.empty(world * q.numel(), dtype=torch.int8, device=q.device)
         all_scales = torch.empty(world * scales.numel(), dtype=scales.dtype, device=q.device)
         works = [
@@ -105,5 +116,5 @@ def start_mean(
     wire = torch.bfloat16 if dtype == "bf16" else torch.float32
     buffer = flat.to(wire, copy=True)
     if world == 1:
-        return _Done(buffer.to(torch.float32))
+        return Done(buffer.to(torch.float32))
     return _Summed(buffer, comm.all_reduce_async(buffer, "sum", group), world)
