@@ -196,3 +196,11 @@ def test_weights_loaded_after_wrapping_are_where_the_outer_steps_start():
             optimizer.step()
         finals.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
     torch.testing.assert_close(finals[1], finals[0])
+
+
+def test_non_persistent_buffers_are_not_synced():
+    model = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+    model[1].register_buffer("cache", torch.ones(2), persistent=False)
+    (fragment,) = model_fragments(model, 1)
+    assert [b is model[1].cache for b in fragment.buffers] == [False, False]
+    assert len(fragment.buffers) == 2  # running mean and variance

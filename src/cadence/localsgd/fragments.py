@@ -1,6 +1,7 @@
 """Which tensors each streaming fragment holds: the model's trainable parameters in module
-order, cut into K contiguous groups of about equal size; each floating-point buffer (BatchNorm
-statistics) rides with its module's last parameter before it. Pure on sizes, so unit-testable."""
+order, cut into K contiguous groups of about equal size; each floating-point buffer of the
+state dict (BatchNorm statistics) rides with the last parameter before it. The cut
+(`split_sizes`) is pure on sizes."""
 
 from __future__ import annotations
 
@@ -41,8 +42,8 @@ class Fragment:
 
 def model_fragments(model: nn.Module, k: int) -> list[Fragment]:
     """`model`'s trainable parameters and floating-point buffers in `k` fragments. Frozen
-    parameters never change and integer buffers (BatchNorm's step count) move alike on every
-    rank, so neither is synced."""
+    parameters never change, integer buffers (BatchNorm's step count) move alike on every
+    rank, and non-persistent buffers are caches outside the state dict: none is synced."""
     entries: list[tuple[torch.Tensor, bool]] = []  # (tensor, is a parameter), module order
     seen: set[int] = set()
     for module in model.modules():
@@ -50,8 +51,9 @@ def model_fragments(model: nn.Module, k: int) -> list[Fragment]:
             if p.requires_grad and id(p) not in seen:
                 seen.add(id(p))
                 entries.append((p, True))
-        for b in module.buffers(recurse=False):
-            if b.is_floating_point() and id(b) not in seen:
+        transient: set[str] = getattr(module, "_non_persistent_buffers_set", set())
+        for name, b in module.named_buffers(recurse=False):
+            if b.is_floating_point() and name not in transient and id(b) not in seen:
                 seen.add(id(b))
                 entries.append((b, False))
     params = [t for t, is_param in entries if is_param]
