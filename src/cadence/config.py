@@ -322,7 +322,7 @@ class LocalSGDSection:
     sync_every: int = opt(16, metavar="H")
     """Inner steps between syncs (each rank steps on its own gradients meanwhile): a few syncs
     per epoch of the zoo's small datasets; DiLoCo used 500 for language models. The loop also
-    syncs before each evaluation and checkpoint."""
+    syncs at each epoch's end, before evaluating and saving the model."""
     outer_lr: float = 0.7
     """diloco: outer SGD learning rate on the averaged pseudo-gradient (DiLoCo's 0.7);
     local-sgd averages the models (outer lr 1, no momentum)."""
