@@ -22,6 +22,9 @@ _LAZY = {
     "simulate_ddp": ("cadence.sim", "simulate_ddp"),
     "SimResult": ("cadence.sim", "SimResult"),
     "zero": ("cadence.zero", "zero"),
+    "local_sgd": ("cadence.localsgd", "local_sgd"),
+    "diloco": ("cadence.localsgd", "diloco"),
+    "LocalSGDConfig": ("cadence.localsgd", "LocalSGDConfig"),
     "parallelize_gpt": ("cadence.tp", "parallelize_gpt"),
     # `cadence.pipeline` is the subpackage, so its entry point is exported as pipeline_parallel.
     "pipeline_parallel": ("cadence.pipeline.wrap", "pipeline_parallel"),

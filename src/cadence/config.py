@@ -14,10 +14,11 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
 from cadence.errors import UserError
+from cadence.localsgd.config import LocalSGDConfig, OuterDtype
 from cadence.placement import check_device
 from cadence.sizes import parse_memory_limit
 
-Strategy = Literal["cadence-dp", "ddp", "pipeline", "ps", "zero"]
+Strategy = Literal["cadence-dp", "ddp", "diloco", "local-sgd", "pipeline", "ps", "zero"]
 Optimizer = Literal["adam", "adamw", "sgd"]
 Device = Literal["auto", "cpu", "cuda"]
 Autotune = Literal["off", "exhaustive", "guided"]
@@ -34,12 +35,12 @@ PIPELINE_BACKENDS: tuple[str, ...] = get_args(PipelineBackend)
 STRATEGY_NAMES: tuple[str, ...] = get_args(Strategy)
 """Every `--strategy`, sorted; `cadence.train.strategies` registers one of each (a unit test
 checks), and this copy lets the command line refuse an unknown one without loading torch."""
-ACCUMULATING_STRATEGIES = ("ddp", "cadence-dp", "zero")
+ACCUMULATING_STRATEGIES = ("ddp", "cadence-dp", "zero", "local-sgd", "diloco")
 """Strategies whose wrapped model the loop trains with gradient accumulation (`grad_accum`):
 the loop runs the first micro-batches of a step under the model's `no_sync()`. The parameter
 server accumulates in its own step (`cadence.ps.runtime`), the pipeline runs grad_accum x the
 micro-batches (`cadence.pipeline.train`)."""
-USER_MODEL_STRATEGIES = ("ddp", "cadence-dp", "zero", "ps", "pipeline")
+USER_MODEL_STRATEGIES = ("ddp", "cadence-dp", "zero", "ps", "pipeline", "local-sgd", "diloco")
 """Strategies that train a user's own `--model pkg.module:factory`. The pipeline takes an
 `nn.Sequential` only (it cuts between its modules) and refuses other modules when it wraps."""
 
@@ -324,6 +325,44 @@ class PSSection:
     """That worker sleeps DELAY seconds every step."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class LocalSGDSection:
+    """Semi-synchronous data parallel: --strategy local-sgd and diloco (cadence.localsgd)."""
+
+    sync_every: int = opt(16, metavar="H")
+    """Inner steps between syncs (each rank steps on its own gradients meanwhile): a few syncs
+    per epoch of the zoo's small datasets; DiLoCo used 500 for language models. The loop also
+    syncs at each epoch's end, before evaluating and saving the model."""
+    outer_lr: float = 0.7
+    """diloco: outer SGD learning rate on the averaged pseudo-gradient (DiLoCo's 0.7);
+    local-sgd averages the models (outer lr 1, no momentum)."""
+    outer_momentum: float = 0.9
+    """diloco: outer Nesterov momentum (DiLoCo's 0.9; 0 for none)."""
+    fragments: int = opt(1, metavar="K")
+    """K > 1 streams the sync: the model is cut into K fragments by module order, synced in
+    turn, each overlapped with --overlap-steps inner steps."""
+    overlap_steps: int | None = opt(None, metavar="N")
+    """Inner steps a fragment's sync travels before it is applied; none: 1 when streaming,
+    else 0."""
+    outer_dtype: OuterDtype = "fp32"
+    """Pseudo-gradients on the wire: fp32, bf16, or int8 (absmax-scaled, all-gathered)."""
+
+    def __post_init__(self) -> None:
+        self.to_config()  # LocalSGDConfig checks the values
+
+    def to_config(self, averaging: bool = False) -> LocalSGDConfig:
+        """The runtime's settings; `averaging`: local SGD (outer lr 1, no momentum)."""
+        return LocalSGDConfig(
+            sync_every=self.sync_every,
+            outer_lr=1.0 if averaging else self.outer_lr,
+            outer_momentum=0.0 if averaging else self.outer_momentum,
+            nesterov=not averaging,
+            fragments=self.fragments,
+            overlap_steps=self.overlap_steps,
+            outer_dtype=self.outer_dtype,
+        )
+
+
 SECTIONS: dict[str, type] = {
     "job": JobSection,
     "model": ModelSection,
@@ -334,6 +373,7 @@ SECTIONS: dict[str, type] = {
     "zero": ZeroSection,
     "pipeline": PipelineSection,
     "ps": PSSection,
+    "localsgd": LocalSGDSection,
 }
 """TrainConfig's sections in the order `cadence train --help` shows them."""
 
@@ -367,6 +407,7 @@ class TrainConfig:
     zero: ZeroSection = field(default_factory=ZeroSection)
     pipeline: PipelineSection = field(default_factory=PipelineSection)
     ps: PSSection = field(default_factory=PSSection)
+    localsgd: LocalSGDSection = field(default_factory=LocalSGDSection)
 
     def __post_init__(self) -> None:
         from cadence.config_checks import check_train_config  # the checks across sections

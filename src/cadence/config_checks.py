@@ -27,6 +27,7 @@ def check_train_config(c: TrainConfig) -> None:
     _check_zero(c)
     _check_pipeline(c)
     _check_ps(c)
+    _check_localsgd(c)
 
 
 def _check_accumulation(c: TrainConfig) -> None:
@@ -65,6 +66,28 @@ def _check_user_parts(c: TrainConfig) -> None:
         raise UserError(
             "--autotune guided profiles a zoo model: use --autotune exhaustive with "
             f"--model {model}"
+        )
+
+
+def _check_localsgd(c: TrainConfig) -> None:
+    """Settings that would be ignored: local SGD / DiLoCo flags with another strategy, and
+    DiLoCo's outer step with local SGD (which averages: outer lr 1, no momentum)."""
+    from dataclasses import fields
+
+    from cadence.config import LocalSGDSection, flag_of
+
+    changed = [
+        flag_of(f)
+        for f in fields(LocalSGDSection)
+        if getattr(c.localsgd, f.name) != f.default
+    ]
+    if c.job.strategy not in ("local-sgd", "diloco") and changed:
+        raise UserError(f"{changed[0]} is for --strategy local-sgd or diloco")
+    outer = [flag for flag in changed if flag in ("--outer-lr", "--outer-momentum")]
+    if c.job.strategy == "local-sgd" and outer:
+        raise UserError(
+            f"{outer[0]} sets DiLoCo's outer step; local-sgd averages the models: use "
+            "--strategy diloco"
         )
 
 

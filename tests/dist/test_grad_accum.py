@@ -45,7 +45,8 @@ def _train_rank(rank: int, world_size: int, out: str, strategy: str, grad_accum:
 
 
 @pytest.mark.parametrize(
-    ("strategy", "world_size"), [("ddp", 2), ("ddp", 4), ("cadence-dp", 2), ("zero", 2)]
+    ("strategy", "world_size"),
+    [("ddp", 2), ("ddp", 4), ("cadence-dp", 2), ("zero", 2), ("diloco", 2)],
 )
 def test_two_micro_batches_equal_one_batch(tmp_path: Path, strategy: str, world_size: int) -> None:
     results = {}

@@ -263,6 +263,8 @@ def run_training(
         last_epoch = epoch == epochs_needed
         if owner is not None:
             owner.sync()  # before evaluation and the checkpoint read `plain`
+        elif callable(sync := getattr(optimizer, "sync", None)):
+            sync()  # local SGD / DiLoCo: the replicas averaged, likewise
         if (config.job.eval_every_epoch or last_epoch) and (ctx.is_main or not alone):
             # Every rank evaluates through the wrapped model, as a DDP user calling `model`
             # would: DDP and cadence's data-parallel wrappers then score with the same

@@ -178,6 +178,31 @@ def _unwrap_ps(model: nn.Module) -> nn.Module:
     return ps_unwrap(model)
 
 
+# --- local SGD and DiLoCo (cadence.localsgd) ----------------------------------------------
+def _localsgd_for(config: TrainConfig) -> Wrap:
+    def wrap(
+        model: nn.Module, optimizer: Optimizer, ctx: DistContext
+    ) -> tuple[nn.Module, Optimizer]:
+        from cadence.localsgd.api import wrap as localsgd_wrap
+
+        averaging = config.job.strategy == "local-sgd"
+        return localsgd_wrap(model, optimizer, config.localsgd.to_config(averaging))
+
+    return wrap
+
+
+def _localsgd_strategy(name: str, description: str) -> Strategy:
+    return Strategy(
+        name,
+        description,
+        lambda model, optimizer, ctx: _localsgd_for(TrainConfig.from_flat(strategy=name))(
+            model, optimizer, ctx
+        ),
+        lambda model: model,  # the model itself; the loop syncs the optimizer before reading it
+        _localsgd_for,
+    )
+
+
 _STRATEGIES: dict[str, Strategy] = {
     "ddp": Strategy(
         "ddp",
@@ -223,6 +248,16 @@ _STRATEGIES: dict[str, Strategy] = {
         ),
         _unwrap_ps,
         _ps_for,
+    ),
+    "local-sgd": _localsgd_strategy(
+        "local-sgd",
+        "local SGD: each worker steps on its own gradients, the models averaged every "
+        "--sync-every steps (--fragments K streams it, --outer-dtype bf16|int8 compresses it)",
+    ),
+    "diloco": _localsgd_strategy(
+        "diloco",
+        "DiLoCo: local steps, then every --sync-every steps an outer Nesterov SGD step "
+        "(--outer-lr, --outer-momentum) on the averaged pseudo-gradient",
     ),
 }
 
