@@ -16,8 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import torch.distributed as dist
 
+from cadence.comm.ops import barrier
 from cadence.config import TrainConfig
 from cadence.errors import UserError
 
@@ -56,8 +56,7 @@ def prepare(run_dir: Path, rank: int, restore_from: Path | None) -> None:
         if restore_from is not None:
             for saved in sorted(restore_from.glob("server*.npz")):
                 shutil.copyfile(saved, live / saved.name)
-    if dist.is_initialized():
-        dist.barrier()
+    barrier()
 
 
 def server_files(run_dir: Path, step: int) -> list[Path]:

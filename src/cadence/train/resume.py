@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
+from cadence.comm.ops import barrier
 from cadence.config import TrainConfig
 from cadence.errors import UserError
 from cadence.safe_load import load_checkpoint
@@ -95,8 +95,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _barrier() -> None:
-    if dist.is_initialized():
-        dist.barrier()
+    barrier()
 
 
 def save(
