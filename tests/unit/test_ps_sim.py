@@ -7,8 +7,10 @@ import pytest
 from cadence.errors import UserError
 from cadence.profile.record import BlockProfile, Profile
 from cadence.ps.plan import chain_plan
+from cadence.sim import ps_adapter
+from cadence.sim.metrics import SimResult
 from cadence.sim.options import SimOptions
-from cadence.sim.ps_adapter import host_bytes, server_hosts, simulate_ps
+from cadence.sim.ps_adapter import alike_servers, host_bytes, server_hosts, simulate_ps
 
 
 def _profile(blocks: int = 3) -> Profile:
@@ -89,3 +91,68 @@ def test_host_bytes_count_the_workers_and_the_servers_traffic() -> None:
     # Host 0: its worker pushes 200 bytes to server 0, its server answers worker 1's 100.
     assert host_bytes(plan, 2, 0) == (300, 300)
     assert host_bytes(plan, 2, 1) == (300, 300)
+
+
+def _link_s(result: SimResult, iteration: int) -> dict[str, float]:
+    """Seconds of work each link direction takes in one iteration."""
+    graph = result.schedule.graph
+    busy: dict[str, float] = {}
+    for t in graph.tasks:
+        name = graph.resources[t.resources[0]].name if t.resources else ""
+        if t.iteration == iteration and name.endswith((".up", ".down")):
+            busy[name] = busy.get(name, 0.0) + t.duration_s
+    return busy
+
+
+@pytest.mark.parametrize("workers", [2, 3, 4, 8])
+def test_folding_no_more_workers_than_fold_hosts_is_the_full_simulation(workers: int) -> None:
+    # Groups of alike servers are halved down to one server each: the same graph.
+    plan = chain_plan([100, 300, 200, 400], workers, "graph")
+    slow = SimOptions(update_s_per_byte=0.001)
+    args = dict(workers=workers, link=100.0, plan=plan, shared_hosts=True, options=slow)
+    full = simulate_ps(_profile(4), **args)  # type: ignore[arg-type]
+    folded = simulate_ps(_profile(4), fold=True, **args)  # type: ignore[arg-type]
+    assert folded.iteration_s == full.iteration_s
+    assert folded.wire_bytes == full.wire_bytes
+    assert folded.busy_s == full.busy_s
+    assert folded.update_s == full.update_s
+
+
+def test_a_folded_host_carries_what_a_host_of_its_group_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 8 servers, two alike per block (one 400-byte slice each): 4 groups, 4 folded hosts.
+    plan = chain_plan([800, 800, 800, 800], 8, "graph")
+    groups = alike_servers(plan)
+    assert sorted(map(len, groups)) == [2, 2, 2, 2]
+    monkeypatch.setattr(ps_adapter, "FOLD_HOSTS", 2)
+    args = dict(workers=8, link=100.0, plan=plan, shared_hosts=True)
+    full = simulate_ps(_profile(4), **args)  # type: ignore[arg-type]
+    folded = simulate_ps(_profile(4), fold=True, **args)  # type: ignore[arg-type]
+    assert folded.world_size == 4
+    host = server_hosts(8, 8)
+    alone, stood = _link_s(full, 1), _link_s(folded, 1)
+    for h, group in enumerate(groups):
+        for end in ("up", "down"):
+            assert stood[f"w{h}.{end}"] == pytest.approx(alone[f"w{host[group[0]]}.{end}"])
+
+
+def test_folding_many_alike_servers_stays_close_to_the_full_simulation() -> None:
+    # 48 workers and servers over uneven blocks, link-bound: the 32-host folded cluster
+    # predicts the iteration within 2 % of simulating all 48 hosts.
+    profile = _profile(6)
+    plan = chain_plan([4000, 24000, 1000, 48000, 8000, 400], 48, "graph")
+    assert len(alike_servers(plan)) < 48
+    args = dict(workers=48, link=1e5, plan=plan, shared_hosts=True)
+    full = simulate_ps(profile, **args)  # type: ignore[arg-type]
+    folded = simulate_ps(profile, fold=True, **args)  # type: ignore[arg-type]
+    assert folded.world_size == ps_adapter.FOLD_HOSTS
+    assert full.iteration_s > 13.0  # over a second more than compute: the links count
+    assert folded.iteration_s == pytest.approx(full.iteration_s, rel=0.02)
+
+
+def test_folding_is_refused_where_it_does_not_apply() -> None:
+    with pytest.raises(UserError, match="fold needs shared_hosts"):
+        simulate_ps(_profile(), workers=3, link=100.0, fold=True)
+    with pytest.raises(UserError, match="one server per worker host"):
+        simulate_ps(_profile(), workers=3, servers=2, link=100.0, shared_hosts=True, fold=True)

@@ -10,6 +10,7 @@ from cadence.comm.cost import AlphaBeta
 from cadence.profile import BlockProfile, Profile
 from cadence.ps.config import PSConfig
 from cadence.ps.plan import chain_plan
+from cadence.sim import strategies
 from cadence.sim.command import Setup
 from cadence.sim.compute import BlockCosts, block_costs, block_params
 from cadence.sim.estimates import state_bytes, tp_estimate
@@ -155,3 +156,22 @@ def test_the_ps_row_is_simulate_ps_on_the_runtime_plan() -> None:
     assert ps.wire_bytes == max(host_bytes(plan, 4))
     # Each host sends its worker's 3/4 of the gradients and its server's 1/4 to 3 workers.
     assert ps.wire_bytes == pytest.approx(2 * 3 / 4 * sum(costs.param_bytes), rel=0.01)
+
+
+def test_above_the_full_size_the_ps_row_is_the_folded_cluster_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(strategies, "PS_FULL_WORKERS", 2)
+    setup = _setup(4, 100e6)
+    ps = next(c for c in rank_strategies(setup, "mlp") if c.strategy == "ps")
+    costs = block_costs(setup.profile)
+    runtime = PSConfig(servers=4, workers=4)
+    plan = chain_plan(costs.param_bytes, 4, runtime.order, slice_bytes=runtime.slice_bytes)
+    options = SimOptions(update_s_per_byte=setup.update_s_per_byte)
+    expected = simulate_ps(
+        setup.profile, workers=4, link=setup.link, iterations=3, options=options, plan=plan,
+        shared_hosts=True, fold=True,
+    )  # fmt: skip
+    assert ps.method == strategies.FOLDED != strategies.SIMULATED
+    assert ps.iteration_s == pytest.approx(expected.iteration_s, rel=1e-12)
+    assert ps.wire_bytes == max(host_bytes(plan, 4))  # the full cluster's, not the folded one's

@@ -40,6 +40,10 @@ from cadence.zero.codec_cost import profile_codec
 DP_THRESHOLDS = (1 << 20, 4 << 20, 16 << 20)
 SIMULATED = "simulated"
 ALPHA_BETA = "alpha-beta"
+FOLDED = "simulated, folded"
+PS_FULL_WORKERS = 64
+"""Up to this many workers the parameter-server row simulates every host; above, the folded
+cluster standing for them (`cadence.sim.ps_adapter`, `fold`): an estimate, marked FOLDED."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,8 @@ class Candidate:
     wire_bytes: float
     """Bytes on one worker's link per iteration."""
     method: str
-    """SIMULATED (event simulator) or ALPHA_BETA (closed-form estimate)."""
+    """SIMULATED (event simulator), FOLDED (event simulator of a folded cluster standing for
+    a larger one) or ALPHA_BETA (closed-form estimate)."""
 
     def row(self, memory_limit: int | None) -> dict[str, Any]:
         fits = memory_limit is None or self.memory_bytes <= memory_limit
@@ -151,7 +156,8 @@ def _ps(setup: Setup, costs: BlockCosts, options: SimOptions) -> list[Candidate]
     """One server per worker host (the same machine count as the other strategies), on the
     plan `cadence train --strategy ps --servers N` makes for the profile's chain of blocks,
     event-simulated with each host's link and processor shared by its worker and its server
-    (`cadence.sim.ps_adapter`, `shared_hosts`)."""
+    (`cadence.sim.ps_adapter`, `shared_hosts`); above `PS_FULL_WORKERS` workers, folded
+    (one host per group of alike servers, at least `FOLD_HOSTS`)."""
     from cadence.ps.config import PSConfig
     from cadence.ps.plan import chain_plan
     from cadence.sim.ps_adapter import host_bytes, simulate_ps
@@ -160,13 +166,15 @@ def _ps(setup: Setup, costs: BlockCosts, options: SimOptions) -> list[Candidate]
     memory = state_bytes(p, 2, "ps-worker", n) + _activations(costs)
     runtime = PSConfig(servers=n, workers=n)
     plan = chain_plan(costs.param_bytes, n, runtime.order, slice_bytes=runtime.slice_bytes)
+    fold = n > PS_FULL_WORKERS
     result = simulate_ps(
         setup.profile, workers=n, link=setup.link, iterations=3, options=options, plan=plan,
-        shared_hosts=True,
+        shared_hosts=True, fold=fold,
     )  # fmt: skip
     wire = max(host_bytes(plan, n))  # worker 0's busier direction
     setting = f"{n} servers, one per worker host, bsp"
-    return [Candidate("ps", setting, result.iteration_s, memory, wire, SIMULATED)]
+    method = FOLDED if fold else SIMULATED
+    return [Candidate("ps", setting, result.iteration_s, memory, wire, method)]
 
 
 def _tensor(setup: Setup, costs: BlockCosts, update_s: float, model_name: str) -> list[Candidate]:
