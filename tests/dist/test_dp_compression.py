@@ -152,3 +152,96 @@ def test_wire_bytes_follow_the_codec():
     assert runs["sign"]["wire"][-1] == math.ceil(numel / 8) + 4
     low_rank = sum(2 * sum(p.shape) if p.dim() == 2 else p.numel() for p in params)
     assert runs["powersgd"]["wire"][-1] == low_rank * 4
+
+
+class _Branchy(nn.Module):
+    """A trunk, a branch only rank 0 uses, and a head no rank uses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.trunk = nn.Linear(16, 8)
+        self.branch = nn.Linear(8, 8)
+        self.unused = nn.Linear(8, 8)
+        self.out = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor, branch: bool) -> torch.Tensor:
+        h = torch.tanh(self.trunk(x))
+        return self.out(self.branch(h) if branch else h)
+
+
+def _semantics(rank: int, world: int, method: str, threshold: int | None) -> dict[str, Any]:
+    """no_sync micro-batches, a parameter used on one rank only, one no rank uses, and a
+    GradScaler whose step 2 overflows on rank 0."""
+    import cadence
+    from cadence.dp import DPConfig
+
+    model = _Branchy()
+    unused_before = model.unused.weight.detach().clone()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    config = DPConfig(
+        compression=method,
+        threshold_bytes=threshold,
+        one_chunk_wire_share=0.0,
+        powersgd_rank=1,
+        powersgd_start_step=1,
+    )
+    model, opt = cadence.data_parallel(model, optimizer, config)
+    engine = model._cadence_dp_engine  # type: ignore[attr-defined]
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+    skipped = 0
+    for step in range(6):
+        opt.zero_grad()
+        with model.no_sync():  # type: ignore[operator]
+            x, y = _batch(rank, 2 * step, world, False)
+            scaler.scale(F.cross_entropy(model(x, rank == 0), y)).backward()
+        x, y = _batch(rank, 2 * step + 1, world, False)
+        loss = F.cross_entropy(model(x, rank == 0), y)
+        if step == 2 and rank == 0:
+            loss = loss * float("inf")
+        scaler.scale(loss).backward()
+        scale = scaler.get_scale()
+        scaler.step(opt)
+        scaler.update()
+        skipped += scaler.get_scale() < scale
+    opt.flush()
+    return {
+        "params": {n: p.detach().clone() for n, p in model.named_parameters()},
+        "skipped": skipped,
+        "unused_same": torch.equal(model.unused.weight, unused_before),
+        "unused_grad": model.unused.weight.grad,
+        "errors": {i: e.clone() for i, e in engine.codec.errors.items()},
+    }
+
+
+@pytest.mark.parametrize("method", ["sign", "powersgd"])
+def test_no_sync_unused_parameters_and_grad_scaler(method):
+    got = run_ranks(_semantics, 2, method, SMALL_THRESHOLD // 4, timeout=120)
+    torch.testing.assert_close(got[0]["params"], got[1]["params"], rtol=0, atol=0)
+    for mine in got:
+        assert mine["skipped"] == 1  # the overflow skipped one step on every rank
+        assert mine["unused_same"] and mine["unused_grad"] is None
+        assert all(bool(torch.isfinite(e).all()) for e in mine["errors"].values())
+        assert any(float(e.abs().sum()) > 0 for e in mine["errors"].values())
+
+
+def _resumed(rank: int, world: int) -> list[bool]:
+    """The codec's state saved after 4 steps and loaded into a fresh engine equals it."""
+    out = _train(rank, world, "powersgd", SMALL_THRESHOLD, 4, {"rank": 1})
+    import cadence
+    from cadence.dp import DPConfig
+
+    model = _model()
+    config = DPConfig(compression="powersgd", threshold_bytes=SMALL_THRESHOLD, powersgd_rank=1)
+    model, _ = cadence.data_parallel(model, torch.optim.SGD(model.parameters(), lr=0.1), config)
+    engine = model._cadence_dp_engine  # type: ignore[attr-defined]
+    engine.load_compression_state_dict(out["state"])
+    state = engine.compression_state_dict()
+    same = [torch.equal(state["errors"][i], e) for i, e in out["state"]["errors"].items()]
+    same += [torch.equal(state["qs"][k], q) for k, q in out["state"]["qs"].items()]
+    return same + [bool(out["state"]["qs"])]
+
+
+def test_codec_state_round_trips():
+    for same in run_ranks(_resumed, 2, timeout=120):
+        assert same and all(same)

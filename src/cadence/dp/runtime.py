@@ -735,6 +735,17 @@ class SyncEngine:
             reorder_k=self._k,
         )
 
+    def compression_state_dict(self) -> dict[str, Any]:
+        """The codec's state (error feedback, PowerSGD's Q), for a checkpoint; empty for none."""
+        self.flush()
+        return self.codec.state_dict() if self.codec is not None else {}
+
+    def load_compression_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `compression_state_dict` returned (same model, same compression)."""
+        self.flush()
+        if self.codec is not None and state:
+            self.codec.load_state_dict(state)
+
     def close(self) -> None:
         """Drop a backward pass never stepped, wait for the rest, stop the thread, unhook, and
         leave the engine's process group (its connections and I/O thread go with it)."""
