@@ -16,14 +16,13 @@ from cadence.dp.compress import (
     PowerSGDCodec,
     SignCodec,
     low_rank,
-    matrix_shape,
     pack_signs,
     sign_decode,
     sign_encode,
     unpack_signs,
-    wire_bytes,
 )
 from cadence.dp.plan import Chunk, Segment
+from cadence.dp.wire import matrix_shape, wire_bytes
 
 
 class _Done:

@@ -20,7 +20,6 @@ The pure functions below need no processes; the codecs add the collectives and t
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -30,6 +29,7 @@ import torch
 from cadence.comm import ops as comm
 from cadence.dp.config import COMPRESSIONS
 from cadence.dp.plan import Chunk, Segment
+from cadence.dp.wire import matrix_shape, wire_bytes
 
 METHODS = COMPRESSIONS
 _BIT_WEIGHTS = (128, 64, 32, 16, 8, 4, 2, 1)
@@ -65,11 +65,6 @@ def sign_decode(
     return unpack_signs(packed, numel, dtype) * scale.to(dtype)
 
 
-def sign_wire_bytes(numel: int) -> int:
-    """Bytes one rank sends for a chunk of `numel` elements: the bits and a float32 scale."""
-    return math.ceil(numel / 8) + 4
-
-
 def orthonormalise(p: torch.Tensor) -> torch.Tensor:
     """An orthonormal basis of `p`'s columns (n x r, r <= n), as a new n x r matrix."""
     wide = p.float() if p.element_size() < 4 else p  # QR has no half-precision kernels
@@ -82,54 +77,6 @@ def low_rank(m: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     approximation of `m` is P @ Q.T. Exact when Q (m x r) has rank min(n, m)."""
     p = orthonormalise(m @ q)
     return p, m.t() @ p
-
-
-def matrix_shape(shape: Sequence[int], seg: Segment) -> tuple[int, int] | None:
-    """The (rows, columns) `seg` is viewed as for PowerSGD, or None where it goes uncompressed:
-    a parameter of at least two dimensions is a matrix of shape[0] rows; a segment of it is
-    compressed only when it holds whole rows, at least two, and rows have two elements."""
-    if len(shape) < 2:
-        return None
-    cols = math.prod(shape[1:])
-    if cols < 2 or seg.start % cols or seg.length % cols or seg.length // cols < 2:
-        return None
-    return seg.length // cols, cols
-
-
-def powersgd_wire_elements(
-    shapes: Sequence[tuple[int, int] | None], lengths: Sequence[int], rank: int
-) -> int:
-    """Elements one rank sends for a chunk: r (n + m) per matrix, every element otherwise."""
-    total = 0
-    for shape, length in zip(shapes, lengths, strict=True):
-        if shape is None:
-            total += length
-        else:
-            n, m = shape
-            total += min(rank, n, m) * (n + m)
-    return total
-
-
-def wire_bytes(
-    method: str,
-    numel: int,
-    element_size: int,
-    matrices: Sequence[tuple[int, int] | None] = (),
-    lengths: Sequence[int] = (),
-    rank: int = 2,
-) -> int:
-    """Bytes one rank hands to the collectives for a chunk of `numel` elements of
-    `element_size` bytes under `method` (what both the engine counts and the simulator prices).
-    `matrices`/`lengths`: the chunk's segments as `matrix_shape` sees them (powersgd only)."""
-    if method == "none":
-        return numel * element_size
-    if method in ("bf16", "fp16"):
-        return numel * 2
-    if method == "sign":
-        return sign_wire_bytes(numel)
-    if method == "powersgd":
-        return powersgd_wire_elements(matrices, lengths, rank) * element_size
-    raise ValueError(f"unknown compression {method!r}: choose one of {', '.join(METHODS)}")
 
 
 # ----- codecs ------------------------------------------------------------------------------------
@@ -182,7 +129,7 @@ class CastCodec(Codec):
         if self.dtype == torch.float16:
             low.div_(self.world_size)  # the sum of averages cannot overflow where they do not
         work = comm.all_reduce_async(low, group=group)
-        self.last_bytes = low.numel() * low.element_size()
+        self.last_bytes = wire_bytes(self.name, low.numel(), buffer.element_size())
 
         def finish() -> None:
             work.wait()
@@ -252,7 +199,7 @@ class SignCodec(_FeedbackCodec):
         payload = torch.cat([packed, scale.view(torch.uint8)])
         gathered = payload.new_empty(self.world_size * payload.numel())
         work = comm.all_gather_into_tensor_async(gathered, payload, group=group)
-        self.last_bytes = payload.numel()
+        self.last_bytes = wire_bytes("sign", c.numel(), c.element_size())
         numel = c.numel()
 
         def finish() -> None:
@@ -308,7 +255,7 @@ class PowerSGDCodec(_FeedbackCodec):
     def start(self, chunk: Chunk, buffer: torch.Tensor, group: Any, iteration: int) -> Pending:
         if iteration <= self.start_step:
             work = comm.all_reduce_async(buffer, group=group)
-            self.last_bytes = buffer.numel() * buffer.element_size()
+            self.last_bytes = wire_bytes("none", buffer.numel(), buffer.element_size())
 
             def plain() -> None:
                 work.wait()
@@ -335,8 +282,10 @@ class PowerSGDCodec(_FeedbackCodec):
         ps = [mat @ q for _, mat, q, _ in mats]
         phase1 = torch.cat([*pieces, *(p.reshape(-1) for p in ps)]) if pieces or ps else c[:0]
         work = comm.all_reduce_async(phase1, group=group)
-        phase1_bytes = phase1.numel() * phase1.element_size()
-        self.last_bytes = phase1_bytes + sum(q.numel() for _, _, q, _ in mats) * c.element_size()
+        lengths = [seg.length for seg in chunk.segments]
+        self.last_bytes = wire_bytes(
+            "powersgd", c.numel(), c.element_size(), shapes, lengths, self.rank
+        )
 
         def finish() -> None:
             work.wait()
