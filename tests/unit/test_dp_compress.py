@@ -160,3 +160,22 @@ def test_wire_bytes_by_method() -> None:
     assert wire_bytes("sign", 1000, 4) == 125 + 4
     lengths = [64 * 32, 32]
     assert wire_bytes("powersgd", 2080, 4, [(64, 32), None], lengths, rank=2) == 4 * (2 * 96 + 32)
+
+
+def test_compression_with_autotune_is_refused_in_one_line() -> None:
+    import cadence
+    from cadence.dp import DPConfig
+    from cadence.errors import UserError
+
+    model = torch.nn.Linear(4, 4)
+    config = DPConfig(compression="sign", autotune="exhaustive")
+    with pytest.raises(UserError) as caught:
+        cadence.data_parallel(model, torch.optim.SGD(model.parameters(), lr=0.1), config)
+    assert "autotune" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_unknown_compression_is_refused() -> None:
+    from cadence.dp import DPConfig
+
+    with pytest.raises(ValueError, match="compression"):
+        DPConfig(compression="topk")
