@@ -216,6 +216,8 @@ class DPSection:
             raise UserError(f"--autotune-trials must be at least 1 (got {self.autotune_trials})")
         _check_choice("--autotune", self.autotune, AUTOTUNE_METHODS)
         _check_choice("--dp-compression", self.compression, DP_COMPRESSIONS)
+        if self.compression != "none" and self.autotune != "off":
+            raise UserError("--dp-compression cannot be combined with --autotune: choose one")
         if self.powersgd_rank < 1:
             raise UserError(f"--powersgd-rank must be at least 1 (got {self.powersgd_rank})")
         if self.powersgd_start_step < 0:

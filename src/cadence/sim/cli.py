@@ -102,7 +102,7 @@ def add_simulate(sub: Any) -> None:
     )
     sets = _sets(
         job=("strategy",),
-        dp=("threshold_mb", "reorder_k"),
+        dp=("threshold_mb", "reorder_k", "compression"),
         simulate=("optimizer_step", "replicas", "clip", "iterations", "credit_mb", "trace",
                   "png", "json"),
     )  # fmt: skip
