@@ -20,7 +20,7 @@ The pure functions below need no processes; the codecs add the collectives and t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -101,6 +101,9 @@ class Codec:
         self.params = params
         self.world_size = world_size
         self.last_bytes = 0  # bytes the last `start` handed to collectives
+        # Parameters this rank got no gradient for in the backward pass being reduced (the
+        # engine's zeros): the only ones whose update may be withheld (`settle`).
+        self.local_unused: Container[int] = ()
 
     def start(self, chunk: Chunk, buffer: torch.Tensor, group: Any, iteration: int) -> Pending:
         raise NotImplementedError
@@ -146,7 +149,7 @@ class _FeedbackCodec(Codec):
     def __init__(self, params: Sequence[torch.Tensor], world_size: int):
         super().__init__(params, world_size)
         self.errors: dict[int, torch.Tensor] = {}
-        self._sent: list[tuple[Chunk, torch.Tensor]] = []  # (chunk, c) of this iteration
+        self._sent: list[tuple[Segment, torch.Tensor]] = []  # c of the locally unused
 
     def _error(self, index: int) -> torch.Tensor:
         error = self.errors.get(index)
@@ -168,17 +171,19 @@ class _FeedbackCodec(Codec):
             )
             offset += s.length
 
+    def _keep_sent(self, chunk: Chunk, c: torch.Tensor) -> None:
+        """Keep what was sent for parameters whose update no rank may apply (`settle`)."""
+        offset = 0
+        for s in chunk.segments:
+            if s.param in self.local_unused:
+                self._sent.append((s, c[offset : offset + s.length].clone()))
+            offset += s.length
+
     def settle(self, unapplied: Sequence[int]) -> None:
-        if unapplied:
-            wanted = set(unapplied)
-            for chunk, c in self._sent:
-                offset = 0
-                for s in chunk.segments:
-                    if s.param in wanted:
-                        self._error(s.param)[s.start : s.start + s.length].copy_(
-                            c[offset : offset + s.length]
-                        )
-                    offset += s.length
+        wanted = set(unapplied)
+        for s, sent in self._sent:
+            if s.param in wanted:
+                self._error(s.param)[s.start : s.start + s.length].copy_(sent)
         self._sent = []
 
     def state_dict(self) -> dict[str, Any]:
@@ -213,7 +218,7 @@ class SignCodec(_FeedbackCodec):
             # GradScaler overflow), so the error never holds one.
             if bool(torch.isfinite(scales).all()):
                 self._store_error(chunk, c - sign_decode(packed, scale, numel, c.dtype))
-                self._sent.append((chunk, c))
+                self._keep_sent(chunk, c)
             buffer.copy_(total.div_(self.world_size))
 
         return _Done(finish)
@@ -320,7 +325,7 @@ class PowerSGDCodec(_FeedbackCodec):
                     self.qs[key] = q_avg.clone()  # warm start for the next iteration
             if finite:
                 self._store_error(chunk, error)
-                self._sent.append((chunk, c))
+                self._keep_sent(chunk, c)
 
         return _Done(finish)
 

@@ -614,6 +614,8 @@ class SyncEngine:
         if self.codec is None:
             self._count_bytes(buffer.numel() * buffer.element_size())
             return comm.all_reduce_async(buffer, group=self.group)
+        # A gradient this rank did not compute is ready only once `_side` holds its zeros.
+        self.codec.local_unused = self._side
         work = self.codec.start(chunk, buffer, self.group, iteration)
         self._count_bytes(self.codec.last_bytes)
         return work
