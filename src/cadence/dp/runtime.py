@@ -12,6 +12,8 @@
 - As in DDP with `find_unused_parameters=True`: a parameter no rank got a gradient for keeps
   grad None and is not updated; one unused on some ranks only contributes zeros. A per-param
   "used" flag is reduced once per iteration, after the last chunk.
+- With `DPConfig.compression`, a codec (`dp.compress`) reduces each chunk in place of its
+  all-reduce, at the same point of the schedule, and leaves the average in the buffer.
 """
 
 from __future__ import annotations
