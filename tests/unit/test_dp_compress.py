@@ -180,3 +180,22 @@ def test_unknown_compression_is_refused() -> None:
 
     with pytest.raises(ValueError, match="compression"):
         DPConfig(compression="topk")
+
+
+@pytest.mark.parametrize(
+    ("keys", "needle"),
+    [
+        ({"dp_compression": "sign", "autotune": "exhaustive"}, "--autotune"),
+        ({"dp_compression": "sign", "strategy": "ddp"}, "--strategy cadence-dp"),
+        ({"dp_compression": "topk"}, "unknown --dp-compression"),
+        ({"dp_compression": "powersgd", "powersgd_rank": 0}, "--powersgd-rank"),
+    ],
+)
+def test_flags_refused_in_one_line(keys: dict[str, Any], needle: str) -> None:
+    from cadence.config import TrainConfig
+    from cadence.config_checks import check_train_config
+    from cadence.errors import UserError
+
+    with pytest.raises(UserError) as caught:
+        check_train_config(TrainConfig.from_flat(**keys))
+    assert needle in str(caught.value) and "\n" not in str(caught.value)
