@@ -25,12 +25,14 @@ Autotune = Literal["off", "exhaustive", "guided"]
 ZeroStage = Literal[1, 2, 3]
 ZeroCompression = Literal["none", "fp16", "onebit"]
 GatherDtype = Literal["fp32", "bf16"]
+DPCompression = Literal["none", "bf16", "fp16", "powersgd", "sign"]
 PipelineBackend = Literal["auto", "cadence", "torch", "torch-builtin"]
 
 OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
 ZERO_COMPRESSIONS: tuple[str, ...] = get_args(ZeroCompression)
 ZERO_GATHER_DTYPES: tuple[str, ...] = get_args(GatherDtype)
 AUTOTUNE_METHODS: tuple[str, ...] = get_args(Autotune)
+DP_COMPRESSIONS: tuple[str, ...] = get_args(DPCompression)
 PIPELINE_BACKENDS: tuple[str, ...] = get_args(PipelineBackend)
 STRATEGY_NAMES: tuple[str, ...] = get_args(Strategy)
 """Every `--strategy`, sorted; `cadence.train.strategies` registers one of each (a unit test
@@ -206,6 +208,13 @@ class DPSection:
     """cadence-dp: save the tuned setting here; when the file exists, load it and skip tuning."""
     autotune_trials: int = 100
     """cadence-dp exhaustive tuning: thresholds tried, each 10% above the last."""
+    compression: DPCompression = opt("none", flag="--dp-compression")
+    """cadence-dp: gradients on the wire per chunk: none (fp32), bf16, fp16, sign (1 bit with
+    error feedback) or powersgd (low rank with error feedback)."""
+    powersgd_rank: int = 2
+    """cadence-dp powersgd: rank of each matrix's approximation."""
+    powersgd_start_step: int = 10
+    """cadence-dp powersgd: iterations reduced uncompressed before compression starts."""
 
     def __post_init__(self) -> None:
         if not self.bucket_mb > 0:
@@ -217,6 +226,15 @@ class DPSection:
         if self.autotune_trials < 1:
             raise UserError(f"--autotune-trials must be at least 1 (got {self.autotune_trials})")
         _check_choice("--autotune", self.autotune, AUTOTUNE_METHODS)
+        _check_choice("--dp-compression", self.compression, DP_COMPRESSIONS)
+        if self.compression != "none" and self.autotune != "off":
+            raise UserError("--dp-compression cannot be combined with --autotune: choose one")
+        if self.powersgd_rank < 1:
+            raise UserError(f"--powersgd-rank must be at least 1 (got {self.powersgd_rank})")
+        if self.powersgd_start_step < 0:
+            raise UserError(
+                f"--powersgd-start-step must be at least 0 (got {self.powersgd_start_step})"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,6 +25,7 @@ def check_train_config(c: TrainConfig) -> None:
     _check_accumulation(c)
     _check_user_parts(c)
     _check_zero(c)
+    _check_dp_compression(c)
     _check_pipeline(c)
     _check_ps(c)
     _check_localsgd(c)
@@ -46,6 +47,14 @@ def _check_accumulation(c: TrainConfig) -> None:
         raise UserError(
             f"--batch-size {batch} does not split into {n} micro-batches on each "
             f"of {workers} workers: use a multiple of {workers * n}"
+        )
+
+
+def _check_dp_compression(c: TrainConfig) -> None:
+    if c.dp.compression != "none" and c.job.strategy != "cadence-dp":
+        raise UserError(
+            f"--dp-compression compresses cadence-dp's gradients: use --strategy cadence-dp, or"
+            f" --compression with --strategy zero (got --strategy {c.job.strategy})"
         )
 
 

@@ -112,6 +112,14 @@ def all_gather_into_tensor(out: torch.Tensor, tensor: torch.Tensor, group: Group
     _all_gather_into(out, tensor, group=group)
 
 
+def all_gather_into_tensor_async(
+    out: torch.Tensor, tensor: torch.Tensor, group: Group = None
+) -> dist.Work:
+    """Start `all_gather_into_tensor`; the work handle to wait on."""
+    work: dist.Work = _all_gather_into(out, tensor, group=group, async_op=True)
+    return work
+
+
 def reduce_scatter_tensor(out: torch.Tensor, tensor: torch.Tensor, group: Group = None) -> None:
     """The sum of every rank's `tensor`, this rank's 1/p of it into `out`."""
     _reduce_scatter(out, tensor, group=group)

@@ -42,6 +42,11 @@ def data_parallel(
     """
     config = config or DPConfig()
     _check_supported(model, optimizer)
+    if config.compression != "none" and config.autotune != "off":
+        raise UserError(
+            f"cadence-dp compression ({config.compression}) times differently from what tuning"
+            " measures: use autotune='off' with compression, or compression='none' to tune"
+        )
     if config.keep_heap:
         keep_heap()
     if config.autotune == "guided" and profile is None and not _loadable(config):

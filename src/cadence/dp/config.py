@@ -6,6 +6,9 @@ from dataclasses import dataclass
 
 from cadence.dp.plan import DEFAULT_ONE_CHUNK_WIRE_SHARE, default_credit, default_threshold
 
+COMPRESSIONS = ("none", "bf16", "fp16", "powersgd", "sign")
+"""`DPConfig.compression`'s choices (`dp.compress` implements them)."""
+
 
 def mb_to_bytes(mb: float | None) -> int | None:
     """A `--threshold-mb` value as `DPConfig.threshold_bytes` (None stays None: the default)."""
@@ -77,6 +80,14 @@ class DPConfig:
     autotune_file: str | None = None
     """Where the chosen threshold and K are saved; when the file exists they are loaded from it
     and tuning is skipped."""
+    compression: str = "none"
+    """Gradients on the wire, per chunk (`dp.compress`): none (fp32, exact), bf16 or fp16
+    (cast for the all-reduce), sign (1 bit and a scale per rank, with error feedback) or
+    powersgd (rank `powersgd_rank` per matrix, with error feedback and warm start)."""
+    powersgd_rank: int = 2
+    """powersgd: rank of each matrix's approximation (at most its smaller dimension)."""
+    powersgd_start_step: int = 10
+    """powersgd: iterations reduced uncompressed before compression starts."""
 
     def __post_init__(self) -> None:
         if self.threshold_bytes is not None and self.threshold_bytes < 1:
@@ -108,6 +119,12 @@ class DPConfig:
             )
         if self.reorder_k is not None and self.reorder_k < 1:
             raise ValueError(f"reorder_k must be at least 1, got {self.reorder_k}")
+        if self.compression not in COMPRESSIONS:
+            raise ValueError(
+                f"compression must be one of {', '.join(COMPRESSIONS)}, got {self.compression!r}"
+            )
+        if self.powersgd_rank < 1 or self.powersgd_start_step < 0:
+            raise ValueError("powersgd_rank must be at least 1 and powersgd_start_step at least 0")
 
     def chooses_default_plan(self, world_size: int) -> bool:
         """Whether the runtime times one-chunk iterations to choose between one chunk and the

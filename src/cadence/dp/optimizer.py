@@ -111,6 +111,11 @@ class ScheduledOptimizer(Optimizer):
         self._engine = engine
         self._built = True
 
+    @property
+    def engine(self) -> SyncEngine:
+        """The engine that reduces and applies (its `wire_bytes`, its compression's state)."""
+        return self._engine
+
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         if getattr(self, "_built", False):  # Optimizer.__init__ adds the user's groups itself
             raise UserError(

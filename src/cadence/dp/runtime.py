@@ -12,6 +12,8 @@
 - As in DDP with `find_unused_parameters=True`: a parameter no rank got a gradient for keeps
   grad None and is not updated; one unused on some ranks only contributes zeros. A per-param
   "used" flag is reduced once per iteration, after the last chunk.
+- With `DPConfig.compression`, a codec (`dp.compress`) reduces each chunk in place of its
+  all-reduce, at the same point of the schedule, and leaves the average in the buffer.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from cadence.comm.ops import wire_device
 from cadence.comm.process_group import leave_groups
 from cadence.dp import clip
 from cadence.dp.autotune import Autotuner, TuneResult
+from cadence.dp.compress import Codec, make_codec
 from cadence.dp.config import DPConfig
 from cadence.dp.forward import ForwardSide
 from cadence.dp.layers import ModelLayout
@@ -126,6 +129,19 @@ class SyncEngine:
         self._error: BaseException | None = None
         rank = dist.get_rank() if dist.is_initialized() else 0
         self._fault = injected_fault(rank, "allreduce")  # tests only (cadence.inject)
+        # Compression of each chunk's reduction (None: the fp32 all-reduce, in place).
+        self.codec: Codec | None = None
+        if group is not None:
+            self.codec = make_codec(
+                config.compression,
+                layout.params,
+                world_size,
+                rank=config.powersgd_rank,
+                start_step=config.powersgd_start_step,
+            )
+        self.wire_bytes = 0  # gradient bytes this rank handed to collectives, last iteration
+        self.wire_bytes_total = 0  # ... over all iterations
+        self._iteration_bytes = 0
         # The chunk the communication thread waits for: a gradient hook wakes it only when it
         # completes that chunk, not once per parameter (each wake-up costs a context switch
         # on the cores the backward pass computes on).
@@ -270,15 +286,29 @@ class SyncEngine:
         communication thread: on busy cores every hand-off waits for a core's turn."""
         (chunk,) = self.plan.chunks
         start = time.perf_counter()
-        # The "used" flags travel in the same all-reduce, after the gradients.
-        buffer = self._pack(chunk, tail=self._flags(self._pack_dtype(chunk)))
-        reduce_start = time.perf_counter()
-        if self.group is not None:
-            comm.all_reduce(buffer, group=self.group)
-        wire_s = time.perf_counter() - reduce_start
         num_params = len(self.layout.params)
-        self._unpack(chunk, buffer[:-num_params], copied=True)
-        self._resolve_unused(buffer[-num_params:])
+        if self.codec is not None:
+            # Compressed on its own; the "used" flags follow in an all-reduce of their own.
+            buffer = self._pack(chunk)
+            reduce_start = time.perf_counter()
+            work = self._reduce(chunk, buffer, iteration)
+            flags = self._flags(self._pack_dtype(chunk))
+            comm.all_reduce(flags, group=self.group)
+            work.wait()
+            wire_s = time.perf_counter() - reduce_start
+            self._unpack(chunk, buffer, averaged=True)
+            self._resolve_unused(flags)
+        else:
+            # The "used" flags travel in the same all-reduce, after the gradients.
+            buffer = self._pack(chunk, tail=self._flags(self._pack_dtype(chunk)))
+            reduce_start = time.perf_counter()
+            if self.group is not None:
+                self._count_bytes((buffer.numel() - num_params) * buffer.element_size())
+                comm.all_reduce(buffer, group=self.group)
+            wire_s = time.perf_counter() - reduce_start
+            self._unpack(chunk, buffer[:-num_params], copied=True)
+            self._resolve_unused(buffer[-num_params:])
+        self._end_bytes()
         with self._cv:
             self._inline_iter = iteration
             self._reduced = iteration
@@ -512,7 +542,7 @@ class SyncEngine:
             in_flight_bytes -= chunk.nbytes
             if work is not None:
                 work.wait()
-            self._unpack(chunk, buffer)
+            self._unpack(chunk, buffer, averaged=self.codec is not None and work is not None)
             done = []
             for seg in chunk.segments:
                 remaining[seg.param] -= 1
@@ -538,7 +568,7 @@ class SyncEngine:
             buffer = self._pack(chunk)
             work = None
             if self.group is not None:
-                work = comm.all_reduce_async(buffer, group=self.group)
+                work = self._reduce(chunk, buffer, iteration)
             if self._fault is not None and self._fault.step + 1 == iteration:
                 self._fault.fire("in the gradient all-reduce")
             in_flight.append((chunk, buffer, work))
@@ -555,6 +585,7 @@ class SyncEngine:
         if flags_work is not None:
             flags_work.wait()
         self._resolve_unused(flags)
+        self._end_bytes()
         for layers in needs_flags:
             self._offer(layers, iteration, pending)
         if iteration == self._replan_at:
@@ -579,6 +610,25 @@ class SyncEngine:
         else:
             pending.append(layers)
 
+    def _reduce(self, chunk: Chunk, buffer: torch.Tensor, iteration: int) -> Any:
+        """Start reducing `chunk`'s packed `buffer`: a summing all-reduce in place, or the
+        codec's reduction, which leaves the average in `buffer` when waited on."""
+        if self.codec is None:
+            self._count_bytes(buffer.numel() * buffer.element_size())
+            return comm.all_reduce_async(buffer, group=self.group)
+        # A gradient this rank did not compute is ready only once `_side` holds its zeros.
+        self.codec.local_unused = self._side
+        work = self.codec.start(chunk, buffer, self.group, iteration)
+        self._count_bytes(self.codec.last_bytes)
+        return work
+
+    def _count_bytes(self, nbytes: int) -> None:
+        self._iteration_bytes += nbytes
+
+    def _end_bytes(self) -> None:
+        self.wire_bytes, self._iteration_bytes = self._iteration_bytes, 0
+        self.wire_bytes_total += self.wire_bytes
+
     def _pack_dtype(self, chunk: Chunk) -> torch.dtype:
         return self.layout.params[chunk.segments[0].param].dtype
 
@@ -589,12 +639,15 @@ class SyncEngine:
     def _resolve_unused(self, flags: torch.Tensor) -> None:
         """Parameters this rank got no gradient for: the reduced zeros become their gradient
         where another rank had one; where no rank had one it stays None (no update)."""
-        if not self._side:
-            return
-        used = flags.tolist()
-        for index in self._side:
-            if not used[index] > 0:
-                self.layout.params[index].grad = None
+        unapplied = []
+        if self._side:
+            used = flags.tolist()
+            for index in self._side:
+                if not used[index] > 0:
+                    self.layout.params[index].grad = None
+                    unapplied.append(index)
+        if self.codec is not None:
+            self.codec.settle(unapplied)
 
     def _wait_for_chunk(self, chunk: Chunk, iteration: int) -> None:
         """Block until every gradient `chunk` holds is ready in backward pass `iteration`."""
@@ -628,8 +681,10 @@ class SyncEngine:
             return views[0]  # a contiguous slice: reduce in place, no copy
         return torch.cat(views)
 
-    def _unpack(self, chunk: Chunk, buffer: torch.Tensor, copied: bool = False) -> None:
-        if self.world_size > 1:
+    def _unpack(
+        self, chunk: Chunk, buffer: torch.Tensor, copied: bool = False, averaged: bool = False
+    ) -> None:
+        if self.world_size > 1 and not averaged:
             buffer.div_(self.world_size)
         if len(chunk.segments) == 1 and not copied:
             return  # reduced in place
@@ -683,6 +738,17 @@ class SyncEngine:
             link_bytes_per_s=self.config.link_bytes_per_s or link_bytes_per_s,
             reorder_k=self._k,
         )
+
+    def compression_state_dict(self) -> dict[str, Any]:
+        """The codec's state (error feedback, PowerSGD's Q), for a checkpoint; empty for none."""
+        self.flush()
+        return self.codec.state_dict() if self.codec is not None else {}
+
+    def load_compression_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `compression_state_dict` returned (same model, same compression)."""
+        self.flush()
+        if self.codec is not None and state:
+            self.codec.load_state_dict(state)
 
     def close(self) -> None:
         """Drop a backward pass never stepped, wait for the rest, stop the thread, unhook, and

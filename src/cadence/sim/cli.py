@@ -104,7 +104,7 @@ def add_simulate(sub: Any) -> None:
     sets = _sets(
         threads=True,  # the profile is taken at, or compared with, the training's threads
         job=("strategy",),
-        dp=("threshold_mb", "reorder_k"),
+        dp=("threshold_mb", "reorder_k", "compression"),
         simulate=("optimizer_step", "replicas", "clip", "iterations", "credit_mb", "trace",
                   "png", "json"),
     )  # fmt: skip

@@ -450,7 +450,12 @@ def setup_from(args: Any, workers: int | None = None, bandwidth: str | None = No
 
 def sim_options(args: Any) -> SimOptions:
     """The `SimOptions` the simulator commands' shared flags set."""
-    return SimOptions(replicas=args.replicas, grad_accum=args.grad_accum, clip=args.clip)
+    return SimOptions(
+        replicas=args.replicas,
+        grad_accum=args.grad_accum,
+        clip=args.clip,
+        dp_compression=getattr(args, "dp_compression", "none"),  # `simulate` has the flag
+    )
 
 
 def accumulation_note(options: SimOptions) -> str:

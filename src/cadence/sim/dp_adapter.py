@@ -39,6 +39,8 @@ from dataclasses import dataclass
 
 from cadence.comm.cost import AlphaBeta
 from cadence.dp.plan import DPPlan, ParamInfo, arrival_positions
+from cadence.dp.wire import wire_bytes
+from cadence.errors import UserError
 from cadence.sim.compute import (
     BlockCosts,
     add_accumulation,
@@ -419,9 +421,16 @@ def build_dp(
                 )
                 for w in range(options.replicas)
             ]
-            comm.flows[c] = group.issued(
-                _flow(graph, f"ar c{c}", nbytes, nics, link, world_size, group.after(issued), it)
-            )
+            if options.dp_compression == "none":
+                flow = _flow(
+                    graph, f"ar c{c}", nbytes, nics, link, world_size, group.after(issued), it
+                )
+            else:
+                flow = _compressed_flow(
+                    graph, plan, c, options.dp_compression, nics, link, world_size,
+                    group.after(issued), it,
+                )  # fmt: skip
+            comm.flows[c] = group.issued(flow)
             comm.cpu[c] = _comm_cpu(
                 graph, f"c{c}", nbytes, computes, [[t] for t in issued], it, options
             )
@@ -465,6 +474,47 @@ def build_dp(
     gate = [*gates[0][0], *(buffers[0] if buffers else [])]
     starts.append(_marker(graph, workers[0][0], taken, gate, total))
     return Built(graph, tuple(starts), options.warmup_iterations, "cadence-dp", world_size)
+
+
+def compressed_flow_terms(
+    link: AlphaBeta, numel: int, element_size: int, method: str, world_size: int
+) -> tuple[float, float]:
+    """(latency seconds, bytes each NIC moves) of one chunk of `numel` elements reduced with
+    cadence-dp's `method`: bytes from `compress.wire_bytes`, as the engine counts them; sign's
+    bits and scale are all-gathered (a ring of p-1 steps), the casts all-reduced."""
+    if method == "powersgd":
+        raise UserError(
+            "the simulator has no parameter shapes to price powersgd's low-rank factors:"
+            " simulate cadence-dp with compression none, bf16, fp16 or sign"
+        )
+    payload = wire_bytes(method, numel, element_size)
+    if method == "sign":
+        terms = link.terms("allgather", "ring", payload * world_size, world_size)
+        return link.alpha_for("allgather") * terms.messages, terms.wire_bytes
+    return allreduce_flow(link, payload, world_size)
+
+
+def _compressed_flow(
+    graph: TaskGraph,
+    plan: DPPlan,
+    c: int,
+    method: str,
+    nics: Sequence[int],
+    link: AlphaBeta,
+    world_size: int,
+    deps: list[int | None],
+    iteration: int,
+) -> int:
+    chunk = plan.chunks[c]
+    numel = sum(seg.length for seg in chunk.segments)
+    element_size = plan.params[chunk.segments[0].param].element_size
+    latency, wire = compressed_flow_terms(link, numel, element_size, method, world_size)
+    if link.beta_s_per_byte == 0:
+        wire = 0.0
+    return graph.add(
+        f"ar c{c}", "allreduce", resources=nics, duration_s=latency, nbytes=wire, deps=deps,
+        iteration=iteration,
+    )  # fmt: skip
 
 
 def _packed(plan: DPPlan, c: int) -> int:

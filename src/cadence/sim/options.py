@@ -59,8 +59,19 @@ class SimOptions:
     warmup_iterations: int = 1
     """Iterations simulated before the measured ones (the first has no communication to wait
     for, so it is not steady state)."""
+    dp_compression: str = "none"
+    """cadence-dp: how each chunk travels (`cadence.dp.compress`): none, bf16, fp16 (an
+    all-reduce of the cast bytes) or sign (an all-gather of bits and a scale per rank).
+    powersgd needs parameter shapes, which the simulator does not have: refused."""
 
     def __post_init__(self) -> None:
+        from cadence.dp.config import COMPRESSIONS
+
+        if self.dp_compression not in COMPRESSIONS:
+            raise ValueError(
+                f"dp_compression must be one of {', '.join(COMPRESSIONS)}, got "
+                f"{self.dp_compression!r}"
+            )
         if self.grad_accum < 1:
             raise ValueError(f"grad_accum must be >= 1, got {self.grad_accum}")
         if self.replicas < 1:

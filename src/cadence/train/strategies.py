@@ -111,6 +111,9 @@ def _cadence_dp_for(config: TrainConfig) -> Wrap:
             autotune=config.dp.autotune,
             autotune_file=config.dp.autotune_file,
             autotune_trials=config.dp.autotune_trials,
+            compression=config.dp.compression,
+            powersgd_rank=config.dp.powersgd_rank,
+            powersgd_start_step=config.dp.powersgd_start_step,
         )
         profile = None
         if config.dp.autotune == "guided":
