@@ -101,12 +101,16 @@ TUNED = 24  # cadence-dp tunes 2 thresholds on the mlp within 21 steps (6 timed 
     [
         ("ddp", {}),
         ("cadence-dp", {"autotune": "exhaustive", "autotune_trials": 2, "steps": TUNED + 6}),
+        ("cadence-dp", {"dp_compression": "powersgd", "powersgd_start_step": 1, "threshold_mb": 1}),
         ("zero", {"zero_stage": 3}),
         ("zero", {"zero_stage": 1, "compression": "onebit", "freeze_steps": 2}),
         ("pipeline", {"optimizer": "sgd", "lr": 0.05}),
         ("ps", {"servers": 2, "ps_priority": "layer"}),
     ],
-    ids=["ddp", "cadence-dp-autotuned", "zero3", "zero1-onebit", "pipeline", "ps-bsp"],
+    ids=[
+        "ddp", "cadence-dp-autotuned", "cadence-dp-powersgd", "zero3", "zero1-onebit",
+        "pipeline", "ps-bsp",
+    ],
 )
 def test_stopped_and_resumed_equals_uninterrupted(
     tmp_path: Path, strategy: str, keys: dict[str, Any]
@@ -115,7 +119,7 @@ def test_stopped_and_resumed_equals_uninterrupted(
     stop = steps - STEPS + STOP  # cadence-dp: after its tuning, which the resumed run keeps
     run_ranks(_whole_stopped_resumed, 2, str(tmp_path), strategy, keys, stop, timeout=240)
     _assert_same_end(tmp_path / "whole", tmp_path / "cut", steps, stop)
-    if strategy == "cadence-dp":
+    if keys.get("autotune"):
         tuned = json.loads((tmp_path / "cut" / "metrics.json").read_text())["dp_autotune"]
         assert tuned["method"].startswith("resumed")
 

@@ -146,11 +146,3 @@ def isend(tensor: torch.Tensor, dst: int, tag: int = 0, group: Group = None) -> 
 def irecv(tensor: torch.Tensor, src: int, tag: int = 0, group: Group = None) -> dist.Work | None:
     """Start receiving into `tensor` from `src`; the handle to wait on (None outside `group`)."""
     return dist.irecv(tensor, src, group=group, tag=tag)
-
-
-def all_gather_into_tensor_async(
-    out: torch.Tensor, tensor: torch.Tensor, group: Group = None
-) -> dist.Work:
-    """Start `all_gather_into_tensor`; the work handle to wait on."""
-    work: dist.Work = _all_gather_into(out, tensor, group=group, async_op=True)
-    return work

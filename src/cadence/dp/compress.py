@@ -107,6 +107,15 @@ class Codec:
         # Parameters this rank got no gradient for in the backward pass being reduced (the
         # engine's zeros): the only ones whose update may be withheld (`settle`).
         self.local_unused: Container[int] = ()
+        # Iterations reduced before this engine's first (a resumed run's engine counts from 1
+        # again): the codec's schedule (PowerSGD's uncompressed start) goes on where it was.
+        self.iterations_before = 0
+        self.last_iteration = 0
+
+    def step_of(self, iteration: int) -> int:
+        """The run's iteration number of the engine's `iteration`."""
+        self.last_iteration = iteration
+        return self.iterations_before + iteration
 
     def start(self, chunk: Chunk, buffer: torch.Tensor, group: Any, iteration: int) -> Pending:
         raise NotImplementedError
@@ -116,10 +125,10 @@ class Codec:
         so nothing of theirs is applied and their error keeps what was sent."""
 
     def state_dict(self) -> dict[str, Any]:
-        return {}
+        return {"iterations": self.iterations_before + self.last_iteration}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
+        self.iterations_before = int(state.get("iterations", 0)) - self.last_iteration
 
 
 class CastCodec(Codec):
@@ -190,9 +199,12 @@ class _FeedbackCodec(Codec):
         self._sent = []
 
     def state_dict(self) -> dict[str, Any]:
-        return {"errors": {i: e.clone() for i, e in self.errors.items()}}
+        state = super().state_dict()
+        state["errors"] = {i: e.clone() for i, e in self.errors.items()}
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
         self.errors = {int(i): e.clone() for i, e in state["errors"].items()}
 
 
@@ -261,7 +273,7 @@ class PowerSGDCodec(_FeedbackCodec):
         return q
 
     def start(self, chunk: Chunk, buffer: torch.Tensor, group: Any, iteration: int) -> Pending:
-        if iteration <= self.start_step:
+        if self.step_of(iteration) <= self.start_step:
             work = comm.all_reduce_async(buffer, group=group)
             self.last_bytes = wire_bytes("none", buffer.numel(), buffer.element_size())
 

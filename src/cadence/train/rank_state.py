@@ -1,6 +1,7 @@
 """What each rank keeps in a resumable checkpoint, per strategy, and how it comes back.
 
-- ddp, cadence-dp: the module's state and the optimizer's (every rank holds a full copy).
+- ddp, cadence-dp: the module's state and the optimizer's (every rank holds a full copy);
+  cadence-dp's also the compression state (error feedback, PowerSGD's Q) of `--dp-compression`.
 - zero: the rank's parameter pieces, optimizer shard and 1-bit Adam buffers
   (`cadence.zero.checkpoint`), plus the module's buffers.
 - pipeline: the whole module (synced from the stages before saving) and the rank's optimizer,
@@ -40,6 +41,9 @@ def capture(
     if strategy == "pipeline":
         state["ranges"] = [list(r) for r in owner.ranges]
         state["steps_done"] = owner.steps_done
+    engine = getattr(plain, "_cadence_dp_engine", None)
+    if engine is not None:  # --dp-compression's error feedback and PowerSGD's warm start
+        state["dp_compression"] = engine.compression_state_dict()
     return state
 
 
@@ -80,6 +84,8 @@ def restore(
         optimizer.load_state_dict(state["optimizer"])
     tuned = manifest.get("dp_tuned")
     engine = getattr(plain, "_cadence_dp_engine", None)
+    if engine is not None:
+        engine.load_compression_state_dict(state.get("dp_compression", {}))
     if tuned is not None and engine is not None:
         from cadence.dp.autotune import TuneResult
 
