@@ -63,15 +63,22 @@ def zoo_facts(model: str) -> ModelFacts:
     An unknown name is a UserError listing the zoo."""
     import torch
 
-    from cadence.dp.layers import gradient_arrival_order, model_layout
     from cadence.models import get_model_spec
-    from cadence.models.loss import loss_fn
 
     spec = get_model_spec(model)
     torch.manual_seed(0)
     module = spec.build()
-    buffers = list(module.buffers())
     inputs, targets = spec.synthetic_batch(2)
+    return module_facts(module, inputs, targets)
+
+
+def module_facts(module: Any, inputs: Any, targets: Any) -> ModelFacts:
+    """`module`'s parameter layout, buffers and the order one backward pass of (`inputs`,
+    `targets`) under the zoo's loss produces its gradients."""
+    from cadence.dp.layers import gradient_arrival_order, model_layout
+    from cadence.models.loss import loss_fn
+
+    buffers = list(module.buffers())
     order = gradient_arrival_order(module, lambda m: loss_fn(m(inputs), targets))
     return ModelFacts(
         params=model_layout(module).infos,

@@ -15,22 +15,12 @@ import torch
 from torch import nn
 
 from cadence.profile import Profile
-from cadence.profile.facts import ModelFacts
+from cadence.profile.facts import ModelFacts, module_facts
 
 
 def user_facts(module: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> ModelFacts:
     """`module`'s layout, buffers and the order one backward of a batch produces gradients."""
-    from cadence.dp.layers import gradient_arrival_order, model_layout
-    from cadence.models.loss import loss_fn
-
-    buffers = list(module.buffers())
-    order = gradient_arrival_order(module, lambda m: loss_fn(m(inputs), targets))
-    return ModelFacts(
-        params=model_layout(module).infos,
-        buffer_bytes=sum(b.numel() * b.element_size() for b in buffers),
-        buffer_broadcasts=max(len({b.dtype for b in buffers}), 1),
-        arrival_order=order,
-    )
+    return module_facts(module, inputs, targets)
 
 
 def profile_user_model(
