@@ -1,7 +1,9 @@
 """cadence-dp in the parity matrix: every model case x ordinary-loop habit, under the default
 plan, a forced many-chunk plan and backward reordering at K=2, and exhaustive autotuning on the
-small net, each compared with DDP at world sizes 2 and 4 (one process-group launch per world
-size)."""
+small net, each compared with DDP (one process-group launch per world size). At world size 2
+every cell runs; at 4 the default plan crosses every case and habit, and the other plans every
+case under the habits that touch the gradients' reduction (`WIDE_HABITS`), to keep the file's
+time in check: four ranks share the CI machine's two cores."""
 
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ def _wrap(config: cadence.DPConfig) -> Any:
 
 STRATEGIES = {
     "dp": _wrap(cadence.DPConfig()),
-    "dp_chunks": _wrap(cadence.DPConfig(threshold_bytes=512)),  # dozens of chunks per model
+    "dp_chunks": _wrap(cadence.DPConfig(threshold_bytes=4096)),  # dozens of chunks per model
     "dp_reorder": _wrap(cadence.DPConfig(threshold_bytes=2048, reorder_k=2)),
     "dp_autotune": _wrap(
         cadence.DPConfig(
@@ -58,10 +60,19 @@ CELLS: list[Cell] = [
     for h in HABITS
     if s != "dp_autotune" or m in AUTOTUNE_CASES
 ]
+WIDE_HABITS = ("plain", "accum", "clip")
+CELLS_AT = {
+    2: CELLS,
+    4: [(m, h, s) for m, h, s in CELLS if s == "dp" or h in WIDE_HABITS],
+}
 REFUSALS: dict[str, str] = {}
 
 
-@pytest.mark.parametrize("world_size", [2, 4])
-@pytest.mark.parametrize("cell", CELLS, ids=cell_id)
+@pytest.mark.parametrize(
+    ("cell", "world_size"),
+    [(cell, world) for world, cells in CELLS_AT.items() for cell in cells],
+    ids=lambda v: cell_id(v) if isinstance(v, tuple) else str(v),
+)
 def test_cadence_dp_equals_ddp(cell: Cell, world_size: int) -> None:
-    check_cell(matrix_results(__name__, CELLS, world_size), cell, refusals=REFUSALS)
+    cells = CELLS_AT[world_size]
+    check_cell(matrix_results(__name__, cells, world_size), cell, refusals=REFUSALS)

@@ -67,11 +67,21 @@ CELLS: list[Cell] = [
     if s != "ddp_fp16"
     for h in (FP16_HABITS if s.endswith("fp16") else HABITS)
 ]
+CELLS_AT = {
+    2: CELLS,
+    4: [(m, h, s) for m, h, s in CELLS if not s.endswith("fp16") or h in ("plain", "accum")],
+}
+"""At world size 4 the fp16 cells cross two habits: four ranks share the CI machine's two
+cores, and the fp32 cells already cross every habit there."""
 REFUSALS: dict[str, str] = {}
 """Cells that must be refused, with a phrase of the message: none."""
 
 
-@pytest.mark.parametrize("world_size", [2, 4])
-@pytest.mark.parametrize("cell", CELLS, ids=cell_id)
+@pytest.mark.parametrize(
+    ("cell", "world_size"),
+    [(cell, world) for world, cells in CELLS_AT.items() for cell in cells],
+    ids=lambda v: cell_id(v) if isinstance(v, tuple) else str(v),
+)
 def test_zero_equals_ddp(cell: Cell, world_size: int) -> None:
-    check_cell(matrix_results(__name__, CELLS, world_size, timeout=900), cell, REFUSALS)
+    cells = CELLS_AT[world_size]
+    check_cell(matrix_results(__name__, cells, world_size, timeout=900), cell, REFUSALS)
