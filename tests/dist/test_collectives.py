@@ -9,6 +9,7 @@ summary that the parent asserts on.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -56,6 +57,9 @@ def _run_case(rank, ws, coll, algo, dtype, n, op, root, chunk, seed):
     }[op]
     kw = {"algorithm": algo, "chunk_bytes": chunk}
     sizes = C.split_sizes(n, ws)
+    ours: torch.Tensor | None  # None where a rank receives nothing (gather off the root)
+    ref: torch.Tensor | None  # None where torch's gather leaves nothing to compare
+    got: list[torch.Tensor] | None
     with C.count_bytes() as counter:
         if coll == "all_reduce":
             ours, ref, tol, nbytes = x.clone(), x.clone(), red_tol, n * item
@@ -102,8 +106,10 @@ def _run_case(rank, ws, coll, algo, dtype, n, op, root, chunk, seed):
     if coll == "all_reduce":
         dist.all_reduce(ref, op=torch_op)
     elif coll == "broadcast":
+        assert ref is not None
         dist.broadcast(ref, root)
     elif coll == "reduce":
+        assert ref is not None
         dist.reduce(ref, root, op=torch_op)
         if rank != root:  # gloo leaves partial sums here; ours must leave the input alone
             ref, tol = x, EXACT
@@ -176,7 +182,7 @@ def _cases(ws: int):
 
 
 def _check_all(rank: int, ws: int) -> dict:
-    summary = {"cases": 0, "bytes_checked": 0, "failures": []}
+    summary: dict[str, Any] = {"cases": 0, "bytes_checked": 0, "failures": []}
     for coll, algo, dtype, n, op, root, chunk, seed in _cases(ws):
         label = f"{coll}/{algo}/{dtype}/n={n}/{op}/root={root}"
         ours, ref, tol, sent, nbytes = _run_case(
@@ -210,7 +216,7 @@ def _check_extras(rank: int, ws: int) -> list[str]:
     if not torch.allclose(ours, ref, rtol=1e-5, atol=1e-5):
         failures.append("strided all_reduce differs")
     top = torch.full((3,), float(rank))
-    C.all_reduce(top, op=dist.ReduceOp.MAX, algorithm="tree")  # torch's enum works too
+    C.all_reduce(top, op=dist.ReduceOp.MAX, algorithm="tree")  # type: ignore[arg-type]  # torch's enum works too
     if top.tolist() != [float(ws - 1)] * 3:
         failures.append(f"ReduceOp.MAX gave {top.tolist()}")
     if ws >= 3:

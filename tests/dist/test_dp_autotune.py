@@ -3,12 +3,14 @@ rank picks the same setting, and a saved choice is loaded instead of tuning agai
 
 import statistics
 from collections import OrderedDict
+from typing import cast
 
 import pytest
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from cadence.dp import DPConfig, data_parallel
+from cadence.dp.runtime import SyncEngine
 from cadence.testing import run_ranks
 from tests.dist.dp_helpers import parameter_copies, rank_batches, train_classifier
 from tests.dist.test_dp_parity import TrickyNet, _make_optimizer
@@ -32,7 +34,7 @@ def _train_ddp(rank, world_size):
 
 def _tuned(rank, world_size, method, path):
     torch.manual_seed(0)
-    model = TrickyNet()
+    model: torch.nn.Module = TrickyNet()
     profile = None
     if method == "guided":
         from cadence.models.blocks import BlockModel
@@ -53,7 +55,7 @@ def _tuned(rank, world_size, method, path):
     )
     model, opt = data_parallel(model, _make_optimizer("adam", model.parameters()), config, profile)
     train_classifier(model, opt, _batches(rank, world_size))
-    engine = model._cadence_dp_engine
+    engine = cast(SyncEngine, model._cadence_dp_engine)
     params = parameter_copies(model)
     return params, engine.tune_result, (engine.plan.threshold_bytes, engine.plan.reorder_k)
 

@@ -10,7 +10,7 @@ case runs twice: one chunk (reduced on the main thread) and several (the communi
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 import torch
@@ -19,6 +19,9 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from cadence.testing import run_ranks
+
+if TYPE_CHECKING:
+    from cadence.dp.runtime import SyncEngine
 
 STEPS, BATCH = 6, 16
 SMALL_THRESHOLD = 2048  # bytes: the 32x32 weight splits into two chunks of 16 whole rows
@@ -47,11 +50,13 @@ def _train(
 
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=opts.get("lr", 0.1))
-    engine = None
+    engine: SyncEngine | None = None
     if method.startswith("ddp"):
         wrapped: nn.Module = nn.parallel.DistributedDataParallel(model)
         if method == "ddp-fp16":
-            wrapped.register_comm_hook(None, default_hooks.fp16_compress_hook)
+            cast(nn.parallel.DistributedDataParallel, wrapped).register_comm_hook(
+                None, default_hooks.fp16_compress_hook
+            )
         opt: Any = optimizer
     else:
         config = DPConfig(
@@ -62,7 +67,7 @@ def _train(
             powersgd_start_step=opts.get("start", 0),
         )
         wrapped, opt = cadence.data_parallel(model, optimizer, config)
-        engine = model._cadence_dp_engine  # type: ignore[attr-defined]
+        engine = cast("SyncEngine", model._cadence_dp_engine)
     losses, wire = [], []
     for step in range(steps):
         x, y = _batch(rank, step, world, opts.get("repeat", False))
@@ -91,7 +96,7 @@ def _train(
     return out
 
 
-def _close(got: list[dict[str, Any]], ref: list[dict[str, Any]], **tol: float) -> None:
+def _close(got: list[dict[str, Any]], ref: list[dict[str, Any]], **tol: Any) -> None:
     for mine, theirs in zip(got, ref, strict=True):
         for name, value in theirs["params"].items():
             torch.testing.assert_close(mine["params"][name], value, **tol)
@@ -193,12 +198,12 @@ def _semantics(rank: int, world: int, method: str, threshold: int | None) -> dic
         powersgd_start_step=1,
     )
     model, opt = cadence.data_parallel(model, optimizer, config)
-    engine = model._cadence_dp_engine  # type: ignore[attr-defined]
+    engine = model._cadence_dp_engine
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
     skipped = 0
     for step in range(6):
         opt.zero_grad()
-        with model.no_sync():  # type: ignore[operator]
+        with model.no_sync():
             x, y = _batch(rank, 2 * step, world, False)
             scaler.scale(F.cross_entropy(model(x, rank == 0), y)).backward()
         x, y = _batch(rank, 2 * step + 1, world, False)
@@ -240,7 +245,7 @@ def _resumed(rank: int, world: int) -> list[bool]:
     model = _model()
     config = DPConfig(compression="powersgd", threshold_bytes=SMALL_THRESHOLD, powersgd_rank=1)
     model, _ = cadence.data_parallel(model, torch.optim.SGD(model.parameters(), lr=0.1), config)
-    engine = model._cadence_dp_engine  # type: ignore[attr-defined]
+    engine = model._cadence_dp_engine
     engine.load_compression_state_dict(out["state"])
     state = engine.compression_state_dict()
     same = [torch.equal(state["errors"][i], e) for i, e in out["state"]["errors"].items()]

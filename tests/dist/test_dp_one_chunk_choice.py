@@ -3,12 +3,15 @@ them timed; the model stays one chunk where that all-reduce is cheap, else gets 
 plan. Either way the parameters equal torch DDP's after 20 steps, at world sizes 2 and 4, and
 every rank ends with the same plan."""
 
+from typing import cast
+
 import pytest
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from cadence.dp import DPConfig, data_parallel
+from cadence.dp.runtime import SyncEngine
 from cadence.testing import run_ranks
 from tests.dist.dp_helpers import parameter_copies, rank_batches, train_classifier
 
@@ -41,7 +44,7 @@ def _train_cadence(rank, world_size, config):
     plain = _model()
     model, opt = data_parallel(plain, torch.optim.Adam(plain.parameters(), lr=1e-3), config)
     train_classifier(model, opt, _batches(rank, world_size))
-    engine = model._cadence_dp_engine
+    engine = cast(SyncEngine, model._cadence_dp_engine)
     params = parameter_copies(plain)
     return params, len(engine.plan.chunks), engine.one_chunk_probe, engine.threshold_bytes
 
@@ -79,7 +82,7 @@ def test_default_plan_choice_keeps_ddp_parity(world_size):
             for key in reference:
                 torch.testing.assert_close(
                     params[key], reference[key], rtol=1e-4, atol=1e-5,
-                    msg=lambda m, c=name, k=key: f"{c} {k}: {m}",
+                    msg=lambda m, c=name, k=key: f"{c} {k}: {m}",  # type: ignore[misc]
                 )  # fmt: skip
     # Every rank read rank 0's timings: the same figures and the same plans.
     probes = [results["dear"][2] for _, results in per_rank]

@@ -2,6 +2,8 @@
 and Adam, thresholds at both extremes, world sizes 2 and 4, on a model with BatchNorm, an
 unused parameter and a weight shared between two layers."""
 
+from typing import cast
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -9,6 +11,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from cadence.dp import DPConfig, data_parallel
+from cadence.dp.runtime import SyncEngine
 from cadence.testing import run_ranks
 from tests.dist.dp_helpers import parameter_copies, rank_batches, train_classifier
 
@@ -67,15 +70,15 @@ def _train_cadence(rank, world_size, optimizer_name, threshold, reorder_k=None, 
     torch.manual_seed(rank)  # deliberately different: data_parallel must broadcast rank 0's start
     if rank == 0:
         torch.manual_seed(0)
-    model = TrickyNet().to(device)
+    model: nn.Module = TrickyNet().to(device)
     model, opt = data_parallel(
         model,
         _make_optimizer(optimizer_name, model.parameters()),
         DPConfig(threshold_bytes=threshold, credit_bytes=2 * threshold, reorder_k=reorder_k),
     )
     train_classifier(model, opt, _batches(rank, world_size, device))
-    engine = model._cadence_dp_engine
-    chunks = len(engine.plan.chunks)
+    engine = cast(SyncEngine, model._cadence_dp_engine)
+    chunks: int | tuple[int, ...] = len(engine.plan.chunks)
     if reorder_k is not None:  # report what was really deferred, so the test can check it ran
         chunks = engine.reorder.deferred_layers if engine.reorder else ()
     return parameter_copies(model), chunks
@@ -110,7 +113,7 @@ def assert_equal_to_ddp(per_rank) -> None:
                     reference[name],
                     rtol=1e-4,
                     atol=1e-5,
-                    msg=lambda m, n=name, o=optimizer_name, t=threshold: f"{n} {o} {t}: {m}",
+                    msg=lambda m, n=name, o=optimizer_name, t=threshold: f"{n} {o} {t}: {m}",  # type: ignore[misc]
                 )
     # All ranks hold the same parameters.
     for name, value in per_rank[0][0][4].items():
@@ -149,5 +152,5 @@ def test_backward_reordering_at_several_k_equals_ddp(world_size):
                     reference[name],
                     rtol=1e-4,
                     atol=1e-5,
-                    msg=lambda m, n=name, k=k: f"{n} K={k}: {m}",
+                    msg=lambda m, n=name, k=k: f"{n} K={k}: {m}",  # type: ignore[misc]
                 )

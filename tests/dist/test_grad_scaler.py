@@ -9,7 +9,7 @@ skip it on every rank too and end with DDP's parameters, scale history and optim
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -57,7 +57,9 @@ def _train(
     if strategy.startswith("ddp"):
         wrapped: nn.Module = nn.parallel.DistributedDataParallel(model)
         if strategy == "ddp-fp16":
-            wrapped.register_comm_hook(None, default_hooks.fp16_compress_hook)
+            cast(nn.parallel.DistributedDataParallel, wrapped).register_comm_hook(
+                None, default_hooks.fp16_compress_hook
+            )
         opt: Any = _adamw(model.parameters())
     elif strategy == "dp":
         wrapped, opt = cadence.data_parallel(
@@ -96,7 +98,7 @@ def _train(
     }
 
 
-def _check(got: list[dict[str, Any]], ref: list[dict[str, Any]], **tol: float) -> None:
+def _check(got: list[dict[str, Any]], ref: list[dict[str, Any]], **tol: Any) -> None:
     for mine in got:
         assert mine["scales"] == ref[0]["scales"]
         if mine["steps"] is not None:

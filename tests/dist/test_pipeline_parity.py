@@ -146,5 +146,5 @@ def test_every_schedule_equals_single_process(world: int, model_name: str) -> No
                 assert losses == [None] * STEPS
         assert covered == set(ref_params), case
     # The steps moved the parameters, so equality above is not vacuous.
-    start = build(model_name).state_dict()
-    assert all(not torch.equal(start[k], ref_params[k]) for k in ref_params if "weight" in k)
+    initial = build(model_name).state_dict()
+    assert all(not torch.equal(initial[k], ref_params[k]) for k in ref_params if "weight" in k)

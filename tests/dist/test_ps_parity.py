@@ -76,7 +76,7 @@ def ps_jobs(rank: int, world: int, jobs: list[tuple[str, int, dict[str, Any]]]) 
 
 
 STEPS = 4
-TOL = {"rtol": 1e-4, "atol": 1e-5}
+TOL: dict[str, Any] = {"rtol": 1e-4, "atol": 1e-5}
 PARITY_2 = [
     ("sgd", STEPS, {"servers": 1, "priority": "graph"}),
     ("adam", STEPS, {"servers": 2, "priority": "fifo"}),

@@ -6,11 +6,14 @@ LSTM's input weights arrive before its hidden weights, the reverse of registrati
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 import torch
 
 from cadence.dp import DPConfig, data_parallel
 from cadence.dp.plan import DPPlan
+from cadence.dp.runtime import SyncEngine
 from cadence.models import get_model_spec
 from cadence.models.loss import loss_fn
 from cadence.sim import plan_dp
@@ -33,7 +36,7 @@ def _runtime_plan(rank: int, world_size: int, threshold: int) -> DPPlan:
         loss_fn(model(x), y).backward()
         opt.step()
     opt.flush()
-    return model._cadence_dp_engine.plan  # type: ignore[attr-defined,no-any-return]
+    return cast(SyncEngine, model._cadence_dp_engine).plan
 
 
 def _chunks(plan: DPPlan) -> list[list[tuple[int, int, int]]]:

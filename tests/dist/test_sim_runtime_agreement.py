@@ -9,6 +9,8 @@ and which those are depends on how the reductions race the main thread."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -23,13 +25,13 @@ STEPS = 3
 
 def _train(rank: int, world_size: int, threshold: int) -> tuple[list[list[int]], object]:
     torch.manual_seed(0)
-    model = get_model_spec("mlp").build()
+    model: torch.nn.Module = get_model_spec("mlp").build()
     model, opt = data_parallel(
         model,
         torch.optim.SGD(model.parameters(), lr=0.01),
         DPConfig(threshold_bytes=threshold, credit_bytes=2 * threshold),
     )
-    engine = model._cadence_dp_engine  # type: ignore[attr-defined]
+    engine: Any = model._cadence_dp_engine  # its updater's step is replaced below
     applied: list[int] = []
     step = engine.updater.step
 

@@ -4,6 +4,8 @@ one all-reduce per attention / MLP forward; and so does 2 x 2 hybrid tensor + da
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -11,6 +13,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from cadence.errors import UserError
+from cadence.models.blocks import BlockModel
 from cadence.models.gpt import build_gpt_mini
 from cadence.testing import run_ranks
 from cadence.tp import (
@@ -26,7 +29,7 @@ STEPS = 4
 LAYERS = 2
 
 
-def _model(tied: bool) -> torch.nn.Module:
+def _model(tied: bool) -> BlockModel:
     torch.manual_seed(0)
     return build_gpt_mini(vocab=64, context=16, n_layers=LAYERS, d_model=32, n_heads=4,
                           mlp_ratio=4, tie_weights=tied)  # fmt: skip
@@ -51,13 +54,15 @@ def _train(model: torch.nn.Module) -> tuple[list[float], dict[str, torch.Tensor]
         loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
         loss.backward()
         if step == 0:
-            first_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+            first_grads = {
+                n: cast(torch.Tensor, p.grad).clone() for n, p in model.named_parameters()
+            }
         opt.step()
         losses.append(loss.item())
     return losses, first_grads
 
 
-def _run_tp(group: dist.ProcessGroup | None, tied: bool) -> dict[str, object]:
+def _run_tp(group: dist.ProcessGroup | None, tied: bool) -> dict[str, Any]:
     torch.manual_seed(123 + dist.get_rank())  # must not matter: shards come from the full model
     tp = parallelize_gpt(_model(tied), group)
     with count_collectives() as fwd:
@@ -79,7 +84,9 @@ def _run_tp(group: dist.ProcessGroup | None, tied: bool) -> dict[str, object]:
     }
 
 
-def _run_hybrid(tp_group: dist.ProcessGroup, dp_group: dist.ProcessGroup) -> dict[str, object]:
+def _run_hybrid(
+    tp_group: dist.ProcessGroup | None, dp_group: dist.ProcessGroup | None
+) -> dict[str, Any]:
     """TP inside DDP: each data-parallel replica (a TP pair) trains on half of every batch."""
     dp_rank = dist.get_rank(dp_group)
     model = DDP(parallelize_gpt(_model(False), tp_group), process_group=dp_group)
@@ -96,7 +103,7 @@ def _run_hybrid(tp_group: dist.ProcessGroup, dp_group: dist.ProcessGroup) -> dic
     return {"losses": losses, "params": params, "rank": dist.get_rank(tp_group), "size": 2}
 
 
-def _tp_rank(rank: int, world_size: int) -> list[dict[str, object]]:
+def _tp_rank(rank: int, world_size: int) -> list[dict[str, Any]]:
     # One spawn serves all cases (starting ranks dominates the cost): tensor-parallel size 2
     # on {0, 1} and {2, 3}, untied; size 4 on the whole world, tied head; then 2 x 2 hybrid
     # with data parallelism across {0, 2} and {1, 3}.
@@ -107,7 +114,7 @@ def _tp_rank(rank: int, world_size: int) -> list[dict[str, object]]:
     return [pair, whole, _run_hybrid(tp_group, dp_group)]
 
 
-def _check(res: dict[str, object], tied: bool) -> None:
+def _check(res: dict[str, Any], tied: bool) -> None:
     full = _model(tied)
     ref_losses, ref_grads = _train(full)
     ref_params = dict(full.named_parameters())

@@ -66,7 +66,7 @@ def _early_update_pair(rank, world_size, stage, overlap, share):
 
     out = []
     for early in (False, True):
-        model, opt = cadence.zero(make_model("mlp"), stage=stage, compression="onebit",
+        model, opt = cadence.zero(make_model("mlp"), stage=stage, compression="onebit",  # type: ignore[operator]
                                   freeze_steps=3, overlap_gather=overlap,
                                   forward_gather_share=share, **opt_kwargs("adam"))  # fmt: skip
         assert opt.engine.early_update
@@ -103,7 +103,7 @@ def _lane_pair(rank, world_size, stage, overlap):
 
     out = []
     for lane in (False, True):
-        model, opt = cadence.zero(make_model("mlp"), stage=stage, compression="onebit",
+        model, opt = cadence.zero(make_model("mlp"), stage=stage, compression="onebit",  # type: ignore[operator]
                                   freeze_steps=3, overlap_gather=overlap, gather_lane=lane,
                                   **opt_kwargs("adam"))  # fmt: skip
         lanes = (opt.engine._gather_pool is not None, opt.engine.gather_group is opt.engine.group)
@@ -142,7 +142,7 @@ def _replicated_pair(rank, world_size, stage, overlap, share):
 
     out = []
     for replicated in (False, True):
-        model, opt = cadence.zero(make_model("mlp"), stage=stage, compression="onebit",
+        model, opt = cadence.zero(make_model("mlp"), stage=stage, compression="onebit",  # type: ignore[operator]
                                   freeze_steps=3, overlap_gather=overlap,
                                   replicated_update=replicated, replicated_share=share,
                                   **opt_kwargs("adam"))  # fmt: skip

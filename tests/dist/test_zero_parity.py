@@ -1,6 +1,8 @@
 """ZeRO stages 1-3 equal plain torch Adam / SGD at world sizes 2 and 4 (same seed, same data,
 the global batch split across ranks); fp16 traffic stays within fp16 rounding of it."""
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -10,7 +12,7 @@ from cadence.zero.layout import bucket_params
 from tests.dist.zero_helpers import make_model, parity_runs, reference
 
 STEPS = 4
-RUNS = {
+RUNS: dict[int, list[tuple[Any, ...]]] = {
     2: [(o, s, "none") for o in ("adam", "sgd") for s in (1, 2, 3)]
     + [("sgd", 2, "fp16"), ("adam", 3, "fp16"), ("sgd", 2, "none", "bf16")]
     # Gathers left in flight by step() and awaited by each block's next forward.
@@ -21,7 +23,7 @@ RUNS = {
 # fp16 rounds each gradient to ~3 significant digits: SGD, linear in the gradient, stays within
 # fp16's relative precision; Adam divides by sqrt(v), so near-zero gradient entries may move by
 # up to about one step size (lr) per step, which bounds its difference.
-TOLERANCE = {
+TOLERANCE: dict[str | tuple[str, str], dict[str, Any]] = {
     "none": {"rtol": 1e-4, "atol": 1e-5},
     ("fp16", "sgd"): {"rtol": 2e-3, "atol": 2e-4},
     ("fp16", "adam"): {"rtol": 0.0, "atol": 3e-3 * STEPS},
@@ -62,7 +64,7 @@ def test_zero_stages_equal_torch_optimizers(world_size):
                     got[key],
                     expected[key],
                     **tol,
-                    msg=lambda m, k=f"{optimizer} stage {stage} {compression} rank {rank} {key}": (
+                    msg=lambda m, k=f"{optimizer} stage {stage} {compression} rank {rank} {key}": (  # type: ignore[misc]
                         f"{k}: {m}"
                     ),
                 )

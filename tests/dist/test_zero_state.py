@@ -46,7 +46,7 @@ def test_checkpoint_resumes_exactly_and_rejects_another_world_size(tmp_path):
             torch.testing.assert_close(resumed[key], uninterrupted[key], rtol=0, atol=0)
     saved = sorted(p.name for p in (tmp_path / "ckpt3").iterdir())
     assert saved == ["zero-rank0-of-2.pt", "zero-rank1-of-2.pt"]
-    _, optimizer = cadence.zero(make_model("mlp"), stage=3, compression="onebit", freeze_steps=2)
+    _, optimizer = cadence.zero(make_model("mlp"), stage=3, compression="onebit", freeze_steps=2)  # type: ignore[operator]
     with pytest.raises(UserError, match="saved by 2 ranks but this job has 1") as info:
         cadence.zero.load(directory + "3", optimizer)
     assert "\n" not in str(info.value)

@@ -3,6 +3,8 @@ ranks still issue their bucket reductions in the same order, and training equals
 find_unused_parameters. (Stage 3 gathers a unit's parameters around its forward and backward,
 so, as under FSDP, every rank must run the same units.)"""
 
+from typing import Any
+
 import pytest
 import torch
 from torch import nn
@@ -36,6 +38,7 @@ def _train(rank: int, world_size: int, stage: int) -> list[dict[str, torch.Tenso
     for strategy in ("ddp", "zero"):
         torch.manual_seed(0)
         model = Branchy()
+        opt: Any  # AdamW under DDP, cadence's ZeroOptimizer (with its engine) under ZeRO
         if strategy == "ddp":
             wrapped = nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
             opt = torch.optim.AdamW(wrapped.parameters(), lr=1e-2, weight_decay=0.1)

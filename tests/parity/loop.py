@@ -57,7 +57,7 @@ class Wrapped:
     """The strategy's own clip of the global gradient norm, called between backward and step."""
     finish: Callable[[], None] = lambda: None
     """Wait for work still in flight (updates, gathers) before results are read."""
-    close: Callable[[], None] = lambda: None
+    close: Callable[[], object] = lambda: None
     """Release hooks, threads and groups: the next cell starts clean."""
     state_dict: Callable[[], dict[str, Tensor]] | None = None
     """The model's state as users save it; None: `module.state_dict()`."""

@@ -73,7 +73,7 @@ def run_matrix(rank: int, world_size: int, strategy_module: str, cells: list[Cel
             continue
         if key not in cache:
             cache[key] = train(case, habit, strategies[ref_name], rank, world_size)
-        partial = getattr(module, "PARTIAL", set())
+        partial: set[str] = getattr(module, "PARTIAL", set())
         results[cell_id((model_name, habit, strategy))] = compare(
             cache[key], got, habit, strategy in partial
         )

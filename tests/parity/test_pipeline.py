@@ -17,7 +17,7 @@ torch clip on one stage's gradients, BatchNorm with more than one micro-batch.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -80,7 +80,7 @@ def _convnet_bn() -> nn.Module:
 
 
 def _with_unused(model: nn.Module) -> nn.Module:
-    return nn.Sequential(*model, PassThroughWithUnused())
+    return nn.Sequential(*cast(nn.Sequential, model), PassThroughWithUnused())
 
 
 def _classify(out: Tensor, y: Tensor) -> Tensor:

@@ -69,7 +69,7 @@ def _refusals(rank: int, world_size: int) -> dict[str, str]:
     out: dict[str, str] = {}
 
     def attempt(name: str, misuse: Callable[[nn.Module, Any], None],
-                optimizer: type[torch.optim.Optimizer] = torch.optim.SGD,
+                optimizer: Callable[..., torch.optim.Optimizer] = torch.optim.SGD,
                 **options: Any) -> None:  # fmt: skip
         torch.manual_seed(0)
         net = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 2))

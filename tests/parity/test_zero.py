@@ -10,7 +10,7 @@ file's time in check: the habits that touch gradients (accumulation, clipping), 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from torch import nn
@@ -25,7 +25,9 @@ from tests.parity.models import CASES
 def ddp_fp16(model: nn.Module, make_optimizer: Any) -> Wrapped:
     """DDP whose gradient all-reduce travels in fp16 (torch's fp16_compress_hook)."""
     wrapped = ddp(model, make_optimizer)
-    wrapped.model.register_comm_hook(None, fp16_compress_hook)
+    cast(nn.parallel.DistributedDataParallel, wrapped.model).register_comm_hook(
+        None, fp16_compress_hook
+    )
     return wrapped
 
 

@@ -55,10 +55,12 @@ def test_only_the_heap_variants_runs_start_with_the_fixed_thresholds(
 
 
 def test_the_table_gives_the_heap_ratio_only_where_a_row_has_it() -> None:
-    row = {"model": "mlp", "cap": "1gbit", "compute_s": 0.1, "wire_s": 0.05, "line_wire_s": 0.04,
-           "iteration_s": {"ddp": 0.2, "cadence": 0.15}, "ddp_tuned_s": 0.2,
-           "cadence_over_ddp": 0.75, "cadence_over_ddp_tuned": 0.75, "cadence_over_bound": 1.5,
-           "ddp_over_bound": 2.0, "cadence_over_line_bound": 1.5}  # fmt: skip
+    row: dict[str, Any] = {
+        "model": "mlp", "cap": "1gbit", "compute_s": 0.1, "wire_s": 0.05, "line_wire_s": 0.04,
+        "iteration_s": {"ddp": 0.2, "cadence": 0.15}, "ddp_tuned_s": 0.2,
+        "cadence_over_ddp": 0.75, "cadence_over_ddp_tuned": 0.75, "cadence_over_bound": 1.5,
+        "ddp_over_bound": 2.0, "cadence_over_line_bound": 1.5,
+    }  # fmt: skip
     plain = dp.table_lines([row])
     assert "heap fixed" not in plain[0] and plain[1].count("---") == 13
     heap = {**row, "iteration_s": {**row["iteration_s"], "ddp-heap": 0.18},

@@ -24,7 +24,7 @@ def _server(rss_mib: float, fds: int) -> dict[str, Any]:
 def test_rows_say_how_much_each_process_grew() -> None:
     start = _sample(100, 100.0, 10, 30, 8, {"41": _server(30.0, 20)})
     end = _sample(2000, 104.0, 10, 31, 8, {"41": _server(30.0, 20), "77": _server(5.0, 4)})
-    records = [
+    records: list[dict[str, Any]] = [
         {"rank": 0, "start": start, "end": end, "series": [start, end]},
         {"rank": 1, "start": None, "end": None, "series": []},  # stopped before its start step
     ]

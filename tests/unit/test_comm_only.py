@@ -21,7 +21,8 @@ PACKAGE = Path(cadence.__file__).parent
 
 def _distributed_aliases(tree: ast.AST) -> tuple[set[str], set[str]]:
     """Names bound to torch.distributed, and collectives imported from it by name."""
-    modules, names = set(), set()
+    modules: set[str] = set()
+    names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:

@@ -71,7 +71,7 @@ def test_tries_every_threshold_then_every_k_at_the_best_and_keeps_the_fastest():
         return base - (0.2 if c.reorder_k == 2 else 0.0)
 
     run = ScriptedRun(seconds)
-    done = []
+    done: list[TuneResult] = []
     tuner = _tuner(run, [100, 110, 121, 133], [None, 1, 2], on_done=done.append)
     run.iterate(tuner, 60)
     result = tuner.result

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -16,7 +17,9 @@ def _model() -> nn.Sequential:
     return nn.Sequential(nn.Linear(6, 5), nn.LayerNorm(5), nn.Linear(5, 3))
 
 
-def _step_twice(opt_class: type[torch.optim.Optimizer], merged: bool, **kw: float) -> nn.Module:
+def _step_twice(
+    opt_class: Callable[..., torch.optim.Optimizer], merged: bool, **kw: float
+) -> nn.Module:
     model = _model()
     optimizer = opt_class(model.parameters(), **kw)
     groups = [list(layer.parameters()) for layer in model]

@@ -87,6 +87,7 @@ def test_eval_forward_is_untouched_and_a_layer_called_twice_accumulates_both():
     x = torch.randn(4, 3)
     model.zero_grad()
     model(x).pow(2).sum().backward()
+    assert lin.weight.grad is not None
     expected = lin.weight.grad.clone()
     layout = model_layout(model)
     reorder = BackwardReorder(

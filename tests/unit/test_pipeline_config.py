@@ -29,7 +29,7 @@ from cadence.errors import UserError
 )
 def test_bad_pipeline_settings(fields: dict[str, object], needle: str) -> None:
     with pytest.raises(UserError, match=needle) as info:
-        TrainConfig.from_flat(strategy="pipeline", **fields)  # type: ignore[arg-type]
+        TrainConfig.from_flat(strategy="pipeline", **fields)
     assert "\n" not in str(info.value)
 
 

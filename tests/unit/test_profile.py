@@ -124,8 +124,13 @@ def test_the_command_times_with_the_heap_fixed_as_training_processes_run(monkeyp
     # are fixed before anything is timed.
     import cadence.profile.command as command
 
-    events = []
-    monkeypatch.setattr(command, "keep_heap", lambda: events.append("heap fixed") or True)
+    events: list[str] = []
+
+    def keep_heap() -> bool:
+        events.append("heap fixed")
+        return True
+
+    monkeypatch.setattr(command, "keep_heap", keep_heap)
     real = command.profile_zoo_model
 
     def profiled(*args, **kwargs):

@@ -43,7 +43,7 @@ def test_anything_changed_fails_verification(change):
     if change == "tag":
         auth = auth[:-1] + bytes([auth[-1] ^ 1])
     with pytest.raises(Unauthenticated):
-        Verifier(key, direction).verify(*where, header, payload, auth)
+        Verifier(key, direction).verify(where[0], where[1], where[2], header, payload, auth)
 
 
 def test_a_secret_is_hex_of_at_least_16_bytes():

@@ -4,6 +4,7 @@ consistency rules, rejection of bad messages, statistics. No torch."""
 import json
 import threading
 import time
+from typing import cast
 
 import numpy as np
 import pytest
@@ -221,7 +222,7 @@ def test_window_holds_answers_back_and_sends_the_most_urgent_first():
     first = fake.recv(0)[0]
     assert first.key == 2
     assert fake.recv(0, timeout_ms=300) is None  # B and A wait for credit
-    order = []
+    order: list[int] = []
     for _ in range(2):
         fake.send(0, Kind.ACK, values=[0.0, 0.0], key=order[-1] if order else 2)
         order.append(fake.recv(0)[0].key)
@@ -369,7 +370,8 @@ def test_a_server_listens_only_on_the_address_it_is_given(bind, listens):
     server = Server(settings)
     try:
         for router, port in zip(server.routers, server.ports, strict=True):
-            assert router.getsockopt(zmq.LAST_ENDPOINT).decode() == f"tcp://{listens}:{port}"
+            endpoint = cast(bytes, router.getsockopt(zmq.LAST_ENDPOINT))
+            assert endpoint.decode() == f"tcp://{listens}:{port}"
     finally:
         server.close()
 

@@ -1,6 +1,7 @@
 """Checkpoints load as plain data only: a pickled object that is not a tensor is refused."""
 
 import os
+from typing import Any
 
 import pytest
 import torch
@@ -57,8 +58,9 @@ def test_a_parameter_server_checkpoint_with_pickled_objects_is_refused(tmp_path)
     value = np.zeros(2, np.float32)
     slices = {0: SliceState(0, 0, 0, value, SliceOptimizer("sgd", 2, {"lr": 0.1}), clocks=[0])}
     meta = np.array([3, 3, 3], np.int64)
-    np.savez(tmp_path / "server0.npz", keys=np.array([0]), **{"0.meta": meta,
-             "0.value": np.array([_Payload(), 1.0], dtype=object)})  # fmt: skip
+    arrays: dict[str, Any] = {"0.meta": meta,
+                              "0.value": np.array([_Payload(), 1.0], dtype=object)}  # fmt: skip
+    np.savez(tmp_path / "server0.npz", keys=np.array([0]), **arrays)
     with pytest.raises(ValueError, match="pickled objects, not plain arrays"):
         checkpoint.restore(tmp_path / "server0.npz", slices)
     np.testing.assert_array_equal(value, [0.0, 0.0])  # nothing loaded

@@ -25,7 +25,7 @@ def test_epochs_shuffle_differently_but_reproducibly():
 def test_rank_slices_cover_everything_once():
     for n in (0, 1, 7, 10):
         for world in (1, 2, 3, 4):
-            covered = []
+            covered: list[int] = []
             for r in range(world):
                 s = rank_slice(n, r, world)
                 covered.extend(range(n)[s])

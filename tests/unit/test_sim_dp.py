@@ -7,6 +7,7 @@ so one chunk alone takes 5 s.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -32,7 +33,7 @@ def make_profile(blocks: list[tuple[float, float, float, int, int]], loss: float
 
 
 def params_of(profile: Profile) -> list[ParamInfo]:
-    out = []
+    out: list[ParamInfo] = []
     for b in profile.blocks:
         if b.param_bytes:
             out.append(ParamInfo(len(out), f"{b.name}.w", b.param_bytes // 4, 4, len(out)))
@@ -42,7 +43,7 @@ def params_of(profile: Profile) -> list[ParamInfo]:
 def with_reorder(plan: DPPlan, k: int) -> DPPlan:
     """The plan reordered at K (a field the executor's plan carries once it supports it)."""
     if "reorder_k" in {f.name for f in dataclasses.fields(plan)}:
-        return dataclasses.replace(plan, reorder_k=k)  # type: ignore[call-arg]
+        return dataclasses.replace(plan, reorder_k=k)
 
     @dataclasses.dataclass(frozen=True)
     class Reordered(DPPlan):
@@ -168,7 +169,7 @@ def test_reordering_makes_the_front_layer_ready_first() -> None:
         THREE, with_reorder(plan, 1), 2, LINK, iterations=1, options=SimOptions(warmup_iterations=0)
     )
 
-    def first_weight_grad(r) -> str:  # type: ignore[no-untyped-def]
+    def first_weight_grad(r) -> str:
         grads = [t for t in r.schedule.graph.tasks if t.kind == "weight_grad"]
         return min(grads, key=lambda t: r.schedule.end_s[t.id]).name
 
@@ -252,7 +253,8 @@ def test_communication_processor_time_is_charged_to_compute() -> None:
 @pytest.mark.parametrize("field", ["comm_cpu_s_per_message", "comm_cpu_s_per_byte"])
 def test_negative_communication_processor_time_is_rejected(field: str) -> None:
     with pytest.raises(ValueError, match=field):
-        SimOptions(**{field: -1.0})
+        negative: dict[str, Any] = {field: -1.0}
+        SimOptions(**negative)
 
 
 def test_ddp_waits_for_the_buffer_broadcast_before_each_forward() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,7 +69,8 @@ def test_the_runtimes_plan_is_timed_on_one_backward() -> None:
 @pytest.mark.parametrize("stage", [1, 2, 3])
 def test_zero_computes_n_passes_and_steps_once(stage: int) -> None:
     plan = ZeroSimPlan(stage=stage)
-    update = {"update_s_per_byte": 2.0 / (8 * MB)}  # a 0.5 s step of a quarter shard
+    # a 0.5 s step of a quarter shard
+    update: dict[str, Any] = {"update_s_per_byte": 2.0 / (8 * MB)}
     one = simulate_zero(_costs(), plan, 4, FREE, **update)
     two = simulate_zero(_costs(), plan, 4, FREE, **update, grad_accum=2)
     assert one.iteration_s == pytest.approx(6.5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,7 +36,7 @@ def test_early_updates_still_charge_their_processor_time_to_the_step(stage: int)
     # 1-bit Adam updates each block on the communication thread during the backward, but the
     # ranks' threads share the cores: the update's time is charged as the step, a shard's
     # (0.5 s of the whole model's 2 s at p = 4), or the whole model's when replicated.
-    cost = {"update_s_per_byte": 2.0 / (8 * MB)}
+    cost: dict[str, Any] = {"update_s_per_byte": 2.0 / (8 * MB)}
     sharded = ZeroSimPlan(stage=stage, compression="onebit")
     assert simulate_zero(_costs(), sharded, 4, FREE, **cost).iteration_s == pytest.approx(6.5)
     everywhere = ZeroSimPlan(stage=stage, compression="onebit", replicated_update=True)

@@ -1,6 +1,8 @@
 """A user's own model, dataset and loss (`pkg.module:name`): imported, checked, and every
 mistake a one-line `UserError`; gradient accumulation in one process."""
 
+from typing import cast
+
 import pytest
 import torch
 from torch import nn
@@ -170,7 +172,7 @@ def test_the_pipeline_refuses_a_model_that_is_not_a_sequential(factory: str, kin
 
 def test_the_pipeline_refuses_batchnorm_over_micro_batches() -> None:
     from cadence.comm import DistContext
-    from cadence.pipeline.train import pipeline_wrap_for
+    from cadence.pipeline.train import PipelineTrainer, pipeline_wrap_for
 
     ref = f"{P}:batchnorm_net"
     ctx = DistContext(0, 1, 0, "gloo", torch.device("cpu"))
@@ -190,7 +192,8 @@ def test_the_pipeline_refuses_batchnorm_over_micro_batches() -> None:
     )  # fmt: skip
     model = user_parts.batchnorm_net()
     trainer, _ = pipeline_wrap_for(config)(model, torch.optim.SGD(model.parameters()), ctx)
-    assert trainer.executor.backend == "cadence"  # no extra forward to move the statistics
+    # no extra forward to move the statistics
+    assert cast(PipelineTrainer, trainer).executor.backend == "cadence"
 
 
 def test_accumulated_gradients_equal_the_whole_batchs() -> None:
@@ -231,11 +234,11 @@ class _Recorder(nn.Module):
         self.passes.append(self.quiet)
         return self.inner(x)
 
-    def no_sync(self):  # type: ignore[no-untyped-def]
+    def no_sync(self):
         import contextlib
 
         @contextlib.contextmanager
-        def quiet():  # type: ignore[no-untyped-def]
+        def quiet():
             self.quiet = True
             try:
                 yield

@@ -2,6 +2,8 @@
 alone), units that follow the module tree with tied weights in their common unit, and one-line
 refusals of what cannot be sharded."""
 
+from typing import cast
+
 import pytest
 import torch
 from torch import nn
@@ -18,7 +20,7 @@ class Tied(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.layers = nn.ModuleList([nn.Linear(6, 6), nn.Sequential(nn.Linear(6, 6), nn.Tanh())])
-        self.layers[1][0].weight = self.layers[0].weight
+        cast(nn.Sequential, self.layers[1])[0].weight = self.layers[0].weight
         self.unused = nn.Linear(2, 2)
         self.head = nn.Linear(6, 3)
 

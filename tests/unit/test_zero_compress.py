@@ -1,5 +1,7 @@
 """1-bit compression, the ZeRO shard layout and its byte/memory formulas, config validation."""
 
+from typing import cast
+
 import pytest
 import torch
 
@@ -63,7 +65,8 @@ def test_sign_bit_decides_so_negative_zero_decodes_and_feeds_back_exactly():
     x = torch.randn(SCALE_CHUNK, generator=torch.Generator().manual_seed(2))
     x[:4] = torch.tensor([0.0, -0.0, 0.0, -0.0])
     packed = pack_signs(x)
-    assert packed[0].item() & 0b1111 == 0b0101  # +0.0 travels as positive, -0.0 as negative
+    # +0.0 travels as positive, -0.0 as negative
+    assert cast(int, packed[0].item()) & 0b1111 == 0b0101
     wire, decoded = encode(x)
     scale = x.abs().mean()
     torch.testing.assert_close(decoded, torch.copysign(scale.expand_as(x), x), rtol=0, atol=0)
@@ -116,7 +119,9 @@ def test_fused_momentum_step_matches_the_written_out_algorithm():
 
 
 def test_layout_pads_each_block_to_equal_chunk_aligned_pieces():
-    blocks = [("a", [("w", (10, 3)), ("b", (10,))]), ("empty", []), ("c", [("w", (5,))])]
+    blocks: list[tuple[str, list[tuple[str, tuple[int, ...]]]]] = [
+        ("a", [("w", (10, 3)), ("b", (10,))]), ("empty", []), ("c", [("w", (5,))])
+    ]
     layout = build_layout(blocks, 4)
     assert [b.name for b in layout.buckets] == ["a", "c"]
     a, c = layout.buckets
