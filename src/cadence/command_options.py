@@ -130,6 +130,17 @@ class PlanOptions:
     profiles: tuple[str, ...] = opt((), flag="--profile", metavar="FILE")
     """plan pipeline: saved `cadence profile` JSONs, one per batch size (several after one
     --profile, or --profile repeated); none: profile now."""
+    methods: str | None = opt(None, metavar="NAMES")
+    """plan tta: methods to rank, comma-separated (`cadence.sim.methods`: ddp+fp16,
+    cadence-dp+sign, diloco:H16:K4, zero+onebit, ...); none: ddp with and without torch's
+    hooks, cadence-dp's compressions, local SGD / DiLoCo at a few H, ZeRO + 1-bit Adam."""
+    target_loss: float | None = opt(None, metavar="LOSS")
+    """plan tta: the loss to reach; none: the pilot's target."""
+    pilot: str | None = opt(None, metavar="FILE")
+    """plan tta: JSON of a pilot run (`cadence bench tta` writes one): per method, steps to
+    the target or a curve of (step, loss)."""
+    steps_to_target: str | None = opt(None, metavar="METHOD=N,...")
+    """plan tta: the user's steps to the target per method, e.g. ddp=400,diloco:H16=520."""
 
 
 @dataclass(frozen=True, kw_only=True)
