@@ -18,7 +18,7 @@ from typing import Any
 
 from cadence.dp.wire import powersgd_wire_elements
 from cadence.errors import UserError
-from cadence.localsgd.config import INT8_CHUNK
+from cadence.localsgd.config import sync_wire_bytes
 
 DEFAULT_METHODS = (
     "ddp", "ddp+fp16", "ddp+powersgd",
@@ -115,14 +115,10 @@ def parse_methods(text: str) -> tuple[Method, ...]:
 
 
 # --- bytes -------------------------------------------------------------------------------
-OUTER_BYTES = {"fp32": 4.0, "bf16": 2.0, "int8": 1.0 + 4.0 / INT8_CHUNK}
-"""Bytes per parameter of one local-SGD / DiLoCo sync by `--outer-dtype` (int8: a value and
-its chunk's share of an fp32 scale)."""
-
-
 def outer_sync_bytes(numel: int, outer_dtype: str = "fp32") -> float:
-    """Bytes one rank hands to the collectives for one sync of `numel` parameters."""
-    return numel * OUTER_BYTES[outer_dtype]
+    """Bytes one rank hands to the collectives for one sync of `numel` parameters (as the
+    local-SGD runtime counts them)."""
+    return float(sync_wire_bytes(numel, outer_dtype))
 
 
 def ddp_powersgd_elements(shape: Sequence[int], rank: int, min_rate: float = 2.0) -> int:

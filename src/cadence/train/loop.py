@@ -227,6 +227,9 @@ def run_training(
     bar = tqdm(
         total=total_steps, initial=step, disable=not show_bar, unit="step", dynamic_ncols=True
     )
+    # ZeRO reports the bytes it sent in each step: their sum is the run's.
+    counts_steps = hasattr(type(optimizer), "bytes_sent_last_step")
+    zero_sent = 0
     t_start = time.perf_counter()
     for epoch in range(first_epoch, epochs_needed + 1):
         if epoch != first_epoch or not skip:
@@ -254,6 +257,8 @@ def run_training(
                 optimizer.zero_grad(set_to_none=True)
                 loss = forward_backward(model, x, y, train_loss, config.data.grad_accum)
                 optimizer.step()
+                if counts_steps:
+                    zero_sent += optimizer.bytes_sent_last_step["total"]  # type: ignore[attr-defined]
             epoch_losses.append(loss.detach())
             if ctx.device.type == "cuda":
                 torch.cuda.synchronize(ctx.device)  # the step's kernels, not their launches
@@ -345,9 +350,15 @@ def run_training(
                 checkpoint(epoch, in_epoch, closed=True)
     bar.close()
     engine = getattr(plain, "_cadence_dp_engine", None)
+    # Bytes this rank handed to the collectives, where the strategy counts them.
     counted = getattr(model, "cadence_wire", None)  # ddp with torch's comm hook
     if counted is not None:
         metrics["wire_bytes_total"] = counted.total
+    synced = getattr(getattr(optimizer, "outer", None), "wire_bytes_total", None)
+    if synced is not None:  # local SGD / DiLoCo's syncs
+        metrics["wire_bytes_total"] = synced
+    if counts_steps:
+        metrics["wire_bytes_total"] = zero_sent
     if engine is not None:  # the threshold cadence-dp ended with (given, default or tuned)
         metrics["wire_bytes_total"] = engine.wire_bytes_total
         metrics["dp_threshold_bytes"] = engine.threshold_bytes
