@@ -354,9 +354,9 @@ def run_training(
     counted = getattr(model, "cadence_wire", None)  # ddp with torch's comm hook
     if counted is not None:
         metrics["wire_bytes_total"] = counted.total
-    synced = getattr(getattr(optimizer, "outer", None), "wire_bytes_total", None)
-    if synced is not None:  # local SGD / DiLoCo's syncs
-        metrics["wire_bytes_total"] = synced
+    outer_sent = getattr(getattr(optimizer, "outer", None), "wire_bytes_total", None)
+    if outer_sent is not None:  # local SGD / DiLoCo's syncs
+        metrics["wire_bytes_total"] = outer_sent
     if counts_steps:
         metrics["wire_bytes_total"] = zero_sent
     if engine is not None:  # the threshold cadence-dp ended with (given, default or tuned)
