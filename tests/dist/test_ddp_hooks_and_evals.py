@@ -12,7 +12,6 @@ import torch
 
 from cadence.comm import init_from_env
 from cadence.config import TrainConfig
-from cadence.errors import UserError
 from cadence.testing import run_ranks
 from cadence.train.loop import run_training
 
@@ -79,14 +78,3 @@ def test_eval_every_steps_records_points_without_changing_training(tmp_path: Pat
     assert m["step_loss"] == quiet[0]["metrics"]["step_loss"]  # evaluation changes nothing
     assert "evals" not in quiet[0]["metrics"]
 
-
-def test_hooks_are_refused_off_ddp_in_one_line() -> None:
-    from cadence.config_checks import check_train_config
-
-    with pytest.raises(UserError, match="use --strategy ddp"):
-        check_train_config(_config(strategy="cadence-dp", ddp_comm_hook="fp16"))
-    with pytest.raises(UserError, match="at least 2"):
-        check_train_config(_config(strategy="ddp", ddp_comm_hook="powersgd",
-                                   powersgd_start_step=1))  # fmt: skip
-    with pytest.raises(UserError, match="--eval-every-steps"):
-        _config(eval_every_steps=0)
