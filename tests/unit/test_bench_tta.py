@@ -12,6 +12,7 @@ import pytest
 from cadence.bench.tta import (
     TTABenchConfig,
     cell_rows,
+    eval_every_for,
     pilot,
     run_tta_bench,
     table_lines,
@@ -39,6 +40,12 @@ def test_time_to_target_is_the_first_evaluation_at_or_below_it() -> None:
     assert time_to_target(evals, 2.0) == 20.0
     assert time_to_target(evals, 0.5) is None
     assert time_to_target([{"seconds": 1.0, "test_loss": float("nan")}], 9.0) is None
+
+
+def test_semi_synchronous_methods_are_evaluated_right_after_a_sync() -> None:
+    assert eval_every_for("ddp", 20) == 20
+    assert eval_every_for("diloco:H16", 20) == 32 and eval_every_for("local-sgd:H4", 20) == 20
+    assert eval_every_for("diloco:H64:K4", 20) == 64
 
 
 def test_cell_rows_compare_every_method_with_ddps_final_loss() -> None:

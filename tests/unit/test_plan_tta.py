@@ -168,10 +168,12 @@ def _args(profile: Path) -> list[str]:
             "0.001", "--workers", "2", "--bandwidth", "20mbit"]  # fmt: skip
 
 
-def test_plan_tta_ranks_from_a_pilot_file(cnn_profile: Path, tmp_path: Path) -> None:
+def test_plan_tta_ranks_from_a_pilot_file(
+    cnn_profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     pilot = tmp_path / "pilot.json"
     curve = [[0, 2.3], [40, 1.0], [80, 0.5]]
-    pilot.write_text(json.dumps({"target_loss": 0.6, "methods": {
+    pilot.write_text(json.dumps({"target_loss": 0.6, "global_batch": 64, "methods": {
         "ddp": {"curve": curve}, "cadence-dp+powersgd": {"curve": curve},
         "diloco:H8": {"curve": [[0, 2.3], [40, 0.55]]}}}))  # fmt: skip
     out = tmp_path / "tta.json"
@@ -187,6 +189,10 @@ def test_plan_tta_ranks_from_a_pilot_file(cnn_profile: Path, tmp_path: Path) -> 
     ranked = [r["seconds_to_target"] for r in data["rows"] if r["seconds_to_target"] is not None]
     assert ranked == sorted(ranked) and len(ranked) == 4
     assert data["why"].startswith(f"pick {data['rows'][0]['method']}:")
+    assert "the pilot ran a global batch" not in capsys.readouterr().out  # 2 x 32 = 64
+    argv[argv.index("--workers") + 1] = "4"  # 4 x 32: not the pilot's batch, and said so
+    assert main(argv) == 0
+    assert "pilot ran a global batch of 64, this prediction is for 128" in capsys.readouterr().out
 
 
 def test_plan_tta_refuses_in_one_line(cnn_profile: Path, tmp_path: Path) -> None:

@@ -4,7 +4,8 @@ For each model x link cap x host count, every method (`cadence.sim.methods` name
 with torch's fp16 and PowerSGD comm hooks, cadence-dp's compressions, local SGD and DiLoCo
 at a few H, ZeRO + 1-bit Adam) trains the same steps at the same global batch (the same
 samples) on the emulated cluster, evaluating the test split every `--eval-every-steps` steps
-(`metrics.json`'s `evals`: training seconds without the evaluations). The target is DDP's
+(`metrics.json`'s `evals`: training seconds without the evaluations; local SGD and DiLoCo at
+the next multiple of H, right after a sync). The target is DDP's
 final test loss; each method's time to it is the training seconds of its first evaluation at
 or below it. Reported: time-to-target and its ratio to DDP's, final test loss and accuracy,
 bytes each rank handed to the collectives (counted by the strategies; plain DDP: every
@@ -130,14 +131,17 @@ def cell_rows(runs: Mapping[str, Mapping[str, Any]]) -> tuple[float, list[dict[s
     return target, rows
 
 
-def pilot(target: float, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """A cell as `cadence plan tta --pilot` reads it: each method's (step, test loss) curve."""
+def pilot(
+    target: float, rows: Sequence[Mapping[str, Any]], global_batch: int | None = None
+) -> dict[str, Any]:
+    """A cell as `cadence plan tta --pilot` reads it: each method's (step, test loss) curve,
+    at `global_batch` samples per step."""
     methods = {
         r["method"]: {"curve": [[step, loss] for step, _, loss in r["curve"]]}
         for r in rows
         if "error" not in r
     }
-    return {"target_loss": target, "methods": methods}
+    return {"target_loss": target, "global_batch": global_batch, "methods": methods}
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -202,6 +206,15 @@ def plot(cells: Sequence[Mapping[str, Any]], path: Path) -> None:
 
 
 # --- runs ---------------------------------------------------------------------------------
+def eval_every_for(method: str, every: int) -> int:
+    """Steps between evaluations of `method`: `every`, rounded up to a multiple of H for
+    local SGD / DiLoCo, whose replicas are one model only right after a sync."""
+    from cadence.sim.methods import parse_method
+
+    h = parse_method(method).sync_every
+    return every if h is None else -(-every // h) * h
+
+
 def train_method(model: str, cap: str, hosts: int, method: str, config: TTABenchConfig) -> Any:
     """One training run of `method`: rank 0's metrics."""
     from cadence.bench._train import train_for_bench
@@ -216,7 +229,7 @@ def train_method(model: str, cap: str, hosts: int, method: str, config: TTABench
         emulate_bandwidth=None if cap == NO_CAP else cap,
         out=config.run_root,
         eval_every_epoch=False,
-        eval_every_steps=config.eval_every,
+        eval_every_steps=eval_every_for(method, config.eval_every),
         threads=1,
         **parse_method(method).train_flags(),
     )
@@ -257,7 +270,8 @@ def run_tta_bench(
                         "rows": rows}  # fmt: skip
                 cells.append(cell)
                 name = f"{out.stem}.{model}.{cap}.{hosts}h.pilot.json"
-                (out.parent / name).write_text(json.dumps(pilot(target, rows), indent=2) + "\n")
+                own = pilot(target, rows, config.batch_size)
+                (out.parent / name).write_text(json.dumps(own, indent=2) + "\n")
                 report["seconds"] = time.time() - started
                 tmp = out.with_suffix(".tmp")
                 tmp.write_text(json.dumps(report, indent=2) + "\n")

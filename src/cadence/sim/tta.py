@@ -94,8 +94,9 @@ def read_pilot(data: Mapping[str, Any], target: float | None) -> tuple[float, di
     return target, out
 
 
-def load_pilot(path: str, target: float | None) -> tuple[float, dict[str, Steps]]:
-    """`read_pilot` of the JSON file at `path` (unreadable: a one-line UserError)."""
+def load_pilot(path: str, target: float | None) -> tuple[float, dict[str, Steps], int | None]:
+    """`read_pilot` of the JSON file at `path` (unreadable: a one-line UserError), and the
+    global batch the pilot ran at where it says (`global_batch`)."""
     try:
         with open(path) as f:
             data = json.load(f)
@@ -103,7 +104,8 @@ def load_pilot(path: str, target: float | None) -> tuple[float, dict[str, Steps]
         raise UserError(f"cannot read the pilot {path}: {e}") from None
     if not isinstance(data, Mapping):
         raise UserError(f"the pilot {path} is not a JSON object")
-    return read_pilot(data, target)
+    batch = data.get("global_batch")
+    return (*read_pilot(data, target), None if batch is None else int(batch))
 
 
 def convergence(

@@ -46,8 +46,8 @@ def plan_tta_command(args: Any) -> int:
             "or --steps-to-target METHOD=N,..."
         )
     user = parse_steps(args.steps_to_target) if args.steps_to_target else {}
-    target, pilot = (
-        load_pilot(args.pilot, args.target_loss) if args.pilot else (args.target_loss, {})
+    target, pilot, batch = (
+        load_pilot(args.pilot, args.target_loss) if args.pilot else (args.target_loss, {}, None)
     )
     if target is None:
         raise UserError("give --target-loss: the loss the steps to target are counted to")
@@ -57,18 +57,25 @@ def plan_tta_command(args: Any) -> int:
     shapes = None
     if any(m.compression == "powersgd" for m in methods):
         shapes = zoo_param_shapes(args.model)
+    overlap = 1 if args.overlap_steps is None else args.overlap_steps  # the runtime's default
     estimates = [
         method_step_s(
             setup, m, options, shapes=shapes, powersgd_rank=args.powersgd_rank,
             powersgd_start=args.powersgd_start_step, freeze_steps=args.freeze_steps,
-            outer_dtype=args.outer_dtype, overlap_steps=args.overlap_steps or 1,
+            outer_dtype=args.outer_dtype, overlap_steps=overlap,
         )
         for m in methods
     ]  # fmt: skip
     rows = rank(estimates, convergence([m.name for m in methods], pilot, user))
     print(setup.description + accumulation_note(options))
     print(f"assumed: {setup.assumed}")
+    planned = setup.profile.batch_size * setup.world_size * options.grad_accum
     print(f"target loss {target:g}; steps at the pilot's / user's global batch")
+    if batch is not None and batch != planned:
+        print(
+            f"note: the pilot ran a global batch of {batch}, this prediction is for {planned} "
+            "(workers x micro-batch x accumulation): its steps may not carry over"
+        )
     for line in table_lines(rows):
         print(line)
     reason = why(rows, target)
