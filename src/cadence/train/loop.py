@@ -204,7 +204,6 @@ def run_training(
             else tuple
         )
         resume.save(run_dir, ctx.rank, manifest, state, die, servers)
-    # A bar only where a person watches; logs get the per-epoch lines.
     def evaluate_now() -> tuple[float, float]:
         # Every rank evaluates through the wrapped model, as a DDP user calling `model`
         # would: DDP and cadence's data-parallel wrappers then score with the same
@@ -223,6 +222,7 @@ def run_training(
             {"step": step, "seconds": seconds, "test_loss": test_loss, "test_accuracy": test_acc}
         )
 
+    # A bar only where a person watches; logs get the per-epoch lines.
     show_bar = ctx.is_main and sys.stderr.isatty()
     bar = tqdm(
         total=total_steps, initial=step, disable=not show_bar, unit="step", dynamic_ncols=True
