@@ -78,3 +78,11 @@ def test_eval_every_steps_records_points_without_changing_training(tmp_path: Pat
     assert m["step_loss"] == quiet[0]["metrics"]["step_loss"]  # evaluation changes nothing
     assert "evals" not in quiet[0]["metrics"]
 
+
+
+def test_local_sgd_counts_the_bytes_of_its_syncs(tmp_path: Path) -> None:
+    ranks = _run(tmp_path, "lsgd", strategy="local-sgd", sync_every=2)
+    m = ranks[0]["metrics"]
+    # Syncs after steps 2, 4 and 6 (the run's end finds every fragment synced): the model
+    # in fp32 each time (the mlp has no buffers).
+    assert m["wire_bytes_total"] == 3 * m["gradient_bytes"]
