@@ -3,8 +3,7 @@ real peers cadence-dp's gradient compression is compared with. Each is wrapped t
 bytes this rank hands to the collectives, as cadence-dp's engine counts its own
 (`engine.wire_bytes_total`), so a benchmark reads both the same way."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: torch checks a hook's annotations as objects.
 from typing import Any
 
 import torch
