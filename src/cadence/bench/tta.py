@@ -199,7 +199,7 @@ def plot(cells: Sequence[Mapping[str, Any]], path: Path) -> None:
         ax.axis("off")
     if cells:
         axes.flat[0].legend(fontsize=6)
-    fig.suptitle("cadence bench tta: test loss vs wall clock (dashed: ddp's final loss)")
+    fig.suptitle("bench tta: test loss vs training seconds (dashed: ddp's final)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
