@@ -118,7 +118,8 @@ class PlanOptions:
     reorder_ks: str = opt("none", metavar="KS")
     """plan dp: reordering points K to try, e.g. none,1,8."""
     worker_counts: str = opt("2,8,64", flag="--workers", metavar="COUNTS")
-    """plan map: worker counts, comma-separated (the map's rows)."""
+    """plan map: worker counts, comma-separated (the map's rows); bench tta: emulated host
+    counts, one worker each."""
     bandwidths: str = opt("100mbit,1gbit,10gbit,100gbit", metavar="RATES")
     """plan map: modelled link rates, comma-separated (the map's columns)."""
     worker_memory: int | None = opt(
@@ -130,6 +131,18 @@ class PlanOptions:
     profiles: tuple[str, ...] = opt((), flag="--profile", metavar="FILE")
     """plan pipeline: saved `cadence profile` JSONs, one per batch size (several after one
     --profile, or --profile repeated); none: profile now."""
+    methods: str | None = opt(None, metavar="NAMES")
+    """plan tta and bench tta: methods, comma-separated (`cadence.sim.methods`: ddp+fp16,
+    cadence-dp+sign, diloco:H16:K4, zero+onebit, ...); none: ddp with and without torch's
+    hooks, cadence-dp's compressions, local SGD / DiLoCo at a few H, ZeRO + 1-bit Adam (bench
+    tta: ddp must be among them, its final test loss is the target)."""
+    target_loss: float | None = opt(None, metavar="LOSS")
+    """plan tta: the loss to reach; none: the pilot's target."""
+    pilot: str | None = opt(None, metavar="FILE")
+    """plan tta: JSON of a pilot run (`cadence bench tta` writes one): per method, steps to
+    the target or a curve of (step, loss)."""
+    steps_to_target: str | None = opt(None, metavar="METHOD=N,...")
+    """plan tta: the user's steps to the target per method, e.g. ddp=400,diloco:H16=520."""
 
 
 @dataclass(frozen=True, kw_only=True)

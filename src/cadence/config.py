@@ -26,6 +26,7 @@ ZeroStage = Literal[1, 2, 3]
 ZeroCompression = Literal["none", "fp16", "onebit"]
 GatherDtype = Literal["fp32", "bf16"]
 DPCompression = Literal["none", "bf16", "fp16", "powersgd", "sign"]
+DDPCommHook = Literal["none", "fp16", "powersgd"]
 PipelineBackend = Literal["auto", "cadence", "torch", "torch-builtin"]
 
 OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
@@ -33,6 +34,7 @@ ZERO_COMPRESSIONS: tuple[str, ...] = get_args(ZeroCompression)
 ZERO_GATHER_DTYPES: tuple[str, ...] = get_args(GatherDtype)
 AUTOTUNE_METHODS: tuple[str, ...] = get_args(Autotune)
 DP_COMPRESSIONS: tuple[str, ...] = get_args(DPCompression)
+DDP_COMM_HOOKS: tuple[str, ...] = get_args(DDPCommHook)
 PIPELINE_BACKENDS: tuple[str, ...] = get_args(PipelineBackend)
 STRATEGY_NAMES: tuple[str, ...] = get_args(Strategy)
 """Every `--strategy`, sorted; `cadence.train.strategies` registers one of each (a unit test
@@ -86,6 +88,9 @@ class JobSection:
     """Run name; none: <model>-<strategy>-<time>."""
     eval_every_epoch: bool = True
     """Evaluate on the test split after every epoch (always done once at the end)."""
+    eval_every_steps: int | None = opt(None, metavar="N")
+    """Also evaluate on the test split every N steps, recording (step, training seconds so far
+    without evaluations, test loss, accuracy) in metrics.json's `evals`; none: epoch ends only."""
     checkpoint_every: int = opt(0, metavar="N")
     """Also write the resumable checkpoint (<run>/checkpoint/) every N steps; 0: only at
     epoch ends and when training ends."""
@@ -103,6 +108,8 @@ class JobSection:
             raise UserError(f"--epochs must be at least 1 (got {self.epochs})")
         if self.steps is not None and self.steps < 1:
             raise UserError(f"--steps must be at least 1 (got {self.steps})")
+        if self.eval_every_steps is not None and self.eval_every_steps < 1:
+            raise UserError(f"--eval-every-steps must be at least 1 (got {self.eval_every_steps})")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -212,9 +219,14 @@ class DPSection:
     """cadence-dp: gradients on the wire per chunk: none (fp32), bf16, fp16, sign (1 bit with
     error feedback) or powersgd (low rank with error feedback)."""
     powersgd_rank: int = 2
-    """cadence-dp powersgd: rank of each matrix's approximation."""
+    """cadence-dp powersgd and ddp's powersgd hook: rank of each matrix's approximation."""
     powersgd_start_step: int = 10
-    """cadence-dp powersgd: iterations reduced uncompressed before compression starts."""
+    """cadence-dp powersgd and ddp's powersgd hook: iterations reduced uncompressed before
+    compression starts."""
+    ddp_comm_hook: DDPCommHook = "none"
+    """ddp: torch's communication hook on the gradient buckets: none, fp16
+    (`fp16_compress_hook`) or powersgd (`powerSGD_hook` with error feedback, at
+    --powersgd-rank from step --powersgd-start-step)."""
 
     def __post_init__(self) -> None:
         if not self.bucket_mb > 0:
@@ -227,6 +239,7 @@ class DPSection:
             raise UserError(f"--autotune-trials must be at least 1 (got {self.autotune_trials})")
         _check_choice("--autotune", self.autotune, AUTOTUNE_METHODS)
         _check_choice("--dp-compression", self.compression, DP_COMPRESSIONS)
+        _check_choice("--ddp-comm-hook", self.ddp_comm_hook, DDP_COMM_HOOKS)
         if self.compression != "none" and self.autotune != "off":
             raise UserError("--dp-compression cannot be combined with --autotune: choose one")
         if self.powersgd_rank < 1:

@@ -56,6 +56,17 @@ def _check_dp_compression(c: TrainConfig) -> None:
             f"--dp-compression compresses cadence-dp's gradients: use --strategy cadence-dp, or"
             f" --compression with --strategy zero (got --strategy {c.job.strategy})"
         )
+    if c.dp.ddp_comm_hook != "none":
+        if c.job.strategy != "ddp":
+            raise UserError(
+                f"--ddp-comm-hook registers torch's hook on DDP: use --strategy ddp, or "
+                f"--dp-compression with cadence-dp (got --strategy {c.job.strategy})"
+            )
+        if c.dp.ddp_comm_hook == "powersgd" and c.dp.powersgd_start_step < 2:
+            raise UserError(
+                "--ddp-comm-hook powersgd needs --powersgd-start-step of at least 2 (torch's "
+                f"PowerSGD with error feedback starts after step 1; got {c.dp.powersgd_start_step})"
+            )
 
 
 def _check_user_parts(c: TrainConfig) -> None:

@@ -1,4 +1,4 @@
-"""`cadence bench` offers the product's seven benchmarks, each with the shared options."""
+"""`cadence bench` offers the product's eight benchmarks, each with the shared options."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ def _benchmarks() -> dict[str, argparse.ArgumentParser]:
     return dict(bench.choices)
 
 
-def test_the_seven_benchmarks() -> None:
-    expected = {"dp", "zero", "pipeline", "ps", "collectives", "sim", "soak"}
+def test_the_eight_benchmarks() -> None:
+    expected = {"dp", "zero", "pipeline", "ps", "collectives", "sim", "soak", "tta"}
     assert set(_benchmarks()) == expected
 
 

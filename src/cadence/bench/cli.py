@@ -17,6 +17,7 @@ from cadence.bench.cli_args import names as _names
 from cadence.bench.cli_args import one as _one
 from cadence.bench.cli_dp import add_dp as _add_dp
 from cadence.bench.cli_soak import add_soak as _add_soak
+from cadence.bench.cli_tta import add_tta as _add_tta
 
 
 def _cmd_collectives(args: argparse.Namespace) -> int:
@@ -154,6 +155,7 @@ _BENCHES: tuple[Callable[[Any], None], ...] = (
     _add_zero,
     _add_ps,
     _add_soak,
+    _add_tta,
 )
 
 

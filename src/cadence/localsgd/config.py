@@ -82,3 +82,13 @@ class LocalSGDConfig:
         full sync)."""
         phase = step % self.sync_every
         return [i for i in range(self.fragments) if self.offset(i) == phase]
+
+
+def sync_wire_bytes(numel: int, outer_dtype: str) -> int:
+    """Bytes one rank hands to the collectives to sync `numel` values as `outer_dtype`: 4 or
+    2 per value (fp32, bf16), int8's values padded to whole chunks plus an fp32 scale each."""
+    if outer_dtype == "int8":
+        chunks = -(-numel // INT8_CHUNK)
+        return chunks * (INT8_CHUNK + 4)
+    return numel * (2 if outer_dtype == "bf16" else 4)
+

@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch import nn
 
 from cadence.errors import UserError
-from cadence.localsgd.config import LocalSGDConfig
+from cadence.localsgd.config import LocalSGDConfig, sync_wire_bytes
 from cadence.localsgd.fragments import Fragment, model_fragments
 from cadence.localsgd.wire import Done, Reduction, start_mean
 
@@ -88,6 +88,9 @@ class OuterLoop:
         their last sync, and none carried over): a full sync skips them."""
         self.syncs = 0
         """Fragment syncs applied so far."""
+        self.wire_bytes_total = 0
+        """Bytes this rank has handed to the collectives for syncs (pseudo-gradients as the
+        outer dtype, buffers as fp32)."""
 
     # --- the schedule ------------------------------------------------------------------------
     @torch.no_grad()
@@ -129,6 +132,10 @@ class OuterLoop:
         mean_buffers = (
             None if buffers is None else start_mean(buffers, "fp32", self.world, self.group)
         )
+        if self.world > 1:
+            self.wire_bytes_total += sync_wire_bytes(delta.numel(), self.config.outer_dtype)
+            if buffers is not None:
+                self.wire_bytes_total += sync_wire_bytes(buffers.numel(), "fp32")
         keep = not blocking and self.config.delay > 0  # local progress to carry over
         item = _InFlight(
             fragment=index,

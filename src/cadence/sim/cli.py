@@ -24,6 +24,7 @@ from cadence.config import (
     DataSection,
     DPSection,
     JobSection,
+    LocalSGDSection,
     ModelSection,
     OptimSection,
     ZeroSection,
@@ -151,6 +152,30 @@ def _add_strategy_plans(psub: Any) -> None:
     plan = ("worker_counts", "bandwidths", "worker_memory")
     _add_flags(m, _sets(simulate=simulate, plan=plan, workers=False))
     m.set_defaults(func=_cmd_plan_map)
+    _add_plan_tta(psub)
+
+
+def _cmd_plan_tta(args: argparse.Namespace) -> int:
+    from cadence.sim.tta_command import plan_tta_command
+
+    return plan_tta_command(args)
+
+
+def _add_plan_tta(psub: Any) -> None:
+    p = psub.add_parser(
+        "tta",
+        help="rank ddp, its comm hooks, cadence-dp's compressions, local SGD / DiLoCo and ZeRO "
+        "+ 1-bit Adam by predicted time to a target loss (steps from a pilot or the user)",
+    )
+    sets = _sets(
+        dp=("powersgd_rank", "powersgd_start_step"),
+        simulate=("optimizer_step", "replicas", "clip", "json"),
+        plan=("methods", "target_loss", "pilot", "steps_to_target"),
+    )
+    sets.insert(-2, FlagSet("zero", ZeroSection, only=("freeze_steps",)))
+    sets.insert(-2, FlagSet("localsgd", LocalSGDSection, only=("overlap_steps", "outer_dtype")))
+    _add_flags(p, sets)
+    p.set_defaults(func=_cmd_plan_tta)
 
 
 def _cmd_bench_sim(args: argparse.Namespace) -> int:

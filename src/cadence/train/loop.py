@@ -154,6 +154,9 @@ def run_training(
     }
     if chose is not None:  # what --schedule auto chose, and the candidates it weighed
         metrics["pipeline_plan"] = chose
+    eval_every = config.job.eval_every_steps
+    if eval_every is not None:
+        metrics["evals"] = []
     if bandwidth_bps is not None:
         metrics["bandwidth_bps"] = bandwidth_bps
         metrics["wire_bound_s"] = ring_allreduce_wire_s(grad_bytes, ctx.world_size, bandwidth_bps)
@@ -201,11 +204,32 @@ def run_training(
             else tuple
         )
         resume.save(run_dir, ctx.rank, manifest, state, die, servers)
+    def evaluate_now() -> tuple[float, float]:
+        # Every rank evaluates through the wrapped model, as a DDP user calling `model`
+        # would: DDP and cadence's data-parallel wrappers then score with the same
+        # (rank 0's) buffers. One rank alone scores the plain module: no collectives.
+        scored = plain if alone or owner is not None else model
+        return evaluate(scored, data, ctx, alone, train_loss)
+
+    def record_eval(test_loss: float, test_acc: float) -> None:
+        # Training seconds so far: the steps' own times and the epoch ends' syncs, not the
+        # evaluations, outputs and checkpoints in between.
+        seconds = sum(metrics["iteration_times_s"]) + metrics.get("sync_seconds", 0.0)
+        evals = metrics["evals"]
+        if evals and evals[-1]["step"] == step:
+            return  # an epoch's end evaluated where the N-step one did
+        evals.append(
+            {"step": step, "seconds": seconds, "test_loss": test_loss, "test_accuracy": test_acc}
+        )
+
     # A bar only where a person watches; logs get the per-epoch lines.
     show_bar = ctx.is_main and sys.stderr.isatty()
     bar = tqdm(
         total=total_steps, initial=step, disable=not show_bar, unit="step", dynamic_ncols=True
     )
+    # ZeRO reports the bytes it sent in each step: their sum is the run's.
+    counts_steps = hasattr(type(optimizer), "bytes_sent_last_step")
+    zero_sent = 0
     t_start = time.perf_counter()
     for epoch in range(first_epoch, epochs_needed + 1):
         if epoch != first_epoch or not skip:
@@ -233,6 +257,8 @@ def run_training(
                 optimizer.zero_grad(set_to_none=True)
                 loss = forward_backward(model, x, y, train_loss, config.data.grad_accum)
                 optimizer.step()
+                if counts_steps:
+                    zero_sent += optimizer.bytes_sent_last_step["total"]  # type: ignore[attr-defined]
             epoch_losses.append(loss.detach())
             if ctx.device.type == "cuda":
                 torch.cuda.synchronize(ctx.device)  # the step's kernels, not their launches
@@ -254,6 +280,19 @@ def run_training(
                 and step < total_steps
             ):  # (the epoch's end, or the run's, checkpoints below)
                 checkpoint(epoch, in_epoch + 1)
+            if (
+                eval_every is not None
+                and step % eval_every == 0
+                and in_epoch + 1 < per_epoch
+                and step < total_steps
+            ):
+                # (an epoch's last step is evaluated below, after the epoch's sync). Local
+                # SGD / DiLoCo replicas are scored as they are: alike right after a sync.
+                if owner is not None:
+                    owner.sync()
+                if ctx.is_main or not alone:
+                    record_eval(*evaluate_now())
+                t_prev = time.perf_counter()  # the next step's time leaves the evaluation out
         train_seconds = time.perf_counter() - t_epoch
         # One collective per epoch turns every rank's step losses into the global mean.
         losses = torch.stack(epoch_losses).float().cpu()
@@ -261,16 +300,20 @@ def run_training(
             losses = all_reduce_sum(losses) / ctx.world_size
         metrics["step_loss"].extend(losses.tolist())
         last_epoch = epoch == epochs_needed
+        t_sync = time.perf_counter()
         if owner is not None:
             owner.sync()  # before evaluation and the checkpoint read `plain`
         elif callable(sync := getattr(optimizer, "sync", None)):
             sync()  # local SGD / DiLoCo: the replicas averaged, likewise
-        if (config.job.eval_every_epoch or last_epoch) and (ctx.is_main or not alone):
-            # Every rank evaluates through the wrapped model, as a DDP user calling `model`
-            # would: DDP and cadence's data-parallel wrappers then score with the same
-            # (rank 0's) buffers. One rank alone scores the plain module: no collectives.
-            scored = plain if alone or owner is not None else model
-            test_loss, test_acc = evaluate(scored, data, ctx, alone, train_loss)
+        if eval_every is not None:  # part of the training's time to a test loss
+            synced = time.perf_counter() - t_sync
+            metrics["sync_seconds"] = metrics.get("sync_seconds", 0.0) + synced
+        at_end = config.job.eval_every_epoch or last_epoch
+        at_end = at_end or (eval_every is not None and step % eval_every == 0)
+        if at_end and (ctx.is_main or not alone):
+            test_loss, test_acc = evaluate_now()
+            if eval_every is not None:
+                record_eval(test_loss, test_acc)
         else:
             test_loss, test_acc = math.nan, math.nan
         record = {
@@ -307,7 +350,17 @@ def run_training(
                 checkpoint(epoch, in_epoch, closed=True)
     bar.close()
     engine = getattr(plain, "_cadence_dp_engine", None)
+    # Bytes this rank handed to the collectives, where the strategy counts them.
+    counted = getattr(model, "cadence_wire", None)  # ddp with torch's comm hook
+    if counted is not None:
+        metrics["wire_bytes_total"] = counted.total
+    outer_sent = getattr(getattr(optimizer, "outer", None), "wire_bytes_total", None)
+    if outer_sent is not None:  # local SGD / DiLoCo's syncs
+        metrics["wire_bytes_total"] = outer_sent
+    if counts_steps:
+        metrics["wire_bytes_total"] = zero_sent
     if engine is not None:  # the threshold cadence-dp ended with (given, default or tuned)
+        metrics["wire_bytes_total"] = engine.wire_bytes_total
         metrics["dp_threshold_bytes"] = engine.threshold_bytes
         metrics["dp_chunks"] = len(engine.plan.chunks)
         if engine.one_chunk_probe is not None:  # whether the default plan stayed one chunk
@@ -324,7 +377,10 @@ def run_training(
     return metrics
 
 
-_CONTINUED = ("epochs", "step_loss", "iteration_times_s", "resumed_at_steps", "pipeline_plan")
+_CONTINUED = (
+    "epochs", "step_loss", "iteration_times_s", "resumed_at_steps", "pipeline_plan", "evals",
+    "sync_seconds",
+)  # fmt: skip
 """The figures a resumed run continues (rank 0's are the run's)."""
 
 

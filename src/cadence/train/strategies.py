@@ -93,6 +93,10 @@ def _ddp_for(config: TrainConfig) -> Wrap:
         ddp = DistributedDataParallel(
             model, device_ids=device_ids, bucket_cap_mb=config.dp.bucket_mb
         )
+        if config.dp.ddp_comm_hook != "none":
+            from cadence.train.ddp_hooks import register_hook
+
+            register_hook(ddp, config.dp)
         return ddp, optimizer
 
     return wrap

@@ -1,0 +1,284 @@
+"""`cadence bench tta`: time to a target test loss, the figure users care about.
+
+For each model x link cap x host count, every method (`cadence.sim.methods` names: DDP, DDP
+with torch's fp16 and PowerSGD comm hooks, cadence-dp's compressions, local SGD and DiLoCo
+at a few H, ZeRO + 1-bit Adam) trains the same steps at the same global batch (the same
+samples) on the emulated cluster, evaluating the test split every `--eval-every-steps` steps
+(`metrics.json`'s `evals`: training seconds without the evaluations; local SGD and DiLoCo at
+the next multiple of H, right after a sync). The target is DDP's
+final test loss; each method's time to it is the training seconds of its first evaluation at
+or below it. Reported: time-to-target and its ratio to DDP's, final test loss and accuracy,
+bytes each rank handed to the collectives (counted by the strategies; plain DDP: every
+gradient byte each step), a loss-vs-wall-clock PNG, and per cell a pilot file
+`cadence plan tta --pilot` reads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from cadence.errors import UserError
+
+NO_CAP = "none"
+BENCH_METHODS = (
+    "ddp", "ddp+fp16", "ddp+powersgd",
+    "cadence-dp", "cadence-dp+bf16", "cadence-dp+sign", "cadence-dp+powersgd",
+    "local-sgd:H16", "diloco:H16", "diloco:H64", "diloco:H16:K4", "zero+onebit",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TTABenchConfig:
+    """What `cadence bench tta` runs."""
+
+    models: tuple[str, ...] = ("gpt_mini", "cnn")
+    """Zoo models, each on its own bundled data (gpt_mini: the stdlib text corpus; cnn: digits)."""
+    caps: tuple[str, ...] = ("20mbit", "100mbit", "400mbit")
+    """Link caps of the emulated cluster; `none`: the loopback (no root needed)."""
+    hosts: tuple[int, ...] = (2, 4)
+    """Emulated host counts."""
+    methods: tuple[str, ...] = BENCH_METHODS
+    """Method names; ddp among them (the target is its final test loss)."""
+    batch_size: int = 64
+    """Global batch per step, the same for every method and host count."""
+    steps: int = 400
+    """Steps per run (the same samples for every method)."""
+    eval_every: int = 20
+    """Steps between test evaluations."""
+    out: str = "bench-out/bench-tta.json"
+    """JSON output; the PNG and the pilot files go next to it."""
+    run_root: str = "/tmp/cadence-bench-tta"
+    """Where the training runs keep their outputs."""
+
+    def __post_init__(self) -> None:
+        from cadence.models import model_names
+        from cadence.netem import parse_bandwidth
+        from cadence.sim.methods import parse_method
+
+        names = [parse_method(m).name for m in self.methods]
+        if "ddp" not in names:
+            raise UserError("--methods must include ddp: its final test loss is the target")
+        if len(set(names)) != len(names):
+            raise UserError("--methods names a method twice")
+        for model in self.models:
+            if model not in model_names():
+                raise UserError(f"unknown model '{model}': choose from {', '.join(model_names())}")
+        for cap in self.caps:
+            if cap != NO_CAP:
+                parse_bandwidth(cap)
+        if not self.hosts or min(self.hosts) < 2:
+            raise UserError(f"--workers needs counts of at least 2, got {self.hosts}")
+        for n in self.hosts:
+            if self.batch_size % n:
+                raise UserError(f"--batch-size {self.batch_size} must divide by every --workers")
+        if not 1 <= self.eval_every <= self.steps:
+            raise UserError("--eval-every-steps must be between 1 and --steps")
+
+
+# --- pure: results of one cell -----------------------------------------------------------
+def time_to_target(evals: Sequence[Mapping[str, Any]], target: float) -> float | None:
+    """Training seconds of the first evaluation whose test loss is at most `target`; None
+    if none is."""
+    for e in evals:
+        loss = e.get("test_loss")
+        if loss is not None and math.isfinite(loss) and loss <= target:
+            return float(e["seconds"])
+    return None
+
+
+def wire_bytes(method: str, metrics: Mapping[str, Any]) -> int:
+    """Bytes one rank handed to the collectives in the run: the strategy's own count, or for
+    plain DDP every gradient byte in every step."""
+    if "wire_bytes_total" in metrics:
+        return int(metrics["wire_bytes_total"])
+    if method == "ddp":
+        return int(metrics["gradient_bytes"]) * int(metrics["steps"])
+    raise ValueError(f"{method}'s run has no wire_bytes_total")
+
+
+def cell_rows(runs: Mapping[str, Mapping[str, Any]]) -> tuple[float, list[dict[str, Any]]]:
+    """(target, one row per method) of one cell from each method's `metrics.json`, or from
+    {"error": line} where a run failed; the target is ddp's final test loss."""
+    ddp = runs["ddp"]
+    if "error" in ddp:
+        raise UserError(f"ddp failed, so there is no target: {ddp['error']}")
+    target = float(ddp["final_test_loss"])
+    ddp_s = time_to_target(ddp["evals"], target)
+    rows = []
+    for method, m in runs.items():
+        if "error" in m:
+            rows.append({"method": method, "error": m["error"]})
+            continue
+        seconds = time_to_target(m["evals"], target)
+        rows.append({
+            "method": method,
+            "time_to_target_s": seconds,
+            "ratio_to_ddp": None if seconds is None or not ddp_s else seconds / ddp_s,
+            "final_test_loss": m["final_test_loss"],
+            "final_test_accuracy": m["final_test_accuracy"],
+            "train_seconds": m["evals"][-1]["seconds"] if m["evals"] else None,
+            "median_iteration_s": m["median_iteration_s"],
+            "wire_bytes": wire_bytes(method, m),
+            "steps": m["steps"],
+            "curve": [[e["step"], e["seconds"], e["test_loss"]] for e in m["evals"]],
+        })  # fmt: skip
+    return target, rows
+
+
+def pilot(
+    target: float, rows: Sequence[Mapping[str, Any]], global_batch: int | None = None
+) -> dict[str, Any]:
+    """A cell as `cadence plan tta --pilot` reads it: each method's (step, test loss) curve,
+    at `global_batch` samples per step."""
+    methods = {
+        r["method"]: {"curve": [[step, loss] for step, _, loss in r["curve"]]}
+        for r in rows
+        if "error" not in r
+    }
+    return {"target_loss": target, "global_batch": global_batch, "methods": methods}
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else (
+        format(value, spec)
+    )
+
+
+def table_lines(cells: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = []
+    for cell in cells:
+        lines.append(
+            f"{cell['model']} @ {cell['cap']}, {cell['hosts']} hosts: target = ddp's final "
+            f"test loss {cell['target_loss']:.4f}"
+        )
+        lines.append(
+            f"  {'method':<22}{'to target s':>12}{'x ddp':>8}{'final loss':>11}{'acc %':>7}"
+            f"{'MB sent':>10}"
+        )
+        for r in cell["rows"]:
+            if "error" in r:
+                lines.append(f"  {r['method']:<22}failed: {r['error']}")
+                continue
+            acc = r["final_test_accuracy"]
+            lines.append(
+                f"  {r['method']:<22}{_fmt(r['time_to_target_s'], '.1f'):>12}"
+                f"{_fmt(r['ratio_to_ddp'], '.2f'):>8}{r['final_test_loss']:>11.4f}"
+                f"{_fmt(None if acc is None else 100 * acc, '.1f'):>7}"
+                f"{r['wire_bytes'] / 1e6:>10.1f}"
+            )
+    return lines
+
+
+def plot(cells: Sequence[Mapping[str, Any]], path: Path) -> None:
+    """Test loss vs training seconds, one panel per cell, one line per method, the target
+    dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = min(3, max(1, len(cells)))
+    rows = math.ceil(len(cells) / cols) if cells else 1
+    fig, axes = plt.subplots(rows, cols, figsize=(5.0 * cols, 3.8 * rows), squeeze=False)
+    for ax, cell in zip(axes.flat, cells, strict=False):
+        for r in cell["rows"]:
+            if "error" in r or not r["curve"]:
+                continue
+            ax.plot([c[1] for c in r["curve"]], [c[2] for c in r["curve"]], label=r["method"])
+        ax.axhline(cell["target_loss"], color="black", linestyle="--", linewidth=0.8)
+        ax.set_title(f"{cell['model']} @ {cell['cap']}, {cell['hosts']} hosts", fontsize=9)
+        ax.set_xlabel("training seconds")
+        ax.set_ylabel("test loss")
+    for ax in list(axes.flat)[len(cells) :]:
+        ax.axis("off")
+    if cells:
+        axes.flat[0].legend(fontsize=6)
+    fig.suptitle("bench tta: test loss vs training seconds (dashed: ddp's final)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# --- runs ---------------------------------------------------------------------------------
+def eval_every_for(method: str, every: int) -> int:
+    """Steps between evaluations of `method`: `every`, rounded up to a multiple of H for
+    local SGD / DiLoCo, whose replicas are one model only right after a sync."""
+    from cadence.sim.methods import parse_method
+
+    h = parse_method(method).sync_every
+    return every if h is None else -(-every // h) * h
+
+
+def train_method(model: str, cap: str, hosts: int, method: str, config: TTABenchConfig) -> Any:
+    """One training run of `method`: rank 0's metrics."""
+    from cadence.bench._train import train_for_bench
+    from cadence.config import TrainConfig
+    from cadence.sim.methods import parse_method
+
+    train_config = TrainConfig.from_flat(
+        model=model,
+        workers=hosts,
+        batch_size=config.batch_size,
+        steps=config.steps,
+        emulate_bandwidth=None if cap == NO_CAP else cap,
+        out=config.run_root,
+        eval_every_epoch=False,
+        eval_every_steps=eval_every_for(method, config.eval_every),
+        threads=1,
+        **parse_method(method).train_flags(),
+    )
+    return train_for_bench(train_config)
+
+
+def run_tta_bench(
+    config: TTABenchConfig,
+    command: str,
+    echo: Callable[[str], None] = print,
+    train: Callable[[str, str, int, str, TTABenchConfig], Any] = train_method,
+) -> dict[str, Any]:
+    """Every cell, written after each one (an interrupted benchmark keeps what it measured)."""
+    from cadence.bench.dp import prepare_out
+
+    out = prepare_out(config.out, any(cap != NO_CAP for cap in config.caps))
+    started = time.time()
+    cells: list[dict[str, Any]] = []
+    report: dict[str, Any] = {
+        "command": command,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
+        "config": asdict(config),
+        "cells": cells,
+    }
+    for model in config.models:
+        for cap in config.caps:
+            for hosts in config.hosts:
+                runs: dict[str, Any] = {}
+                for method in ("ddp", *(m for m in config.methods if m != "ddp")):
+                    echo(f"{model} @ {cap}, {hosts} hosts: {method}")
+                    try:
+                        runs[method] = train(model, cap, hosts, method, config)
+                    except Exception as exc:  # noqa: BLE001 - one failed method, not the bench
+                        runs[method] = {"error": str(exc).strip().splitlines()[0][:200]}
+                        echo(f"  failed: {runs[method]['error']}")
+                target, rows = cell_rows(runs)
+                cell = {"model": model, "cap": cap, "hosts": hosts, "target_loss": target,
+                        "rows": rows}  # fmt: skip
+                cells.append(cell)
+                name = f"{out.stem}.{model}.{cap}.{hosts}h.pilot.json"
+                own = pilot(target, rows, config.batch_size)
+                (out.parent / name).write_text(json.dumps(own, indent=2) + "\n")
+                report["seconds"] = time.time() - started
+                tmp = out.with_suffix(".tmp")
+                tmp.write_text(json.dumps(report, indent=2) + "\n")
+                tmp.replace(out)
+    plot(cells, out.with_suffix(".png"))
+    for line in table_lines(cells):
+        echo(line)
+    echo(f"wrote {out}, {out.with_suffix('.png')} and a pilot per cell ({out.stem}.*.pilot.json)")
+    return report
+

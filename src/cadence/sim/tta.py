@@ -1,0 +1,211 @@
+"""Time to a target loss: `cadence plan tta` ranks methods by predicted steps x seconds.
+
+The simulator prices a step of each method (`cadence.sim.methods.method_step_s`); how many
+steps a method needs to reach the loss is not something it can know. That comes from a pilot
+(a measured curve or count per method, `read_pilot`) or from the user (`parse_steps`). A
+method whose update equals DDP's (cadence-dp without compression: parity with DDP is its
+contract) takes DDP's count; any other method without data is shown as needing a pilot and
+is not ranked: no convergence figure is ever invented.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cadence.errors import UserError
+from cadence.sim.methods import StepEstimate, parse_method
+
+PILOT = "pilot"
+USER = "user"
+AS_DDP = "= ddp (same update)"
+NEEDS_PILOT = "needs pilot"
+NOT_REACHED = "not reached in pilot"
+SAME_AS_DDP = ("cadence-dp",)
+"""Methods whose every update equals DDP's."""
+
+
+@dataclass(frozen=True)
+class Steps:
+    """Steps one method needs to the target, and where that figure came from."""
+
+    steps: int | None
+    """None: not known (NEEDS_PILOT) or the pilot never got there (NOT_REACHED)."""
+    source: str
+    """PILOT, USER, AS_DDP, NEEDS_PILOT or NOT_REACHED."""
+
+
+def steps_to_target(curve: Sequence[Sequence[float]], target: float) -> int | None:
+    """The first step of `curve` ((step, loss) pairs, in step order) whose loss is at most
+    `target`; None if none is."""
+    for step, loss in curve:
+        if math.isfinite(loss) and loss <= target:
+            return int(step)
+    return None
+
+
+def parse_steps(text: str) -> dict[str, int]:
+    """`ddp=400,diloco:H16=520` as {method name: steps}; bad entries: a one-line UserError."""
+    out: dict[str, int] = {}
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        name, eq, count = item.rpartition("=")
+        if not eq or not count.strip().isdigit() or int(count) < 1:
+            raise UserError(
+                f"--steps-to-target takes METHOD=N with N >= 1, comma-separated; got {item!r}"
+            )
+        out[parse_method(name).name] = int(count)
+    return out
+
+
+def read_pilot(data: Mapping[str, Any], target: float | None) -> tuple[float, dict[str, Steps]]:
+    """The target and each method's steps from a pilot's JSON: `{"target_loss": L, "methods":
+    {name: {"steps_to_target": N} or {"curve": [[step, loss], ...]}}}` (what `cadence bench
+    tta` writes). `target` (the user's) overrides the pilot's; a count measured for another
+    target is then refused, a curve is read at the new one."""
+    methods = data.get("methods")
+    if not isinstance(methods, Mapping) or not methods:
+        raise UserError('the pilot names no methods: expected {"methods": {name: {...}}}')
+    own = data.get("target_loss")
+    if target is None:
+        if own is None:
+            raise UserError("give --target-loss: the pilot states no target_loss")
+        target = float(own)
+    out: dict[str, Steps] = {}
+    for name, entry in methods.items():
+        key = parse_method(name).name
+        if "curve" in entry:
+            n = steps_to_target(entry["curve"], target)
+            out[key] = Steps(n, PILOT if n is not None else NOT_REACHED)
+        elif "steps_to_target" in entry:
+            if own is not None and float(own) != target:
+                raise UserError(
+                    f"the pilot's {name} steps are for loss {own}, not {target}: give its "
+                    "curve, or drop --target-loss"
+                )
+            n = entry["steps_to_target"]
+            out[key] = Steps(int(n), PILOT) if n is not None else Steps(None, NOT_REACHED)
+        else:
+            raise UserError(f"the pilot's {name} has neither steps_to_target nor curve")
+    return target, out
+
+
+def load_pilot(path: str, target: float | None) -> tuple[float, dict[str, Steps], int | None]:
+    """`read_pilot` of the JSON file at `path` (unreadable: a one-line UserError), and the
+    global batch the pilot ran at where it says (`global_batch`)."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read the pilot {path}: {e}") from None
+    if not isinstance(data, Mapping):
+        raise UserError(f"the pilot {path} is not a JSON object")
+    batch = data.get("global_batch")
+    return (*read_pilot(data, target), None if batch is None else int(batch))
+
+
+def convergence(
+    names: Sequence[str], pilot: Mapping[str, Steps], user: Mapping[str, int]
+) -> dict[str, Steps]:
+    """Each method's steps: the user's figure first, then the pilot's, then DDP's for a
+    method with DDP's update, else NEEDS_PILOT."""
+    out: dict[str, Steps] = {}
+    for name in names:
+        if name in user:
+            out[name] = Steps(user[name], USER)
+        elif name in pilot:
+            out[name] = pilot[name]
+        else:
+            out[name] = Steps(None, NEEDS_PILOT)
+    ddp = out.get("ddp")
+    for name in names:
+        if out[name].source == NEEDS_PILOT and name in SAME_AS_DDP and ddp and ddp.steps:
+            out[name] = Steps(ddp.steps, AS_DDP)
+    return out
+
+
+@dataclass(frozen=True)
+class Row:
+    """One method's prediction."""
+
+    estimate: StepEstimate
+    steps: Steps
+
+    @property
+    def seconds(self) -> float | None:
+        """Predicted seconds to the target; None where the steps are unknown."""
+        if self.steps.steps is None:
+            return None
+        return self.estimate.seconds_for(self.steps.steps)
+
+    def to_json(self) -> dict[str, Any]:
+        e = self.estimate
+        return {
+            "method": e.method,
+            "step_s": e.step_s,
+            "wire_bytes_per_step": e.wire_bytes,
+            "steps_to_target": self.steps.steps,
+            "steps_source": self.steps.source,
+            "seconds_to_target": self.seconds,
+            "warmup_steps": e.warmup_steps,
+            "assumed": e.assumed,
+        }
+
+
+def rank(estimates: Sequence[StepEstimate], steps: Mapping[str, Steps]) -> list[Row]:
+    """Rows with a time to the target, fastest first, then those without, in given order."""
+    rows = [Row(e, steps[e.method]) for e in estimates]
+    known = sorted((r for r in rows if r.seconds is not None), key=lambda r: r.seconds or 0.0)
+    return known + [r for r in rows if r.seconds is None]
+
+
+def why(rows: Sequence[Row], target: float) -> str:
+    """One line on the pick."""
+    known = [r for r in rows if r.seconds is not None]
+    if not known:
+        return (
+            "no method has steps to the target: run a pilot (`cadence bench tta`, then "
+            "--pilot FILE) or give --steps-to-target METHOD=N"
+        )
+    best = known[0]
+    assert best.seconds is not None and best.steps.steps is not None
+    text = (
+        f"pick {best.estimate.method}: {best.steps.steps} steps x "
+        f"{best.estimate.step_s * 1e3:.1f} ms = {best.seconds:.1f} s to loss {target:g}"
+    )
+    ddp = next((r for r in known if r.estimate.method == "ddp"), None)
+    if ddp is not None and ddp is not best:
+        assert ddp.seconds is not None and ddp.steps.steps is not None
+        step_gain = ddp.estimate.step_s / best.estimate.step_s
+        more = best.steps.steps / ddp.steps.steps
+        text += (
+            f", {ddp.seconds / best.seconds:.2f}x faster than ddp: its steps are "
+            f"{step_gain:.2f}x faster and it needs {more:.2f}x ddp's steps"
+        )
+    elif best is ddp and len(known) > 1:
+        text += ": no faster step pays for the extra steps it needs"
+    waiting = [r.estimate.method for r in rows if r.steps.source == NEEDS_PILOT]
+    if waiting:
+        text += f"; not ranked without a pilot: {', '.join(waiting)}"
+    return text
+
+
+def table_lines(rows: Sequence[Row]) -> list[str]:
+    width = max([14, *(len(r.estimate.method) + 2 for r in rows)])
+    lines = [
+        f"{'method':<{width}}{'step ms':>9}{'MB/step':>9}{'steps':>8}  {'source':<22}"
+        f"{'time to target':>15}"
+    ]
+    for r in rows:
+        e, s = r.estimate, r.steps
+        steps = "-" if s.steps is None else str(s.steps)
+        seconds = "-" if r.seconds is None else f"{r.seconds:.1f} s"
+        lines.append(
+            f"{e.method:<{width}}{e.step_s * 1e3:>9.1f}{e.wire_bytes / 1e6:>9.2f}{steps:>8}  "
+            f"{s.source:<22}{seconds:>15}"
+        )
+    return lines

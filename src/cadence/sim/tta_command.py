@@ -1,0 +1,92 @@
+"""`cadence plan tta`: methods ranked by predicted time to a target loss on one cluster."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from cadence.errors import UserError
+from cadence.sim.command import accumulation_note, setup_from, sim_options
+from cadence.sim.methods import (
+    DEFAULT_METHODS,
+    Method,
+    method_step_s,
+    parse_method,
+    parse_methods,
+    zoo_param_shapes,
+)
+from cadence.sim.metrics import write_text
+from cadence.sim.tta import (
+    Steps,
+    convergence,
+    load_pilot,
+    parse_steps,
+    rank,
+    table_lines,
+    why,
+)
+
+
+def _methods(args: Any, data: dict[str, Steps], user: dict[str, int]) -> list[Method]:
+    """The methods asked for, then any other one the pilot or the user has figures for."""
+    methods = list(parse_methods(args.methods or ",".join(DEFAULT_METHODS)))
+    named = {m.name for m in methods}
+    for name in [*data, *user]:
+        if name not in named:
+            methods.append(parse_method(name))
+            named.add(name)
+    return methods
+
+
+def plan_tta_command(args: Any) -> int:
+    """Rank the methods by steps to the target x predicted seconds per step; print, save."""
+    if args.pilot is None and args.steps_to_target is None:
+        raise UserError(
+            "plan tta needs convergence data: --pilot FILE (`cadence bench tta` writes one) "
+            "or --steps-to-target METHOD=N,..."
+        )
+    user = parse_steps(args.steps_to_target) if args.steps_to_target else {}
+    target, pilot, batch = (
+        load_pilot(args.pilot, args.target_loss) if args.pilot else (args.target_loss, {}, None)
+    )
+    if target is None:
+        raise UserError("give --target-loss: the loss the steps to target are counted to")
+    methods = _methods(args, pilot, user)
+    options = sim_options(args)
+    setup = setup_from(args)
+    shapes = None
+    if any(m.compression == "powersgd" for m in methods):
+        shapes = zoo_param_shapes(args.model)
+    overlap = 1 if args.overlap_steps is None else args.overlap_steps  # the runtime's default
+    estimates = [
+        method_step_s(
+            setup, m, options, shapes=shapes, powersgd_rank=args.powersgd_rank,
+            powersgd_start=args.powersgd_start_step, freeze_steps=args.freeze_steps,
+            outer_dtype=args.outer_dtype, overlap_steps=overlap,
+        )
+        for m in methods
+    ]  # fmt: skip
+    rows = rank(estimates, convergence([m.name for m in methods], pilot, user))
+    print(setup.description + accumulation_note(options))
+    print(f"assumed: {setup.assumed}")
+    planned = setup.profile.batch_size * setup.world_size * options.grad_accum
+    print(f"target loss {target:g}; steps at the pilot's / user's global batch")
+    if batch is not None and batch != planned:
+        print(
+            f"note: the pilot ran a global batch of {batch}, this prediction is for {planned} "
+            "(workers x micro-batch x accumulation): its steps may not carry over"
+        )
+    for line in table_lines(rows):
+        print(line)
+    reason = why(rows, target)
+    print(reason)
+    if args.json:
+        data = {
+            "model": args.model,
+            "setup": setup.description,
+            "target_loss": target,
+            "rows": [r.to_json() for r in rows],
+            "why": reason,
+        }
+        write_text(args.json, json.dumps(data, indent=2) + "\n")
+    return 0

@@ -1,0 +1,89 @@
+"""`--strategy ddp --ddp-comm-hook fp16|powersgd` (torch's hooks, the real peers of
+cadence-dp's compression) through the training loop at 2 ranks, and `--eval-every-steps`."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from cadence.comm import init_from_env
+from cadence.config import TrainConfig
+from cadence.testing import run_ranks
+from cadence.train.loop import run_training
+
+STEPS = 6
+
+
+def _config(**flags: Any) -> TrainConfig:
+    return TrainConfig.from_flat(
+        model="mlp", workers=2, batch_size=32, steps=STEPS, optimizer="sgd", lr=0.05,
+        eval_every_epoch=False, **flags,
+    )  # fmt: skip
+
+
+def _train_rank(rank: int, world: int, out: str, flags: dict[str, Any]) -> dict[str, Any]:
+    run_dir = Path(out) if rank == 0 else None
+    return run_training(_config(**flags), init_from_env(), run_dir)
+
+
+def _run(tmp_path: Path, name: str, **flags: Any) -> list[dict[str, Any]]:
+    """Each rank's metrics, and rank 0's trained parameters (its epoch-end checkpoint)."""
+    out = tmp_path / name
+    out.mkdir()
+    ranks = run_ranks(_train_rank, 2, str(out), flags, timeout=180)
+    saved = torch.load(out / "checkpoint.pt", weights_only=True)
+    return [{"metrics": m, "params": saved["model"]} for m in ranks]
+
+
+def test_ddp_fp16_hook_equals_cadence_dp_fp16_and_counts_its_bytes(tmp_path: Path) -> None:
+    hook = _run(tmp_path, "hook", strategy="ddp", ddp_comm_hook="fp16")
+    ours = _run(tmp_path, "ours", strategy="cadence-dp", dp_compression="fp16")
+    plain = _run(tmp_path, "plain", strategy="ddp")
+    for name, p in hook[0]["params"].items():  # at 2 ranks a sum has one order: the same
+        torch.testing.assert_close(p, ours[0]["params"][name], rtol=0.0, atol=1e-6)
+    differs = any(
+        not torch.allclose(p, plain[0]["params"][n], rtol=0.0, atol=1e-7)
+        for n, p in hook[0]["params"].items()
+    )
+    assert differs  # the hook did round the gradients
+    grad_bytes = hook[0]["metrics"]["gradient_bytes"]
+    assert hook[0]["metrics"]["wire_bytes_total"] == STEPS * grad_bytes // 2
+    assert "wire_bytes_total" not in plain[0]["metrics"]
+
+
+def test_ddp_powersgd_hook_trains_and_sends_fewer_bytes(tmp_path: Path) -> None:
+    ranks = _run(tmp_path, "psgd", strategy="ddp", ddp_comm_hook="powersgd",
+                 powersgd_start_step=2, powersgd_rank=1)  # fmt: skip
+    m = ranks[0]["metrics"]
+    full = m["gradient_bytes"]
+    # Two uncompressed steps, then each step's factors: fewer bytes than the gradients.
+    assert 2 * full < m["wire_bytes_total"] < STEPS * full
+    assert all(math.isfinite(x) for x in m["step_loss"])
+    assert all(torch.isfinite(p).all() for p in ranks[0]["params"].values())
+
+
+def test_eval_every_steps_records_points_without_changing_training(tmp_path: Path) -> None:
+    evaluated = _run(tmp_path, "evals", strategy="ddp", eval_every_steps=2)
+    quiet = _run(tmp_path, "quiet", strategy="ddp")
+    m = evaluated[0]["metrics"]
+    assert [e["step"] for e in m["evals"]] == [2, 4, 6]
+    seconds = [e["seconds"] for e in m["evals"]]
+    assert seconds == sorted(seconds)
+    assert seconds[-1] == pytest.approx(sum(m["iteration_times_s"]) + m["sync_seconds"])
+    assert m["evals"][-1]["test_loss"] == pytest.approx(m["final_test_loss"])
+    assert all(0.0 <= e["test_accuracy"] <= 1.0 for e in m["evals"])
+    assert m["step_loss"] == quiet[0]["metrics"]["step_loss"]  # evaluation changes nothing
+    assert "evals" not in quiet[0]["metrics"]
+
+
+
+def test_local_sgd_counts_the_bytes_of_its_syncs(tmp_path: Path) -> None:
+    ranks = _run(tmp_path, "lsgd", strategy="local-sgd", sync_every=2)
+    m = ranks[0]["metrics"]
+    # Syncs after steps 2, 4 and 6 (the run's end finds every fragment synced): the model
+    # in fp32 each time (the mlp has no buffers).
+    assert m["wire_bytes_total"] == 3 * m["gradient_bytes"]

@@ -1,0 +1,114 @@
+"""`cadence bench tta` from recorded curves: time to ddp's final loss, ratios, bytes, the
+table, the JSON, the PNG and the pilot files `cadence plan tta` reads (mock runs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cadence.bench.tta import (
+    TTABenchConfig,
+    cell_rows,
+    eval_every_for,
+    pilot,
+    run_tta_bench,
+    table_lines,
+    time_to_target,
+    wire_bytes,
+)
+from cadence.errors import UserError
+from cadence.sim.tta import PILOT, Steps, read_pilot
+from tests.cli_helpers import assert_one_line_error, run_cadence
+
+
+def _metrics(losses: list[float], step_s: float, **extra: Any) -> dict[str, Any]:
+    evals = [
+        {"step": 10 * (i + 1), "seconds": 10 * (i + 1) * step_s, "test_loss": loss,
+         "test_accuracy": 0.5}
+        for i, loss in enumerate(losses)
+    ]  # fmt: skip
+    return {"evals": evals, "final_test_loss": losses[-1], "final_test_accuracy": 0.5,
+            "median_iteration_s": step_s, "steps": 10 * len(losses), "gradient_bytes": 1000,
+            **extra}  # fmt: skip
+
+
+def test_time_to_target_is_the_first_evaluation_at_or_below_it() -> None:
+    evals = _metrics([3.0, 2.0, 2.5, 1.0], 1.0)["evals"]
+    assert time_to_target(evals, 2.0) == 20.0
+    assert time_to_target(evals, 0.5) is None
+    assert time_to_target([{"seconds": 1.0, "test_loss": float("nan")}], 9.0) is None
+
+
+def test_semi_synchronous_methods_are_evaluated_right_after_a_sync() -> None:
+    assert eval_every_for("ddp", 20) == 20
+    assert eval_every_for("diloco:H16", 20) == 32 and eval_every_for("local-sgd:H4", 20) == 20
+    assert eval_every_for("diloco:H64:K4", 20) == 64
+
+
+def test_cell_rows_compare_every_method_with_ddps_final_loss() -> None:
+    runs = {
+        "ddp": _metrics([3.0, 2.0, 1.5], 1.0),  # target 1.5, reached at 30 s
+        "diloco:H16": _metrics([2.5, 1.4, 1.2], 0.5, wire_bytes_total=77),  # 10 s
+        "cadence-dp+sign": _metrics([3.0, 2.9, 2.8], 0.4, wire_bytes_total=5),  # never
+        "zero+onebit": {"error": "boom"},
+    }
+    target, rows = cell_rows(runs)
+    assert target == 1.5
+    by = {r["method"]: r for r in rows}
+    assert by["ddp"]["time_to_target_s"] == 30.0 and by["ddp"]["ratio_to_ddp"] == 1.0
+    assert by["diloco:H16"]["ratio_to_ddp"] == pytest.approx(1 / 3)
+    assert by["cadence-dp+sign"]["time_to_target_s"] is None
+    assert by["ddp"]["wire_bytes"] == 30 * 1000  # every gradient byte in each of 30 steps
+    assert by["diloco:H16"]["wire_bytes"] == 77
+    assert by["zero+onebit"] == {"method": "zero+onebit", "error": "boom"}
+    lines = table_lines([{"model": "m", "cap": "none", "hosts": 2, "target_loss": target,
+                          "rows": rows}])  # fmt: skip
+    assert lines[0].startswith("m @ none, 2 hosts: target = ddp's final test loss 1.5000")
+    assert any("failed: boom" in line for line in lines)
+    sign = next(line for line in lines if "cadence-dp+sign" in line)
+    assert sign.split()[1:3] == ["-", "-"]  # no time to target, no ratio
+    with pytest.raises(ValueError):
+        wire_bytes("zero+onebit", _metrics([1.0], 1.0))
+    _, read = read_pilot(pilot(target, rows), None)
+    assert read["diloco:H16"] == Steps(20, PILOT) and read["ddp"] == Steps(30, PILOT)
+    with pytest.raises(UserError, match="no target"):
+        cell_rows({"ddp": {"error": "x"}})
+
+
+def test_run_writes_json_png_and_pilots(tmp_path: Path) -> None:
+    seen: list[tuple[str, str, int, str]] = []
+
+    def fake(model: str, cap: str, hosts: int, method: str, config: TTABenchConfig) -> Any:
+        seen.append((model, cap, hosts, method))
+        if method == "local-sgd:H4":
+            raise RuntimeError("no luck\nmore")
+        return _metrics([3.0, 2.0, 1.0 if method == "ddp" else 0.9], 1.0 / hosts,
+                        wire_bytes_total=10)  # fmt: skip
+
+    out = tmp_path / "tta.json"
+    methods = ("local-sgd:H4", "ddp")
+    config = TTABenchConfig(models=("cnn",), caps=("none",), hosts=(2, 4), steps=30,
+                            eval_every=10, methods=methods, out=str(out))  # fmt: skip
+    report = run_tta_bench(config, "cadence bench tta", echo=lambda _: None, train=fake)
+    assert [s[3] for s in seen] == ["ddp", "local-sgd:H4"] * 2  # ddp first: the target
+    data = json.loads(out.read_text())
+    assert data == json.loads(json.dumps(report))
+    assert [(c["hosts"], c["target_loss"]) for c in data["cells"]] == [(2, 1.0), (4, 1.0)]
+    assert data["cells"][0]["rows"][1]["error"] == "no luck"
+    assert out.with_suffix(".png").stat().st_size > 0
+    pilot_file = tmp_path / "tta.cnn.none.4h.pilot.json"
+    assert json.loads(pilot_file.read_text())["methods"]["ddp"]["curve"][-1] == [30, 1.0]
+
+
+def test_bad_settings_are_refused_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="include ddp"):
+        TTABenchConfig(methods=("diloco:H16",))
+    with pytest.raises(UserError, match="divide"):
+        TTABenchConfig(batch_size=6, hosts=(4,))
+    proc = run_cadence("bench", "tta", "--methods", "ddp,warp", cwd=tmp_path)
+    assert_one_line_error(proc, "unknown method 'warp'")
+    proc = run_cadence("bench", "tta", "--workers", "2,x", cwd=tmp_path)
+    assert_one_line_error(proc, "--workers")

@@ -1,0 +1,205 @@
+"""Seconds per step of each method (`cadence.sim.methods`) and `cadence plan tta`'s ranking by
+predicted time to a target loss (`cadence.sim.tta`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cadence.cli import main
+from cadence.errors import UserError
+from cadence.sim.methods import (
+    DEFAULT_METHODS,
+    Method,
+    StepEstimate,
+    ddp_powersgd_elements,
+    method_step_s,
+    outer_sync_bytes,
+    parse_method,
+    parse_methods,
+)
+from cadence.sim.tta import (
+    AS_DDP,
+    NEEDS_PILOT,
+    NOT_REACHED,
+    PILOT,
+    USER,
+    Steps,
+    convergence,
+    parse_steps,
+    rank,
+    read_pilot,
+    steps_to_target,
+    table_lines,
+    why,
+)
+from tests.cli_helpers import assert_one_line_error, run_cadence
+from tests.unit.test_sim_cli import zoo_profile
+from tests.unit.test_sim_strategies import _setup
+
+MB = 1_000_000
+
+
+def test_method_names_round_trip_and_select_train_flags() -> None:
+    for name in DEFAULT_METHODS:
+        assert parse_method(name).name == name
+    assert parse_method("diloco:H16:K4") == Method("diloco", "none", 16, 4)
+    assert parse_method("ddp+fp16").train_flags() == {"strategy": "ddp", "ddp_comm_hook": "fp16"}
+    assert parse_method("zero+onebit").train_flags() == {"strategy": "zero",
+                                                         "compression": "onebit"}  # fmt: skip
+    flags = parse_method("local-sgd:H8").train_flags()
+    assert flags == {"strategy": "local-sgd", "sync_every": 8, "fragments": 1}
+    bad_names = ("ddp+sign", "diloco", "ddp:H4", "cadence-dp:K2", "fsdp", "diloco:H0", "x:H1")
+    for bad in bad_names:
+        with pytest.raises(UserError):
+            parse_method(bad)
+    with pytest.raises(UserError, match="twice"):
+        parse_methods("ddp,ddp")
+
+
+def test_local_sgd_spreads_one_model_sync_over_h_steps() -> None:
+    setup = _setup(4, 100e6)  # 4 blocks of 4 MB, 30 ms compute each
+    params = sum(p.nbytes for p in setup.params)
+    compute = 4 * 0.03 + setup.update_s_per_byte * params
+    sync = setup.link.time("allreduce", "ring", params, 4)
+    for h in (4, 16):
+        est = method_step_s(setup, parse_method(f"local-sgd:H{h}"))
+        assert est.step_s == pytest.approx(compute + sync / h)
+        assert est.wire_bytes == pytest.approx(1.5 * params / h)
+    diloco = method_step_s(setup, parse_method("diloco:H4"))  # + the outer step, 1 in 4
+    assert diloco.step_s == pytest.approx(compute + (sync + setup.update_s_per_byte * params) / 4)
+    streamed = method_step_s(setup, parse_method("local-sgd:H4:K4"))
+    hidden = 4 * max(0.0, sync / 4 - compute)  # each quarter hides behind one step
+    assert streamed.step_s == pytest.approx(compute + hidden / 4)
+    assert streamed.step_s < method_step_s(setup, parse_method("local-sgd:H4")).step_s
+    int8 = method_step_s(setup, parse_method("local-sgd:H4"), outer_dtype="int8")
+    assert int8.step_s < method_step_s(setup, parse_method("local-sgd:H4")).step_s
+    assert outer_sync_bytes(1000, "int8") < outer_sync_bytes(1000, "bf16") < 4000
+
+
+def test_compressed_methods_step_faster_on_a_slow_link_and_warm_up_first() -> None:
+    setup = _setup(2, 20e6)
+    ddp = method_step_s(setup, parse_method("ddp"))
+    fp16 = method_step_s(setup, parse_method("ddp+fp16"))
+    assert fp16.step_s < ddp.step_s and fp16.wire_bytes == pytest.approx(ddp.wire_bytes / 2)
+    sign = method_step_s(setup, parse_method("cadence-dp+sign"))
+    assert sign.step_s < method_step_s(setup, parse_method("cadence-dp")).step_s
+    shapes = [(1000, 1000)] * 4  # 4 MB each, as the setup's blocks
+    psgd = method_step_s(setup, parse_method("ddp+powersgd"), shapes=shapes, powersgd_start=7)
+    assert psgd.step_s < ddp.step_s
+    assert psgd.warmup_steps == 7 and psgd.warmup_step_s == pytest.approx(ddp.step_s)
+    assert psgd.seconds_for(10) == pytest.approx(7 * ddp.step_s + 3 * psgd.step_s)
+    onebit = method_step_s(setup, parse_method("zero+onebit"), freeze_steps=5)
+    assert onebit.warmup_steps == 5 and onebit.step_s < onebit.warmup_step_s
+    with pytest.raises(UserError, match="parameter shapes"):
+        method_step_s(setup, parse_method("cadence-dp+powersgd"))
+
+
+def test_ddp_powersgd_elements_follow_torchs_hook() -> None:
+    assert ddp_powersgd_elements((100, 50), 2) == 2 * 150  # factors 6x smaller
+    assert ddp_powersgd_elements((4, 4), 2) == 16  # factors not 2x smaller: sent whole
+    assert ddp_powersgd_elements((10,), 2) == 10  # a vector: 10 x 1, sent whole
+
+
+def test_steps_to_target_reads_curves_and_user_figures() -> None:
+    curve = [[0, 3.0], [50, 2.2], [100, 1.9], [150, 1.7]]
+    assert steps_to_target(curve, 2.0) == 100
+    assert steps_to_target(curve, 1.0) is None
+    assert parse_steps("ddp=400, diloco:H16=520") == {"ddp": 400, "diloco:H16": 520}
+    for bad in ("ddp", "ddp=0", "ddp=x", "nope=3"):
+        with pytest.raises(UserError):
+            parse_steps(bad)
+    methods = {"ddp": {"curve": curve}, "diloco:H16": {"curve": [[0, 3.0], [80, 1.95]]},
+               "local-sgd:H4": {"curve": [[0, 3.0]]}}  # fmt: skip
+    target, pilot = read_pilot({"target_loss": 2.0, "methods": methods}, None)
+    assert target == 2.0
+    assert pilot == {"ddp": Steps(100, PILOT), "diloco:H16": Steps(80, PILOT),
+                     "local-sgd:H4": Steps(None, NOT_REACHED)}  # fmt: skip
+    with pytest.raises(UserError, match="not 1.5"):  # counted for another target
+        read_pilot({"target_loss": 2.0, "methods": {"ddp": {"steps_to_target": 9}}}, 1.5)
+    with pytest.raises(UserError, match="target-loss"):
+        read_pilot({"methods": {"ddp": {"curve": curve}}}, None)
+
+
+def _est(name: str, step_s: float, wire: float = MB) -> StepEstimate:
+    return StepEstimate(name, step_s, wire, "test")
+
+
+def test_rank_by_steps_times_seconds_and_never_invent_convergence() -> None:
+    names = ["ddp", "cadence-dp", "cadence-dp+sign", "diloco:H16", "local-sgd:H4"]
+    steps = convergence(names, {"ddp": Steps(100, PILOT), "diloco:H16": Steps(150, PILOT)},
+                        {"cadence-dp+sign": 300})  # fmt: skip
+    assert steps["cadence-dp"] == Steps(100, AS_DDP)  # DDP's update: DDP's steps
+    assert steps["cadence-dp+sign"] == Steps(300, USER)
+    assert steps["local-sgd:H4"] == Steps(None, NEEDS_PILOT)
+    estimates = [_est("ddp", 1.0), _est("cadence-dp", 0.9), _est("cadence-dp+sign", 0.4),
+                 _est("diloco:H16", 0.3), _est("local-sgd:H4", 0.1)]  # fmt: skip
+    rows = rank(estimates, steps)
+    assert [r.estimate.method for r in rows] == [
+        "diloco:H16", "cadence-dp", "ddp", "cadence-dp+sign", "local-sgd:H4",
+    ]  # 45 s, 90 s, 100 s, 120 s, unknown (though its step is the fastest)
+    assert rows[0].seconds == pytest.approx(45.0) and rows[-1].seconds is None
+    line = why(rows, 2.0)
+    assert line.startswith("pick diloco:H16: 150 steps x 300.0 ms = 45.0 s to loss 2")
+    assert "2.22x faster than ddp" in line and "1.50x ddp's steps" in line
+    assert line.endswith("not ranked without a pilot: local-sgd:H4")
+    assert "\n" not in line
+    table = table_lines(rows)
+    assert "needs pilot" in table[-1] and table[-1].rstrip().endswith("-")
+    assert why(rank([_est("ddp", 1.0)], convergence(["ddp"], {}, {})), 2.0).startswith(
+        "no method has steps"
+    )
+    slow = rank([_est("ddp", 1.0), _est("diloco:H16", 0.5)],
+                convergence(["ddp", "diloco:H16"], {}, {"ddp": 10, "diloco:H16": 30}))  # fmt: skip
+    assert why(slow, 1.0).startswith("pick ddp:") and "no faster step pays" in why(slow, 1.0)
+
+
+@pytest.fixture(scope="module")
+def cnn_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("prof") / "cnn.json"
+    zoo_profile("cnn").save(path)
+    return path
+
+
+def _args(profile: Path) -> list[str]:
+    return ["plan", "tta", "--model", "cnn", "--profile", str(profile), "--optimizer-step",
+            "0.001", "--workers", "2", "--bandwidth", "20mbit"]  # fmt: skip
+
+
+def test_plan_tta_ranks_from_a_pilot_file(
+    cnn_profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pilot = tmp_path / "pilot.json"
+    curve = [[0, 2.3], [40, 1.0], [80, 0.5]]
+    pilot.write_text(json.dumps({"target_loss": 0.6, "global_batch": 64, "methods": {
+        "ddp": {"curve": curve}, "cadence-dp+powersgd": {"curve": curve},
+        "diloco:H8": {"curve": [[0, 2.3], [40, 0.55]]}}}))  # fmt: skip
+    out = tmp_path / "tta.json"
+    methods = "ddp,cadence-dp,cadence-dp+powersgd,local-sgd:H4"
+    argv = [*_args(cnn_profile), "--pilot", str(pilot), "--methods", methods]
+    assert main([*argv, "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    by = {r["method"]: r for r in data["rows"]}
+    assert set(by) == {"ddp", "cadence-dp", "cadence-dp+powersgd", "local-sgd:H4", "diloco:H8"}
+    assert by["ddp"]["steps_to_target"] == 80 and by["diloco:H8"]["steps_to_target"] == 40
+    assert by["local-sgd:H4"]["steps_source"] == NEEDS_PILOT
+    assert by["local-sgd:H4"]["seconds_to_target"] is None
+    ranked = [r["seconds_to_target"] for r in data["rows"] if r["seconds_to_target"] is not None]
+    assert ranked == sorted(ranked) and len(ranked) == 4
+    assert data["why"].startswith(f"pick {data['rows'][0]['method']}:")
+    assert "the pilot ran a global batch" not in capsys.readouterr().out  # 2 x 32 = 64
+    argv[argv.index("--workers") + 1] = "4"  # 4 x 32: not the pilot's batch, and said so
+    assert main(argv) == 0
+    assert "pilot ran a global batch of 64, this prediction is for 128" in capsys.readouterr().out
+
+
+def test_plan_tta_refuses_in_one_line(cnn_profile: Path, tmp_path: Path) -> None:
+    proc = run_cadence(*_args(cnn_profile), cwd=tmp_path)
+    assert_one_line_error(proc, "needs convergence data")
+    proc = run_cadence(*_args(cnn_profile), "--steps-to-target", "ddp=10", cwd=tmp_path)
+    assert_one_line_error(proc, "--target-loss")
+    proc = run_cadence(*_args(cnn_profile), "--steps-to-target", "ddp=10", "--target-loss", "1",
+                       "--methods", "ddp,warp", cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(proc, "unknown method 'warp'")
