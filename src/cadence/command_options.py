@@ -176,7 +176,8 @@ class BenchOptions:
     zero<1|2|3>-<none|fp16|onebit>[-bf16][-overlap][-backorder|-fwdorder][-onelane]."""
     contention: Literal["off", "on", "both"] = "both"
     """pipeline: time the schedules without, with, or both without and with background
-    traffic on the stage link."""
+    traffic on the stage link; soak: competing bulk TCP traffic both ways between hosts 0 and
+    1 (on) or none (off)."""
     orders: str = opt("fifo,layer,graph,graph+net", metavar="ORDERS")
     """ps: --ps-priority values to compare, comma-separated."""
     straggler_model: str = opt("resnet32", metavar="NAME")
@@ -184,7 +185,14 @@ class BenchOptions:
     run: bool = False
     """sim: first train --models at --caps in the emulated cluster (run JSONs next to --out)."""
     strategies: str = opt("ddp,cadence-dp", metavar="NAMES")
-    """sim with --run: strategies to train, comma-separated."""
+    """sim with --run, soak: strategies to train, comma-separated."""
+    start_step: int = 100
+    """soak: step of the start sample (one-off allocations come before it)."""
+    every: int = opt(20, metavar="STEPS")
+    """soak: steps between samples (the PNG)."""
+    time_limit: float = opt(900.0, metavar="SECONDS")
+    """soak: seconds per strategy; a run still going is stopped and reported as far as it
+    got."""
     from_bench_dp: tuple[str, ...] = opt((), metavar="FILE")
     """sim: also predict the DDP and cadence-dp rows of `cadence bench dp` result files."""
     profiles: tuple[str, ...] = opt((), flag="--profile", metavar="FILE")
@@ -198,6 +206,7 @@ class BenchOptions:
     def __post_init__(self) -> None:
         _at_least("--repeats", self.repeats, 1)
         _at_least("--warmup", self.warmup, 0)
+        _at_least("--every", self.every, 1)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,7 +12,10 @@ from cadence.bench.cli_args import add_common, command_line, names
 def _cmd_soak(args: argparse.Namespace) -> int:
     from cadence.bench.cli_args import one
     from cadence.bench.soak import SoakBenchConfig, run_soak_bench
+    from cadence.errors import UserError
 
+    if args.contention == "both":
+        raise UserError("bench soak runs one setting: --contention on or --contention off")
     config = SoakBenchConfig(
         strategies=names(args.strategies),
         model=one(args.models, "--models"),
@@ -39,21 +42,8 @@ def add_soak(bsub: Any) -> None:
     )
     add_common(
         p, models="cnn", caps="1gbit", batch_size=32, steps=2000, repeats=None,
-        out="bench-out/bench-soak.json", steps_help="steps per strategy",
-        caps_help="; one cap; none = loopback, no competing traffic",
-    )  # fmt: skip
-    p.add_argument("--strategies", default="cadence-dp,zero,ps", help="comma-separated")
-    p.add_argument(
-        "--contention", default="on", choices=("on", "off"),
-        help="competing bulk TCP traffic both ways between hosts 0 and 1",
-    )  # fmt: skip
-    p.add_argument(
-        "--start-step", type=int, default=100,
-        help="step of the start sample (one-off allocations come before it)",
-    )  # fmt: skip
-    p.add_argument("--every", type=int, default=20, help="steps between samples (the PNG)")
-    p.add_argument(
-        "--time-limit", type=float, default=900.0,
-        help="seconds per strategy; a run still going is stopped and reported as far as it got",
+        out="bench-out/bench-soak.json",
+        options=("strategies", "contention", "start_step", "every", "time_limit"),
+        defaults={"strategies": "cadence-dp,zero,ps", "contention": "on"},
     )  # fmt: skip
     p.set_defaults(func=_cmd_soak)
