@@ -90,20 +90,6 @@ def test_crashing_worker_stops_everyone_and_names_the_rank(tmp_path):
     assert leftover.stdout.strip() == ""
 
 
-def test_a_native_crash_is_blamed_on_the_rank_that_died_not_on_those_stopped(tmp_path):
-    # Rank 1 aborts without recording anything; rank 0 is then stopped by the supervisor with
-    # SIGTERM, which must not be reported as the cause.
-    proc = run_cadence(
-        "train", "--model", "mlp", "--steps", "500", "--out", str(tmp_path), cwd=tmp_path,
-        env={"CADENCE_INJECT_FAILURE": "1:5:abort"}, timeout=120,
-    )
-    assert proc.returncode == 1, proc.stderr
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("cadence: error: rank 1 died with signal SIGABRT"), proc.stderr
-    assert "rank1.log" in last
-    assert "Traceback" not in proc.stderr
-
-
 def test_joins_a_torchrun_launch(tmp_path):
     env = dict(os.environ, PYTHONPATH=SRC, OMP_NUM_THREADS="1")
     proc = subprocess.run(

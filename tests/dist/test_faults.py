@@ -33,7 +33,8 @@ def _leftover_workers(run_dir: Path) -> str:
 @pytest.mark.parametrize(
     ("spec", "args", "signal_name"),
     [
-        ("1:3:abort:forward", ("--strategy", "ddp"), "SIGABRT"),
+        # Between steps: rank 0, stopped by the supervisor's SIGTERM, is not blamed.
+        ("1:3:abort", ("--strategy", "ddp"), "SIGABRT"),
         ("1:3:kill:forward", ("--strategy", "cadence-dp"), "SIGKILL"),
         # A small threshold makes cadence-dp's plan several chunks, reduced on its
         # communication thread (a one-chunk plan is reduced by the main thread).
@@ -54,18 +55,11 @@ def test_a_worker_dying_mid_step_stops_everyone_naming_it(tmp_path, spec, args, 
     assert last.startswith(
         f"cadence: error: rank {rank} died with signal {signal_name} before recording an error"
     ), proc.stderr
+    if rank != "0":  # rank 0's output is the command's own
+        assert f"rank{rank}.log" in last
     assert "Traceback" not in proc.stderr
     assert elapsed < STOP_BOUND_S
     assert _leftover_workers(tmp_path) == ""
-
-
-def test_a_bad_injection_spec_is_one_line(tmp_path):
-    proc = run_cadence(
-        "train", "--model", "mlp", "--steps", "3", "--out", str(tmp_path), cwd=tmp_path,
-        env={"CADENCE_INJECT_FAILURE": "1:3:explode"}, timeout=STOP_BOUND_S,
-    )  # fmt: skip
-    assert proc.returncode != 0
-    assert "expected RANK:STEP[:MODE[:PHASE]]" in proc.stderr.strip().splitlines()[-1]
 
 
 def _server_of(run_dir: Path) -> int | None:

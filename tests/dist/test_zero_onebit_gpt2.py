@@ -60,7 +60,7 @@ def _losses(rank: int, world_size: int, stage: int, steps: int, freeze: int) -> 
     return out
 
 
-@pytest.mark.parametrize("stage", [1, 2, 3])
+@pytest.mark.parametrize("stage", [1, 3])  # 1-bit all-reduce; 1-bit reduce-scatter
 def test_onebit_gpt2_loss_tracks_adam(stage):
     adam, onebit = run_ranks(_losses, 2, stage, STEPS, FREEZE, timeout=300)[0]
     tail_adam, tail_onebit = sum(adam[-10:]) / 10, sum(onebit[-10:]) / 10

@@ -69,12 +69,18 @@ CELLS: list[Cell] = [
     if s != "ddp_fp16"
     for h in (FP16_HABITS if s.endswith("fp16") else HABITS)
 ]
+WIDE_HABITS = ("plain", "accum", "clip")
 CELLS_AT = {
     2: CELLS,
-    4: [(m, h, s) for m, h, s in CELLS if not s.endswith("fp16") or h in ("plain", "accum")],
+    4: [
+        (m, h, s)
+        for m, h, s in CELLS
+        if s == "zero3" or (s in ("zero1", "zero2") and h in WIDE_HABITS) or h == "plain"
+    ],
 }
-"""At world size 4 the fp16 cells cross two habits: four ranks share the CI machine's two
-cores, and the fp32 cells already cross every habit there."""
+"""At world size 2 every cell runs. At 4 (four ranks sharing the CI machine's two cores) stage
+3, which holds every path (sharded parameters, gathers, reduce-scatter), crosses every habit;
+stages 1 and 2 the habits that touch the gradients' reduction, and fp16 the plain loop."""
 REFUSALS: dict[str, str] = {}
 """Cells that must be refused, with a phrase of the message: none."""
 
