@@ -55,8 +55,7 @@ def data_parallel(
     group = None
     if world_size > 1:
         with torch.no_grad():  # start from rank 0's weights and buffers, as DDP does
-            for tensor in [*model.parameters(), *model.buffers()]:
-                comm.broadcast(tensor, src=0)
+            comm.broadcast_tensors([*model.parameters(), *model.buffers()], src=0)
         # A group of its own: the communication thread never interleaves with the main thread.
         group = new_group_like_default()
     engine = SyncEngine(model_layout(model), optimizer, config, group, world_size, root=model)

@@ -82,8 +82,7 @@ def wrap(
     group = None
     if world > 1:
         with torch.no_grad():  # start from rank 0's weights and buffers, as DDP does
-            for tensor in [*model.parameters(), *model.buffers()]:
-                comm.broadcast(tensor, src=0)
+            comm.broadcast_tensors([*model.parameters(), *model.buffers()], src=0)
         # A group of its own: syncs in flight never interleave with the caller's collectives.
         group = new_group_like_default()
     outer = OuterLoop(model, config, group, world)
