@@ -16,6 +16,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +31,8 @@ import cadence
 from cadence.comm import ops as comm
 from cadence.comm.ops import broadcast_object
 from cadence.errors import UserError
+from cadence.launch.env import ERROR_FILE_ENV
+from cadence.launch.errors import fail_worker
 from cadence.models import loss_fn
 from cadence.ps.auth import SECRET_ENV, new_secret, parse_secret
 from cadence.ps.checkpoint import checkpoint_path
@@ -44,6 +47,8 @@ from cadence.ps.trace import model_blocks, model_priorities, param_infos
 from cadence.ps.wire import Header, Kind
 from cadence.ps.worker import Liveness, ServerTimeout, WorkerChannels
 
+_WATCH_S = 0.5
+"""How often a worker polls the servers it started (launcher runs only)."""
 _OPT_KEYS = ("lr", "momentum", "dampening", "nesterov", "weight_decay", "betas", "eps")
 
 
@@ -166,6 +171,13 @@ class PSTrainer(nn.Module):
             Liveness(config.heartbeat_s, config.dead_after_s),
         )
         self.channels.check = self._check_servers
+        self._closing = threading.Event()
+        if os.environ.get(ERROR_FILE_ENV) and self._owned:
+            # Under cadence's launcher a dead server ends this worker at once, wherever it
+            # waits: a collective with a peer that is itself waiting on the dead server's
+            # parameters would otherwise hold both until a timeout named the wrong cause.
+            watch = threading.Thread(target=self._watch_servers, name="ps-watch", daemon=True)
+            watch.start()
         self.step = 0
         self.max_staleness = 0
         self.staleness: list[int] = []  # asp/ssp: steps behind the slowest worker, per step
@@ -232,6 +244,15 @@ class PSTrainer(nn.Module):
                     f"worker {self.rank}: parameter server {server} (pid {proc.pid}) exited "
                     f"with code {proc.returncode}"
                 )
+
+    def _watch_servers(self) -> None:
+        while not self._closing.wait(_WATCH_S):
+            try:
+                self._check_servers()
+            except ServerTimeout as exc:
+                if self._closing.is_set():
+                    return
+                os._exit(fail_worker(self.rank, exc))
 
     def _make_wait(self, block: int) -> Any:
         def wait(module: nn.Module, args: Any) -> None:
@@ -350,6 +371,7 @@ class PSTrainer(nn.Module):
         """Stop the servers (every worker must call it); returns the servers' counters summed
         plus this worker's largest staleness."""
         self.sync()
+        self._closing.set()
         stats = self.channels.stop(self.config.servers)
         for handle in self._handles:
             handle.remove()
