@@ -9,6 +9,7 @@ to try a multi-rank job on a one-GPU workstation).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from cadence.errors import UserError
@@ -74,3 +75,17 @@ def check_strategy(strategy: str, device: str, backend: str) -> None:
             f"--strategy {strategy} on GPUs needs a GPU per worker (NCCL), and this host "
             "has fewer: use --device cpu, or as many workers as GPUs"
         )
+
+
+_GPU_DRIVER_PATHS = ("/dev/nvidiactl", "/proc/driver/nvidia", "/dev/kfd")
+"""Present wherever a CUDA (NVIDIA) or ROCm (AMD) driver is loaded."""
+
+
+def visible_gpus() -> int:
+    """CUDA GPUs this process can use (0 without CUDA). On a machine without a GPU driver the
+    answer is 0 without importing torch, which a launcher or `--help` need not wait for."""
+    if not any(os.path.exists(path) for path in _GPU_DRIVER_PATHS):
+        return 0
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -30,9 +30,19 @@ importing them, so forking after is safe). `torch._dynamo` is there because ever
 optimizer imports it on first use (`torch._disable_dynamo`): ~2.5 s per rank otherwise."""
 
 
+_extra_preload: list[str] = []
+
+
+def preload_in_ranks(*modules: str) -> None:
+    """Have the fork server import `modules` too (call before the first `run_ranks`; later
+    calls do not reach a server already started). For modules slow to import that many ranks
+    use, such as a model library; one that fails to import is left to the ranks."""
+    _extra_preload.extend(m for m in modules if m not in _extra_preload)
+
+
 def _rank_context() -> Any:
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(list(_PRELOADED))
+    ctx.set_forkserver_preload([*_PRELOADED, *_extra_preload])
     return ctx
 
 

@@ -219,6 +219,16 @@ def _check_extras(rank: int, ws: int) -> list[str]:
     C.all_reduce(top, op=dist.ReduceOp.MAX, algorithm="tree")  # type: ignore[arg-type]  # torch's enum works too
     if top.tolist() != [float(ws - 1)] * 3:
         failures.append(f"ReduceOp.MAX gave {top.tolist()}")
+    # broadcast_tensors: runs of one dtype travel flattened, a strided tensor comes back in place.
+    mixed = [
+        torch.full((3, 2), float(rank)), torch.full((4,), float(rank), dtype=torch.float16),
+        torch.full((2,), rank, dtype=torch.int64), torch.full((5,), float(rank)),
+        torch.full((4, 3), float(rank)).t(), torch.zeros(0), torch.tensor([rank == 1]),
+    ]  # fmt: skip
+    C_ops.broadcast_tensors(mixed, src=ws - 1)
+    want = [ws - 1 if t.dtype != torch.bool else ws - 1 == 1 for t in mixed]
+    if any(not bool((t == w).all()) for t, w in zip(mixed, want, strict=True)):
+        failures.append(f"broadcast_tensors gave {[t.tolist() for t in mixed]}")
     if ws >= 3:
         members = list(range(1, ws))  # a group that excludes rank 0
         group = dist.new_group(members)

@@ -84,10 +84,44 @@ def broadcast(tensor: torch.Tensor, src: int, group: Group = None) -> None:
     dist.broadcast(tensor, src=src, group=group)
 
 
+_COALESCE_BYTES = 64 * 1024 * 1024
+"""`broadcast_tensors` sends tensors in flat buffers of up to this many bytes."""
+
+
 def broadcast_tensors(tensors: Sequence[torch.Tensor], src: int = 0, group: Group = None) -> None:
-    """`broadcast` each tensor in turn (every rank passes them in the same order)."""
+    """`src`'s tensors into every rank's (every rank passes them in the same order).
+
+    Runs of tensors of one dtype and device travel flattened, up to `_COALESCE_BYTES` a
+    message: a model's hundreds of small tensors cost a few messages' latency, not hundreds."""
+    run: list[torch.Tensor] = []
+    size = 0
     for tensor in tensors:
-        dist.broadcast(tensor, src=src, group=group)
+        same = not run or (tensor.dtype, tensor.device) == (run[0].dtype, run[0].device)
+        if run and (not same or size + _nbytes(tensor) > _COALESCE_BYTES):
+            _broadcast_flat(run, src, group)
+            run, size = [], 0
+        run.append(tensor)
+        size += _nbytes(tensor)
+    if run:
+        _broadcast_flat(run, src, group)
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+def _broadcast_flat(tensors: list[torch.Tensor], src: int, group: Group) -> None:
+    if len(tensors) == 1:
+        dist.broadcast(tensors[0], src=src, group=group)
+        return
+    flat = torch.cat([t.detach().reshape(-1) for t in tensors])
+    dist.broadcast(flat, src=src, group=group)
+    offset = 0
+    with torch.no_grad():
+        for tensor in tensors:
+            n = tensor.numel()
+            tensor.copy_(flat[offset : offset + n].view_as(tensor))
+            offset += n
 
 
 def broadcast_object_list(objects: list[Any], src: int = 0, group: Group = None) -> None:

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from cadence.errors import UserError
-from cadence.placement import place_worker
+from cadence.placement import place_worker, visible_gpus
 
 
 @dataclass(frozen=True)
@@ -45,11 +45,6 @@ def group_timeout() -> timedelta | None:
 
 def _env_int(name: str, default: int) -> int:
     return int(os.environ.get(name, default))
-
-
-def visible_gpus() -> int:
-    """CUDA GPUs this process can use (0 without CUDA)."""
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def init_from_env(

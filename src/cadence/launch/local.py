@@ -169,7 +169,7 @@ def launch_local(
     config: TrainConfig, run_dir: Path, cluster: ClusterLike | None = None
 ) -> dict[str, Any]:
     """Run `config.workers` ranks here and return rank 0's metrics once all succeed."""
-    from cadence.comm.process_group import visible_gpus  # loads torch: only when launching
+    from cadence.placement import visible_gpus
 
     placement = place_worker(config.cluster.device, 0, config.cluster.workers, visible_gpus())
     check_strategy(config.job.strategy, placement.device, placement.backend)

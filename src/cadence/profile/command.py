@@ -9,10 +9,9 @@ from pathlib import Path
 
 import torch
 
-from cadence.comm.process_group import visible_gpus
 from cadence.dp.heap import keep_heap
 from cadence.errors import UserError
-from cadence.placement import place_worker
+from cadence.placement import place_worker, visible_gpus
 from cadence.profile.facts import zoo_facts
 from cadence.profile.measure import profile_zoo_model
 from cadence.profile.record import DEFAULT_BLOCK_TIMING, Profile
