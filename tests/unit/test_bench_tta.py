@@ -14,6 +14,8 @@ from cadence.bench.tta import (
     cell_rows,
     eval_every_for,
     pilot,
+    plan_cell,
+    plan_score,
     run_tta_bench,
     table_lines,
     time_to_target,
@@ -93,6 +95,7 @@ def test_run_writes_json_png_and_pilots(tmp_path: Path) -> None:
     config = TTABenchConfig(models=("cnn",), caps=("none",), hosts=(2, 4), steps=30,
                             eval_every=10, methods=methods, out=str(out))  # fmt: skip
     report = run_tta_bench(config, "cadence bench tta", echo=lambda _: None, train=fake)
+    assert all("plan" not in c for c in report["cells"])  # the loopback is not planned
     assert [s[3] for s in seen] == ["ddp", "local-sgd:H4"] * 2  # ddp first: the target
     data = json.loads(out.read_text())
     assert data == json.loads(json.dumps(report))
@@ -112,3 +115,37 @@ def test_bad_settings_are_refused_in_one_line(tmp_path: Path) -> None:
     assert_one_line_error(proc, "unknown method 'warp'")
     proc = run_cadence("bench", "tta", "--workers", "2,x", cwd=tmp_path)
     assert_one_line_error(proc, "--workers")
+
+
+def test_plan_score_compares_the_pick_with_the_fastest_measured() -> None:
+    runs = {
+        "ddp": _metrics([3.0, 2.0, 1.5], 1.0),  # 30 s to the target
+        "diloco:H16": _metrics([2.5, 1.4, 1.2], 0.5, wire_bytes_total=77),  # 10 s
+        "ddp+fp16": _metrics([2.9, 1.5, 1.2], 0.6, wire_bytes_total=7),  # 12 s
+        "zero+onebit": {"error": "boom"},
+    }
+    _, rows = cell_rows(runs)
+    score = plan_score(["ddp+fp16", "diloco:H16", "ddp"], rows)
+    assert score["pick"] == "ddp+fp16" and score["fastest"] == "diloco:H16"
+    assert score["pick_over_fastest"] == pytest.approx(1.2)
+    assert plan_score(["diloco:H16"], rows)["pick_over_fastest"] == 1.0
+    # A pick that failed or never reached the target has no ratio: never a silent pass.
+    assert plan_score(["zero+onebit"], rows)["pick_over_fastest"] is None
+    lines = table_lines([{"model": "m", "cap": "100mbit", "hosts": 2, "target_loss": 1.5,
+                          "rows": rows, "plan": score}])  # fmt: skip
+    assert lines[-1].split() == ["plan", "tta", "picks", "ddp+fp16;", "fastest", "measured",
+                                 "diloco:H16;", "pick", "/", "fastest", "1.20"]  # fmt: skip
+
+
+def test_plan_cell_ranks_the_cells_methods_from_its_pilot(tmp_path: Path) -> None:
+    # The pilot says local SGD needs as many steps as ddp: its far cheaper step must win.
+    runs = {
+        "ddp": _metrics([3.0, 2.0, 1.5], 1.0),
+        "local-sgd:H4": _metrics([3.0, 2.0, 1.5], 1.0, wire_bytes_total=1),
+    }
+    target, rows = cell_rows(runs)
+    path = tmp_path / "pilot.json"
+    path.write_text(json.dumps(pilot(target, rows, 64)))
+    config = TTABenchConfig(models=("mlp",), caps=("20mbit",), hosts=(2,), steps=30,
+                            eval_every=10, methods=("ddp", "local-sgd:H4"))  # fmt: skip
+    assert plan_cell("mlp", "20mbit", 2, path, config) == ["local-sgd:H4", "ddp"]

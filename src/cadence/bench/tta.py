@@ -172,6 +172,15 @@ def table_lines(cells: Sequence[Mapping[str, Any]]) -> list[str]:
                 f"{_fmt(None if acc is None else 100 * acc, '.1f'):>7}"
                 f"{r['wire_bytes'] / 1e6:>10.1f}"
             )
+        planned = cell.get("plan")
+        if planned is not None:
+            if "error" in planned:
+                lines.append(f"  plan tta: {planned['error']}")
+            else:
+                lines.append(
+                    f"  plan tta picks {planned['pick']}; fastest measured {planned['fastest']}; "
+                    f"pick / fastest {_fmt(planned['pick_over_fastest'], '.2f')}"
+                )
     return lines
 
 
@@ -203,6 +212,41 @@ def plot(cells: Sequence[Mapping[str, Any]], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plan_score(planned: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """How `cadence plan tta`'s order (`planned`: method names, its pick first) fared in the
+    cell's measured `rows`: its pick, the fastest method to the target, and the pick's
+    measured time over the fastest's (target: <= 1.10)."""
+    measured = {
+        r["method"]: r["time_to_target_s"]
+        for r in rows
+        if "error" not in r and r["time_to_target_s"] is not None
+    }
+    fastest = min(measured, key=measured.__getitem__) if measured else None
+    pick = planned[0] if planned else None
+    ratio = None
+    if pick is not None and fastest is not None and pick in measured:
+        ratio = measured[pick] / measured[fastest]
+    return {"order": list(planned), "pick": pick, "fastest": fastest, "pick_over_fastest": ratio}
+
+
+def plan_cell(model: str, cap: str, hosts: int, pilot_path: Path, config: TTABenchConfig) -> Any:
+    """`cadence plan tta` for one cell (its pilot, the cell's cluster and batch, the model
+    profiled here at one worker's batch): the plan's methods, fastest predicted first."""
+    from cadence.cli import build_parser
+    from cadence.config_flags import resolve_flags
+    from cadence.sim.tta_command import plan_tta
+
+    argv = [
+        "plan", "tta", "--model", model, "--workers", str(hosts), "--bandwidth", cap,
+        "--micro-batch-size", str(config.batch_size // hosts), "--pilot", str(pilot_path),
+        "--methods", ",".join(config.methods),
+    ]  # fmt: skip
+    args = build_parser().parse_args(argv)
+    resolve_flags(args)
+    plan = plan_tta(args)
+    return [r.estimate.method for r in plan.rows if r.seconds is not None]
 
 
 # --- runs ---------------------------------------------------------------------------------
@@ -241,6 +285,7 @@ def run_tta_bench(
     command: str,
     echo: Callable[[str], None] = print,
     train: Callable[[str, str, int, str, TTABenchConfig], Any] = train_method,
+    plan: Callable[[str, str, int, Path, TTABenchConfig], Any] = plan_cell,
 ) -> dict[str, Any]:
     """Every cell, written after each one (an interrupted benchmark keeps what it measured)."""
     from cadence.bench.dp import prepare_out
@@ -272,6 +317,13 @@ def run_tta_bench(
                 name = f"{out.stem}.{model}.{cap}.{hosts}h.pilot.json"
                 own = pilot(target, rows, config.batch_size)
                 (out.parent / name).write_text(json.dumps(own, indent=2) + "\n")
+                if cap != NO_CAP:  # the loopback is no link the simulator can price
+                    try:
+                        cell["plan"] = plan_score(
+                            plan(model, cap, hosts, out.parent / name, config), rows
+                        )
+                    except UserError as exc:
+                        cell["plan"] = {"error": str(exc)}
                 report["seconds"] = time.time() - started
                 tmp = out.with_suffix(".tmp")
                 tmp.write_text(json.dumps(report, indent=2) + "\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from cadence.errors import UserError
@@ -17,6 +18,7 @@ from cadence.sim.methods import (
 )
 from cadence.sim.metrics import write_text
 from cadence.sim.tta import (
+    Row,
     Steps,
     convergence,
     load_pilot,
@@ -38,8 +40,26 @@ def _methods(args: Any, data: dict[str, Steps], user: dict[str, int]) -> list[Me
     return methods
 
 
-def plan_tta_command(args: Any) -> int:
-    """Rank the methods by steps to the target x predicted seconds per step; print, save."""
+@dataclass(frozen=True)
+class TTAPlan:
+    """`cadence plan tta`'s answer."""
+
+    target: float
+    """The loss the steps are counted to."""
+    rows: list[Row]
+    """Methods, fastest predicted time to the target first; unranked ones last."""
+    why: str
+    """One line: why the pick wins."""
+    setup: Any
+    """The simulated cluster (`cadence.sim.command.Setup`)."""
+    options: Any
+    """The simulator's options (`SimOptions`)."""
+    pilot_batch: int | None
+    """The global batch the pilot ran, if it said."""
+
+
+def plan_tta(args: Any) -> TTAPlan:
+    """Rank the methods by steps to the target x predicted seconds per step."""
     if args.pilot is None and args.steps_to_target is None:
         raise UserError(
             "plan tta needs convergence data: --pilot FILE (`cadence bench tta` writes one) "
@@ -67,6 +87,13 @@ def plan_tta_command(args: Any) -> int:
         for m in methods
     ]  # fmt: skip
     rows = rank(estimates, convergence([m.name for m in methods], pilot, user))
+    return TTAPlan(target, rows, why(rows, target), setup, options, batch)
+
+
+def plan_tta_command(args: Any) -> int:
+    """`plan_tta`, printed (and saved with --json)."""
+    plan = plan_tta(args)
+    setup, options, target, batch = plan.setup, plan.options, plan.target, plan.pilot_batch
     print(setup.description + accumulation_note(options))
     print(f"assumed: {setup.assumed}")
     planned = setup.profile.batch_size * setup.world_size * options.grad_accum
@@ -76,17 +103,16 @@ def plan_tta_command(args: Any) -> int:
             f"note: the pilot ran a global batch of {batch}, this prediction is for {planned} "
             "(workers x micro-batch x accumulation): its steps may not carry over"
         )
-    for line in table_lines(rows):
+    for line in table_lines(plan.rows):
         print(line)
-    reason = why(rows, target)
-    print(reason)
+    print(plan.why)
     if args.json:
         data = {
             "model": args.model,
             "setup": setup.description,
             "target_loss": target,
-            "rows": [r.to_json() for r in rows],
-            "why": reason,
+            "rows": [r.to_json() for r in plan.rows],
+            "why": plan.why,
         }
         write_text(args.json, json.dumps(data, indent=2) + "\n")
     return 0
