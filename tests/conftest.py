@@ -1,5 +1,9 @@
+import fcntl
 import os
 import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -15,7 +19,30 @@ def _netem_missing_reason() -> str | None:
 
 
 NETEM_SKIP_REASON = _netem_missing_reason()
-needs_netem = pytest.mark.skipif(NETEM_SKIP_REASON is not None, reason=NETEM_SKIP_REASON or "")
+_netem_skip = pytest.mark.skipif(NETEM_SKIP_REASON is not None, reason=NETEM_SKIP_REASON or "")
+
+
+def needs_netem(test: Callable[..., Any]) -> Callable[..., Any]:
+    """Skip `test` where no emulated cluster can be built, and mark it `netem`."""
+    return pytest.mark.netem(_netem_skip(test))
+
+
+def _builds_clusters(item: pytest.Item) -> bool:
+    return item.get_closest_marker("netem") is not None or item.nodeid.startswith("tests/netem/")
+
+
+@pytest.fixture(autouse=True)
+def _one_emulated_cluster_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Tests that build emulated clusters compare the host's namespaces before and after and
+    time capped links: under pytest-xdist they take turns (a lock file), whichever worker
+    runs them."""
+    if not _builds_clusters(request.node):
+        yield
+        return
+    with open(os.path.join(tempfile.gettempdir(), "cadence-tests-netem.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
 
 # Ranks of the parity matrices build transformers' models: their modules (~3.5 s of imports a
 # rank) are imported once by the fork server every rank is forked from.
