@@ -44,6 +44,20 @@ def _one_emulated_cluster_at_a_time(request: pytest.FixtureRequest) -> Iterator[
         yield
 
 
+def _start_order(item: pytest.Item) -> tuple[int, str]:
+    path = item.nodeid.split("::")[0]
+    tier = 0 if path.startswith("tests/parity/") else 2 if path.startswith("tests/unit/") else 1
+    return tier, path.rsplit("/", 1)[-1]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Under pytest-xdist the longest files (the parity matrices) start first and the many
+    # short unit tests fill the end, so no worker runs a long file alone at the end; the
+    # multi-process files of tests/dist and tests/netem interleave by name, which spreads
+    # the netem files (they take turns) among the others. Within a file the order is kept.
+    items.sort(key=_start_order)
+
+
 # Ranks of the parity matrices build transformers' models: their modules (~3.5 s of imports a
 # rank) are imported once by the fork server every rank is forked from.
 cadence.testing.preload_in_ranks(
