@@ -202,8 +202,9 @@ class ClusterSection:
 class DPSection:
     """Data parallel: --strategy ddp and cadence-dp."""
 
-    bucket_mb: float = 25.0
-    """ddp: gradient bucket size in MB (torch's default is 25)."""
+    bucket_mb: float | None = None
+    """ddp: gradient bucket size in MB, the first bucket's too; none: torch's default (25 MB
+    buckets after a first one of 1 MB, which lets the last layers' gradients go early)."""
     threshold_mb: float | None = None
     """cadence-dp: split/fuse threshold in MB, where autotuning starts; none: a quarter of the
     model's gradients, within 1-4 MiB."""
@@ -229,7 +230,7 @@ class DPSection:
     --powersgd-rank from step --powersgd-start-step)."""
 
     def __post_init__(self) -> None:
-        if not self.bucket_mb > 0:
+        if self.bucket_mb is not None and not self.bucket_mb > 0:
             raise UserError(f"--bucket-mb must be positive (got {self.bucket_mb})")
         if self.threshold_mb is not None and not self.threshold_mb > 0:
             raise UserError(f"--threshold-mb must be positive (got {self.threshold_mb})")

@@ -87,3 +87,30 @@ def test_local_sgd_counts_the_bytes_of_its_syncs(tmp_path: Path) -> None:
     # Syncs after steps 2, 4 and 6 (the run's end finds every fragment synced): the model
     # in fp32 each time (the mlp has no buffers).
     assert m["wire_bytes_total"] == 3 * m["gradient_bytes"]
+
+
+def _ddp_buckets(rank: int, world_size: int) -> list[tuple[bool, int]]:
+    from cadence.comm.process_group import DistContext
+    from cadence.train.strategies import get_strategy
+
+    out = []
+    for bucket_mb in (None, 4.0):
+        config = TrainConfig.from_flat(model="mlp", strategy="ddp", bucket_mb=bucket_mb)
+        model = torch.nn.Linear(4, 2)
+        ctx = DistContext(rank, world_size, rank, "gloo", torch.device("cpu"))
+        wrap = get_strategy("ddp").wrap_for(config)
+        ddp, _ = wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), ctx)
+        assert isinstance(ddp, torch.nn.parallel.DistributedDataParallel)
+        out.append((ddp.bucket_bytes_cap_default, ddp.bucket_bytes_cap))
+    return out
+
+
+def test_ddp_is_built_with_torchs_buckets_unless_given_a_size() -> None:
+    # Without --bucket-mb, torch's default: 25 MiB buckets after a 1 MiB first one (what the
+    # simulator assumes then); --bucket-mb caps every bucket, the first too.
+    from cadence.sim.options import ddp_bucket_caps
+
+    for default, given in run_ranks(_ddp_buckets, 2):
+        assert default == (True, 25 * 2**20) and given == (False, 4 * 2**20)
+    assert ddp_bucket_caps(None) == (25 * 2**20, 2**20)
+    assert ddp_bucket_caps(4.0) == (4 * 2**20, None)

@@ -27,7 +27,7 @@ from cadence.profile.facts import zoo_facts
 from cadence.sim.api import DDP_BUCKET_BYTES, plan_dp, simulate_ddp, simulate_dp
 from cadence.sim.compute import block_costs
 from cadence.sim.metrics import SimResult
-from cadence.sim.options import SimOptions
+from cadence.sim.options import SimOptions, ddp_bucket_caps
 from cadence.sim.stepcost import (
     TCP_PAYLOAD_FRACTION,
     check_step,
@@ -450,11 +450,13 @@ def setup_from(args: Any, workers: int | None = None, bandwidth: str | None = No
 
 def sim_options(args: Any) -> SimOptions:
     """The `SimOptions` the simulator commands' shared flags set."""
+    _, first_bucket = ddp_bucket_caps(getattr(args, "bucket_mb", None))
     return SimOptions(
         replicas=args.replicas,
         grad_accum=args.grad_accum,
         clip=args.clip,
         dp_compression=getattr(args, "dp_compression", "none"),  # `simulate` has the flag
+        ddp_first_bucket_bytes=first_bucket,
     )
 
 
@@ -468,8 +470,7 @@ def simulate_command(args: Any) -> int:
     """`cadence simulate`: predict one strategy, print it, write the requested files."""
     threshold = mb_to_bytes(args.threshold_mb)
     credit = mb_to_bytes(args.credit_mb)
-    bucket = mb_to_bytes(args.bucket_mb)
-    assert bucket is not None
+    bucket, _ = ddp_bucket_caps(args.bucket_mb)
     options = sim_options(args)
     setup = setup_from(args)
     reorder_k = args.reorder_k
@@ -514,8 +515,7 @@ def plan_command(args: Any) -> int:
     options = sim_options(args)
     setup = setup_from(args)
     ks = parse_reorder_ks(args.reorder_ks)
-    bucket = mb_to_bytes(args.bucket_mb)
-    assert bucket is not None
+    bucket, _ = ddp_bucket_caps(args.bucket_mb)
     rows = rank_dp(setup, thresholds, options, bucket, ks)
     print(setup.description + accumulation_note(options))
     for line in table_lines(rows):

@@ -28,7 +28,7 @@ from cadence.models.refs import is_ref
 from cadence.profile import Profile
 from cadence.profile.facts import ModelFacts, zoo_facts
 from cadence.sim.compute import cap_link
-from cadence.sim.options import SimOptions
+from cadence.sim.options import SimOptions, ddp_bucket_caps
 from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION, chosen_step_s
 
 ProfileKey = tuple[str, str | None, int, int]
@@ -144,21 +144,20 @@ def _data_parallel(config: TrainConfig, profile: Profile, link: AlphaBeta) -> tu
         buffer_bytes=facts.buffer_bytes, buffer_broadcasts=facts.buffer_broadcasts,
         arrival_order=facts.arrival_order,
     )  # fmt: skip
-    # cadence train builds DDP with bucket_cap_mb: its first bucket has that cap too.
-    options = SimOptions(ddp_first_bucket_bytes=None, grad_accum=c.data.grad_accum)
+    # DDP's buckets as cadence train builds them (a --bucket-mb caps the first bucket too).
+    bucket, first_bucket = ddp_bucket_caps(c.dp.bucket_mb)
+    options = SimOptions(ddp_first_bucket_bytes=first_bucket, grad_accum=c.data.grad_accum)
     zero = None
     note: str = c.job.strategy
     if c.job.strategy == "zero":
         zero = ZeroSimPlan.from_config(ZeroConfig.from_train_settings(c.to_flat()))
         note += f" stage {zero.stage}, {zero.compression}"
-    bucket = mb_to_bytes(c.dp.bucket_mb)
-    assert bucket is not None
     result, _ = run_strategy(
         setup, c.job.strategy, mb_to_bytes(c.dp.threshold_mb), None, bucket, options,
         reorder_k=c.dp.reorder_k, zero=zero,
     )  # fmt: skip
     if c.job.strategy == "ddp":
-        note += f", bucket {c.dp.bucket_mb:g} MB"
+        note += f", bucket {c.dp.bucket_mb:g} MB" if c.dp.bucket_mb else ", torch's buckets"
     return result.iteration_s, note
 
 

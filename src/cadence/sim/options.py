@@ -46,8 +46,8 @@ class SimOptions:
     the compute keeps busy, they slow while it computes. 1: they do not."""
     ddp_first_bucket_bytes: int | None = 1024 * 1024
     """Cap of DDP's first bucket (its last layers' gradients). torch uses 1 MiB when DDP is
-    built without `bucket_cap_mb`; given one (as `cadence train --strategy ddp` does), the
-    first bucket has that cap too: None."""
+    built without `bucket_cap_mb` (as `cadence train` does without `--bucket-mb`); given one,
+    the first bucket has that cap too: None (`ddp_bucket_caps`)."""
     link_bucket_bytes: float = 0.0
     """Token bucket of each worker's link (`Resource.bucket_bytes`): an emulated link's tbf
     passes this many bytes at once after an idle spell. 0: a real link."""
@@ -106,3 +106,13 @@ class SimOptions:
     def comm_cpu_s(self, nbytes: float) -> float:
         """Processor seconds one all-reduce of `nbytes` takes from its worker's compute."""
         return self.comm_cpu_s_per_message + self.comm_cpu_s_per_byte * nbytes
+
+
+def ddp_bucket_caps(bucket_mb: float | None) -> tuple[int, int | None]:
+    """(bucket bytes, `SimOptions.ddp_first_bucket_bytes`) of DDP built with
+    `bucket_cap_mb=bucket_mb`, as `cadence train --bucket-mb` builds it: None is torch's
+    default (25 MiB buckets after a first one of 1 MiB); a given cap holds for the first
+    bucket too."""
+    if bucket_mb is None:
+        return 25 * 2**20, 1024 * 1024
+    return max(1, int(bucket_mb * 2**20)), None

@@ -213,7 +213,7 @@ def _localsgd_strategy(name: str, description: str) -> Strategy:
 _STRATEGIES: dict[str, Strategy] = {
     "ddp": Strategy(
         "ddp",
-        "PyTorch DistributedDataParallel (buckets of --bucket-mb, default 25: the baseline)",
+        "PyTorch DistributedDataParallel (torch's buckets, or --bucket-mb: the baseline)",
         _wrap_ddp,
         _unwrap_ddp,
         configure=_ddp_for,
