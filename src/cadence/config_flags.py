@@ -260,8 +260,10 @@ def resolve_flags(args: argparse.Namespace) -> dict[str, Any]:
     sets: tuple[FlagSet, ...] = args._flag_sets
     values = _given(args, [s.table for s in sets])
     built: dict[str, Any] = {}
+    args._given = set()  # flat keys set by --config FILE or a flag, not by a default
     for flag_set in sets:
         given = values.get(flag_set.table, {})
+        args._given |= {flat_key(f) for f in flag_set.fields() if f.name in given}
         chosen = {f.name: given.get(f.name, flag_set.default(f)) for f in flag_set.fields()}
         hints = _hints(flag_set.cls)
         for f in flag_set.fields():

@@ -233,3 +233,10 @@ def test_the_optimizer_step_comes_from_the_profile_where_it_was_timed(tmp_path: 
         assert json.loads(out.read_text())["update_s"] == pytest.approx(expected, rel=1e-9)
     assert main([*base, "--optimizer-step", "0.003"]) == 0
     assert json.loads(out.read_text())["update_s"] == pytest.approx(0.003, rel=1e-9)
+
+
+def test_without_model_a_saved_profile_names_it(
+    cnn_profile: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", "--profile", str(cnn_profile), "--workers", "2"]) == 0
+    assert capsys.readouterr().out.startswith("cadence-dp: cnn, ")

@@ -431,8 +431,13 @@ def _fmt(nbytes: int) -> str:
 def setup_from(args: Any, workers: int | None = None, bandwidth: str | None = None) -> Setup:
     """The Setup the simulator commands' shared flags describe (`workers`/`bandwidth` override
     theirs, e.g. for one cell of `cadence plan map`)."""
+    model = args.model
+    if args.profile is not None and "model" not in getattr(args, "_given", {"model"}):
+        from cadence.profile import Profile
+
+        model = args.model = Profile.load(args.profile).model  # no --model: the profile's
     return make_setup(
-        model=args.model,
+        model=model,
         workers=args.workers if workers is None else workers,
         bandwidth=args.bandwidth if bandwidth is None else bandwidth,
         latency_s=args.latency,
