@@ -1,6 +1,7 @@
 """Per-block profiler: structure, exact parameter bytes, JSON round trip, sanity of times."""
 
 import json
+import statistics
 
 import pytest
 import torch
@@ -193,14 +194,19 @@ def test_block_times_inside_one_iteration_split_it():
     model = spec.build()
     x, y = spec.synthetic_batch(64)
     cpu = torch.device("cpu")
-    runs = [block_times_in_iteration(model, x, y, cpu) for _ in range(5)]  # the first warms up
-    forward, backward = min(runs[1:], key=lambda run: sum(run[0]) + sum(run[1]))
+    block_times_in_iteration(model, x, y, cpu)  # warms up
+    # The marks are contiguous: the blocks cover the whole iteration bar the loss. Each round
+    # times the blocks and then whole iterations, so both see the machine alike (another
+    # test process may share its cores); the median round decides.
+    ratios = []
+    for _ in range(5):
+        forward, backward = block_times_in_iteration(model, x, y, cpu)
+        whole = profile_model(model, (x, y), iterations=3, warmup=1).iteration_s
+        ratios.append((sum(forward) + sum(backward)) / whole)
     assert len(forward) == len(backward) == len(model.blocks())
     assert all(f > 0 for f in forward) and all(b > 0 for b in backward)
     assert all(p.grad is None for p in model.parameters())  # left cleared
-    # The marks are contiguous: the blocks cover the whole iteration bar the loss.
-    whole = [profile_model(model, (x, y), iterations=3, warmup=1).iteration_s for _ in range(2)]
-    assert 0.5 * min(whole) < sum(forward) + sum(backward) < 1.5 * max(whole)
+    assert 0.5 < statistics.median(ratios) < 1.5, ratios
 
 
 def test_block_timing_is_recorded_and_checked(profiled, tmp_path):
