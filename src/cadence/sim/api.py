@@ -19,9 +19,7 @@ from cadence.sim.dp_adapter import build_ddp, build_dp
 from cadence.sim.engine import run
 from cadence.sim.grad_ready import point_of, ready_points
 from cadence.sim.metrics import SimResult, analyse
-from cadence.sim.options import SimOptions
-
-DDP_BUCKET_BYTES = 25 * 2**20
+from cadence.sim.options import DDP_BUCKET_BYTES, SimOptions
 
 
 def _check(world_size: int, iterations: int) -> None:

@@ -54,9 +54,7 @@ from cadence.sim.compute import (
 )
 from cadence.sim.grad_ready import ready_points
 from cadence.sim.graph import LINK, STREAM, TaskGraph
-from cadence.sim.options import SimOptions
-
-DDP_FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed's default first-bucket cap
+from cadence.sim.options import DDP_FIRST_BUCKET_BYTES, SimOptions
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,12 @@ scale it (3 tensor passes), Adam reads parameter, gradient and two moments and w
 (7 passes)."""
 
 
+DDP_BUCKET_BYTES = 25 * 2**20
+"""torch DDP's default bucket cap (`bucket_cap_mb` 25)."""
+DDP_FIRST_BUCKET_BYTES = 1024 * 1024
+"""torch DDP's first-bucket cap when built without `bucket_cap_mb`."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class SimOptions:
     """How a simulation is set up beyond the plan, the profile and the link."""
@@ -44,7 +50,7 @@ class SimOptions:
     """Share of its link's rate a worker's transfers keep while its compute runs: where the
     transfers' processor work (the kernel's TCP and shaping, gloo's copies) shares the cores
     the compute keeps busy, they slow while it computes. 1: they do not."""
-    ddp_first_bucket_bytes: int | None = 1024 * 1024
+    ddp_first_bucket_bytes: int | None = DDP_FIRST_BUCKET_BYTES
     """Cap of DDP's first bucket (its last layers' gradients). torch uses 1 MiB when DDP is
     built without `bucket_cap_mb` (as `cadence train` does without `--bucket-mb`); given one,
     the first bucket has that cap too: None (`ddp_bucket_caps`)."""
@@ -113,6 +119,7 @@ def ddp_bucket_caps(bucket_mb: float | None) -> tuple[int, int | None]:
     `bucket_cap_mb=bucket_mb`, as `cadence train --bucket-mb` builds it: None is torch's
     default (25 MiB buckets after a first one of 1 MiB); a given cap holds for the first
     bucket too."""
-    if bucket_mb is None:
-        return 25 * 2**20, 1024 * 1024
-    return max(1, int(bucket_mb * 2**20)), None
+    from cadence.dp.config import mb_to_bytes
+
+    bucket = mb_to_bytes(bucket_mb)
+    return (DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES) if bucket is None else (bucket, None)
