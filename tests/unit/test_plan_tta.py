@@ -51,7 +51,10 @@ def test_method_names_round_trip_and_select_train_flags() -> None:
                                                          "compression": "onebit"}  # fmt: skip
     flags = parse_method("local-sgd:H8").train_flags()
     assert flags == {"strategy": "local-sgd", "sync_every": 8, "fragments": 1}
-    bad_names = ("ddp+sign", "diloco", "ddp:H4", "cadence-dp:K2", "fsdp", "diloco:H0", "x:H1")
+    flags = parse_method("diloco+bf16:H8:K2").train_flags()
+    assert flags == {"strategy": "diloco", "sync_every": 8, "fragments": 2, "outer_dtype": "bf16"}
+    bad_names = ("ddp+sign", "diloco", "local-sgd+sign:H4", "ddp:H4", "cadence-dp:K2", "fsdp",
+                 "diloco:H0", "x:H1")  # fmt: skip
     for bad in bad_names:
         with pytest.raises(UserError):
             parse_method(bad)
@@ -76,6 +79,9 @@ def test_local_sgd_spreads_one_model_sync_over_h_steps() -> None:
     assert streamed.step_s < method_step_s(setup, parse_method("local-sgd:H4")).step_s
     int8 = method_step_s(setup, parse_method("local-sgd:H4"), outer_dtype="int8")
     assert int8.step_s < method_step_s(setup, parse_method("local-sgd:H4")).step_s
+    named = method_step_s(setup, parse_method("local-sgd+int8:H4"))  # the method's own dtype
+    assert named.step_s == int8.step_s
+    assert named.wire_bytes == int8.wire_bytes
     assert outer_sync_bytes(1000, "int8") < outer_sync_bytes(1000, "bf16") < 4000
 
 
@@ -138,7 +144,11 @@ def test_rank_by_steps_times_seconds_and_never_invent_convergence() -> None:
                  _est("diloco:H16", 0.3), _est("local-sgd:H4", 0.1)]  # fmt: skip
     rows = rank(estimates, steps)
     assert [r.estimate.method for r in rows] == [
-        "diloco:H16", "cadence-dp", "ddp", "cadence-dp+sign", "local-sgd:H4",
+        "diloco:H16",
+        "cadence-dp",
+        "ddp",
+        "cadence-dp+sign",
+        "local-sgd:H4",
     ]  # 45 s, 90 s, 100 s, 120 s, unknown (though its step is the fastest)
     assert rows[0].seconds == pytest.approx(45.0) and rows[-1].seconds is None
     line = why(rows, 2.0)

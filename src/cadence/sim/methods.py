@@ -4,7 +4,8 @@ and the simulator's seconds per optimizer step of each (`method_step_s`).
 A method name is `STRATEGY[+COMPRESSION][:H<sync_every>[:K<fragments>]]`:
 ddp, ddp+fp16 and ddp+powersgd (torch's comm hooks), cadence-dp[+bf16|fp16|sign|powersgd],
 local-sgd:H16, diloco:H16, diloco:H16:K4 (streaming: 4 fragments, each overlapped with one
-inner step), zero+onebit (ZeRO-2 with 1-bit Adam).
+inner step), local-sgd+bf16:H16 and diloco+int8:H16 (the outer sync's wire dtype), zero+onebit
+(ZeRO-2 with 1-bit Adam).
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ _COMPRESSIONS = {
     "ddp": ("none", "fp16", "powersgd"),
     "cadence-dp": ("none", "bf16", "fp16", "sign", "powersgd"),
     "zero": ("none", "onebit"),
-    "local-sgd": ("none",),
-    "diloco": ("none",),
+    "local-sgd": ("none", "bf16", "int8"),
+    "diloco": ("none", "bf16", "int8"),
 }
 _FORMAT = (
     "a method is STRATEGY[+COMPRESSION][:H<steps>[:K<fragments>]], e.g. ddp+fp16, "
-    "cadence-dp+sign, diloco:H16:K4, zero+onebit"
+    "cadence-dp+sign, diloco:H16:K4, local-sgd+bf16:H16, zero+onebit"
 )
 
 
@@ -48,7 +49,8 @@ class Method:
     strategy: str
     """`--strategy`: ddp, cadence-dp, zero, local-sgd or diloco."""
     compression: str = "none"
-    """ddp: `--ddp-comm-hook`; cadence-dp: `--dp-compression`; zero: `--compression`."""
+    """ddp: `--ddp-comm-hook`; cadence-dp: `--dp-compression`; zero: `--compression`;
+    local-sgd / diloco: `--outer-dtype` (none: fp32)."""
     sync_every: int | None = None
     """local-sgd / diloco: `--sync-every` H."""
     fragments: int = 1
@@ -79,6 +81,8 @@ class Method:
         else:
             flags["sync_every"] = self.sync_every
             flags["fragments"] = self.fragments
+            if self.compression != "none":
+                flags["outer_dtype"] = self.compression
         return flags
 
 
@@ -290,7 +294,8 @@ def method_step_s(
             f"event-simulated ZeRO-2 with 1-bit Adam after {freeze_steps} uncompressed steps",
             freeze_steps, full.iteration_s,
         )  # fmt: skip
-    return _semi_synchronous(setup, method, options, outer_dtype, overlap_steps)
+    dtype = outer_dtype if c == "none" else c  # a method's own dtype wins over the default
+    return _semi_synchronous(setup, method, options, dtype, overlap_steps)
 
 
 def _semi_synchronous(
