@@ -124,6 +124,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         threads=args.threads,
         device=args.device,
         block_timing=args.block_timing,
+        neighbours=args.workers_per_host - 1,
     )
     _write_json(args.json, profile.to_dict())
     return 0
@@ -139,7 +140,7 @@ def _add_profile(sub: Any) -> None:
         "profile",
         help="time every block (forward, input-grad, weight-grad) and record sizes and memory",
     )
-    profile = ("micro_batch_size", "profile_iterations", "block_timing", "out")
+    profile = ("micro_batch_size", "profile_iterations", "block_timing", "out", "workers_per_host")
     add_flags(
         p,
         [

@@ -70,10 +70,15 @@ class ProfileOptions:
     as the pipeline planners profile)."""
     out: str | None = opt(None, metavar="FILE")
     """Save the profile JSON here."""
+    workers_per_host: int = opt(1, metavar="N")
+    """Training workers that will compute on each host at once: the profile is timed with
+    N - 1 processes training the same model beside it, so it sees the cores shared as they
+    will be."""
 
     def __post_init__(self) -> None:
         _at_least("--micro-batch-size", self.micro_batch_size, 1)
         _at_least("--profile-iterations", self.profile_iterations, 1)
+        _at_least("--workers-per-host", self.workers_per_host, 1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,6 +207,9 @@ class BenchOptions:
     """sim: train every row of a held-out set (benchmarks/held_out.toml) on the emulated
     cluster --repeats times, rows alternating, and print each row's error beside its
     run-to-run spread (profiles are taken now, at each row's per-worker batch and threads)."""
+    measured: str | None = opt(None, metavar="FILE")
+    """sim with --held-out: each row's runs from this earlier --held-out JSON of the same set
+    instead of training them again; the profiles and predictions are made now."""
 
     def __post_init__(self) -> None:
         _at_least("--repeats", self.repeats, 1)

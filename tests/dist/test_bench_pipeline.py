@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pytest
 
-from cadence.bench.pipeline import kendall_tau
 from tests.cli_helpers import assert_one_line_error, run_cadence
 from tests.conftest import needs_netem
 
@@ -39,12 +38,6 @@ def test_bench_pipeline_times_every_candidate_and_writes_json_png_and_table(
     assert sc["plan_time_s"]["profiles"] > 0 and sc["plan_time_s"]["stage_probe"] > 0
     assert (tmp_path / "out" / "b.png").stat().st_size > 5_000
     assert "| gpipe | 2 | cadence |" in proc.stdout
-
-
-def test_kendall_tau() -> None:
-    assert kendall_tau([1, 2, 3], [10, 20, 30]) == 1.0
-    assert kendall_tau([1, 2, 3], [3, 2, 1]) == -1.0
-    assert kendall_tau([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(4 / 6)
 
 
 @pytest.mark.parametrize(

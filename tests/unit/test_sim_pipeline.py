@@ -10,6 +10,7 @@ from cadence.pipeline.memory import stage_memory
 from cadence.pipeline.schedule import build_schedule
 from cadence.pipeline.stages import plan_stages
 from cadence.profile.record import BlockProfile, Profile
+from cadence.sim.metrics import SimResult
 from cadence.sim.pipeline_adapter import (
     Affine,
     Piecewise,
@@ -77,6 +78,22 @@ def test_bandwidth_bound_step_is_at_least_the_wire_time() -> None:
     assert r.wire_s == pytest.approx(160 / rate)
     assert r.iteration_s >= r.wire_s
     assert r.bound_s == pytest.approx(r.wire_s)
+
+
+def test_a_links_token_bucket_passes_a_message_after_an_idle_spell_at_once() -> None:
+    rate = 100.0  # bytes/s: a micro-batch's 40-byte message takes 0.4 s at the rate
+    def step(bucket: float) -> SimResult:
+        return simulate_pipeline(
+            _profile(), stages=2, microbatches=4, schedule="1f1b", link=rate,
+            link_bucket_bytes=bucket,
+        )  # fmt: skip
+
+    plain = step(0.0)
+    assert plain.iteration_s >= plain.wire_s
+    # A 40-byte bucket: a message that finds its link idle for 0.4 s passes at once.
+    bucket = step(40.0)
+    assert bucket.iteration_s < plain.iteration_s - 0.4
+    assert bucket.iteration_s >= bucket.compute_s / 2  # each stage still computes its part
 
 
 def test_peak_memory_grows_with_k_and_matches_the_memory_model() -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from cadence.errors import UserError
+from cadence.sim.rankings import kendall_tau
 
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536"}
 """Large tensors get their own mappings, returned on free: RSS then follows live tensors."""
@@ -74,28 +75,6 @@ class PipelineBenchConfig:
             )
         if self.memory_limit is not None and self.memory_limit < 1:
             raise UserError(f"--memory-limit must be positive, got {self.memory_limit}")
-
-
-def kendall_tau(xs: Sequence[float], ys: Sequence[float]) -> float:
-    """Kendall's tau-b between two score lists (1: same order, -1: reversed)."""
-    n = len(xs)
-    concordant = discordant = ties_x = ties_y = 0
-    for i in range(n):
-        for j in range(i + 1, n):
-            dx, dy = xs[i] - xs[j], ys[i] - ys[j]
-            if dx == 0 and dy == 0:
-                continue
-            if dx == 0:
-                ties_x += 1
-            elif dy == 0:
-                ties_y += 1
-            elif (dx > 0) == (dy > 0):
-                concordant += 1
-            else:
-                discordant += 1
-    pairs = concordant + discordant
-    denom = ((pairs + ties_x) * (pairs + ties_y)) ** 0.5
-    return (concordant - discordant) / denom if denom else 1.0
 
 
 def summarise(model: str, loaded: bool, raw: dict[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from cadence.errors import UserError
 from cadence.placement import place_worker, visible_gpus
 from cadence.profile.facts import zoo_facts
 from cadence.profile.measure import profile_zoo_model
+from cadence.profile.neighbours import neighbours as beside
 from cadence.profile.record import DEFAULT_BLOCK_TIMING, Profile
 
 SETTLED_WITHIN = 0.01
@@ -84,6 +85,7 @@ def profile_command(
     device: str = "cpu",
     block_timing: str = DEFAULT_BLOCK_TIMING,
     tolerance: float | None = SETTLED_WITHIN,
+    neighbours: int = 0,
 ) -> Profile:
     """Profile zoo `model` on a synthetic batch, print the per-block table, save JSON to `out`.
 
@@ -98,12 +100,18 @@ def profile_command(
     cadence-dp's training processes), so that the blocks and the optimizer step are timed in
     the steady state of a training process, not in a fresh process's faulting heap.
     The profile carries the model's layout, buffers and gradient arrival order
-    (`Profile.model_facts`), so a prediction from it need not build the model.
+    (`Profile.model_facts`), so a prediction from it need not build the model. `neighbours`
+    processes train the same model beside it while it is timed (`cadence.profile.neighbours`:
+    a run's workers per host minus one).
     Bad arguments or an unknown model raise a one-line UserError.
     """
     where = place_worker(device, 0, 1, visible_gpus()).device
     if threads is not None and threads < 1:
         raise UserError(f"threads must be >= 1 (or unset for torch's default), got {threads}")
+    if neighbours and where != "cpu":
+        raise UserError(
+            f"--workers-per-host runs CPU neighbours beside a CPU profile; this one runs on {where}"
+        )
     # A training process's heap settles: its steps stop faulting memory in. A fresh process
     # with glibc's dynamic thresholds faults Adam's temporaries in on every step (vgg16's step
     # about 2x), so time as cadence-dp's processes run, with the thresholds fixed.
@@ -112,12 +120,13 @@ def profile_command(
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        profile = profile_zoo_model(
-            model, batch_size, iterations, warmup, device=where, block_timing=block_timing,
-            tolerance=tolerance, progress=sys.stderr.isatty(),
-        )  # fmt: skip
+        with beside(model, None, batch_size, torch.get_num_threads(), neighbours):
+            profile = profile_zoo_model(
+                model, batch_size, iterations, warmup, device=where, block_timing=block_timing,
+                tolerance=tolerance, progress=sys.stderr.isatty(),
+            )  # fmt: skip
         # What the simulator would otherwise build the model for, saved with the timings.
-        profile = dataclasses.replace(profile, model_facts=zoo_facts(model))
+        profile = dataclasses.replace(profile, model_facts=zoo_facts(model), neighbours=neighbours)
     finally:
         torch.set_num_threads(previous)
     echo(format_table(profile))

@@ -123,6 +123,10 @@ class Profile:
     simulator reads instead of building the model (`cadence.profile.facts`); None for a model
     outside the zoo and in profiles made before it was recorded (the simulator then builds
     the zoo model)."""
+    neighbours: int = 0
+    """Processes that trained the same model on the same host while it was timed
+    (`cadence.profile.neighbours`): a training run's workers per host minus one, so the
+    times include the contention for the host's cores that training sees."""
 
     @property
     def param_bytes(self) -> int:

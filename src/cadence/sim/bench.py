@@ -218,6 +218,8 @@ def bench_sim_command(args: Any) -> int:
             )
 
         return held_out_command(args)
+    if getattr(args, "measured", None):
+        raise UserError("--measured re-scores an earlier --held-out run: give --held-out too")
     runs = list(args.runs)
     out = Path(args.out)
     try:  # before any training or profiling, not after

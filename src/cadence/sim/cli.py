@@ -194,7 +194,7 @@ def add_bench_sim(bsub: Any) -> None:
     network = ("payload_fraction", "calibration", "calibration_latency")
     add_common(
         p, models="vgg16", caps="400mbit", steps=10, repeats=3, out="bench-out/bench-sim.json",
-        options=("run", "strategies", "from_bench_dp", "profiles", "held_out"),
+        options=("run", "strategies", "from_bench_dp", "profiles", "held_out", "measured"),
         tables=[("network", network), ("simulate", ("optimizer_step",))],
     )  # fmt: skip
     p.set_defaults(func=_cmd_bench_sim)

@@ -189,6 +189,8 @@ def assumptions(link: str, profile: Profile, path: str | None, threads: int | No
     (threads, batch), and whether they are the training's (`threads`: each worker's intra-op
     threads, None: not given)."""
     where = f"{profile.threads} thread(s), batch {profile.batch_size} per worker"
+    if profile.neighbours:
+        where += f", beside {profile.neighbours} training process(es)"
     if path is None:
         compute = f"profiled now on this machine ({profile.device}) at {where}"
     else:

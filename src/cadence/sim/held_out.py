@@ -1,7 +1,8 @@
 """`cadence bench sim --held-out FILE`: the simulator scored on a held-out set of training jobs.
 
 The set (`benchmarks/held_out.toml`) is fixed before any fitting: each `[[row]]` is a `name`
-and the `TrainConfig` flat keys of one `cadence train` job on the emulated cluster. Every row
+(and optionally a `case`, see `cadence.sim.rankings`) and the `TrainConfig` flat keys of one
+`cadence train` job on the emulated cluster. Every row
 trains `repeats` times, the rows alternating (row 1 run 1, row 2 run 1, ..., row 1 run 2, ...)
 so that drift of the machine spreads over all of them. A run's figure is its median
 iteration; a row's measured value is the median of its runs and its spread
@@ -41,6 +42,9 @@ class HeldOutRow:
     """The row's name in the file, unique."""
     config: TrainConfig
     """The job, as `cadence train` runs it."""
+    case: str | None = None
+    """Rows sharing a case are candidates for one job, ranked against each other
+    (`cadence.sim.rankings`)."""
 
 
 def load_held_out(path: str | Path) -> list[HeldOutRow]:
@@ -60,10 +64,13 @@ def load_held_out(path: str | Path) -> list[HeldOutRow]:
     for number, table in enumerate(raw["row"], 1):
         keys = dict(table)
         name = keys.pop("name", None)
+        case = keys.pop("case", None)
         where = f"held-out set {path}, row {number}"
         if not isinstance(name, str) or not name:
-            raise UserError(f"{where}: give it a name = \"...\"")
+            raise UserError(f'{where}: give it a name = "..."')
         where += f" ({name})"
+        if case is not None and (not isinstance(case, str) or not case):
+            raise UserError(f"{where}: case must be a non-empty string")
         if any(r.name == name for r in rows):
             raise UserError(f"{where}: the name is used by an earlier row")
         missing = [k for k in REQUIRED if k not in keys]
@@ -73,7 +80,7 @@ def load_held_out(path: str | Path) -> list[HeldOutRow]:
             config = TrainConfig.from_flat(**keys)
         except (UserError, TypeError) as exc:
             raise UserError(f"{where}: {' '.join(str(exc).split())}") from None
-        rows.append(HeldOutRow(name, config))
+        rows.append(HeldOutRow(name, config, case))
     return rows
 
 
@@ -146,9 +153,7 @@ def _secs(value: float | None) -> str:
 def table_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
     """The table: row, measured median, spread, predicted, error, verdict; notes below it."""
     width = max([len("row"), *(len(r["row"]) for r in rows)]) + 2
-    lines = [
-        f"{'row':<{width}}{'measured':>10}{'spread':>8}{'predicted':>11}{'error':>8}  verdict"
-    ]
+    lines = [f"{'row':<{width}}{'measured':>10}{'spread':>8}{'predicted':>11}{'error':>8}  verdict"]
     for r in rows:
         lines.append(
             f"{r['row']:<{width}}{_secs(r['measured_s']):>10}{_pct(r['spread']):>8}"

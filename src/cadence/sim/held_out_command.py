@@ -16,6 +16,7 @@ from cadence.sim.held_out import HeldOutRow, load_held_out, measure, plot, score
 from cadence.sim.held_out import table_lines as held_out_table
 from cadence.sim.held_out_predict import ProfileKey, predict, profile_key, take_profile
 from cadence.sim.metrics import write_text
+from cadence.sim.rankings import rank_cases, ranking_lines
 
 
 def importable_beside(path: str) -> None:
@@ -47,6 +48,26 @@ def train_runner(runs_dir: Path) -> Any:
     return run
 
 
+def measured_before(
+    path: str, rows: list[HeldOutRow]
+) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """Each row's run figures and failure from an earlier `--held-out` JSON of the same set;
+    a file that is not one, or lacks a row, is a one-line UserError."""
+    try:
+        data = json.loads(Path(path).read_text())
+        earlier = {r["row"]: r for r in data["rows"]}
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (ValueError, KeyError, TypeError):
+        raise UserError(f"{path} is not a `cadence bench sim --held-out` result") from None
+    missing = [r.name for r in rows if r.name not in earlier]
+    if missing:
+        raise UserError(f"{path} has no runs of {', '.join(missing)}: measure that set again")
+    figures = {r.name: [float(x) for x in earlier[r.name]["runs_s"]] for r in rows}
+    failed = {r.name: str(earlier[r.name]["failed"]) for r in rows if earlier[r.name].get("failed")}
+    return figures, failed
+
+
 def held_out_command(args: Any) -> int:
     """Run the held-out set `args.held_out`, `args.repeats` times; write `args.out` (+ .png)."""
     from cadence.comm.calibrate import calibrated_link
@@ -67,18 +88,22 @@ def held_out_command(args: Any) -> int:
     except OSError as exc:
         raise UserError(f"cannot make {runs_dir}: {exc.strerror or exc}") from None
     calibration = args.calibration
-    calibrated = (
-        calibrated_link(calibration, args.calibration_latency) if calibration else None
-    )
+    calibrated = calibrated_link(calibration, args.calibration_latency) if calibration else None
     profiles: dict[ProfileKey, Profile] = {}
     for row in rows:
         key = profile_key(row.config)
         if key not in profiles:
-            model, _, batch, threads = key
-            print(f"profiling {model} at batch {batch}, {threads} thread(s) ({row.name})")
+            model, _, batch, threads, beside = key
+            print(
+                f"profiling {model} at batch {batch}, {threads} thread(s), beside {beside} "
+                f"training process(es) ({row.name})"
+            )
             profiles[key] = take_profile(key)
     load_before = os.getloadavg()
-    figures, failed = measure(rows, args.repeats, train_runner(runs_dir), sys.stderr.isatty())
+    if args.measured:
+        figures, failed = measured_before(args.measured, rows)
+    else:
+        figures, failed = measure(rows, args.repeats, train_runner(runs_dir), sys.stderr.isatty())
     scored = []
     for row in rows:
         profile = profiles[profile_key(row.config)]
@@ -86,19 +111,23 @@ def held_out_command(args: Any) -> int:
         more: dict[str, Any] = {
             "note": guess.note, "conditions": guess.conditions,
             "profile_batch": profile.batch_size, "profile_threads": profile.threads,
+            "profile_neighbours": profile.neighbours,
             "config": row.config.to_flat(),
         }  # fmt: skip
         if row.name in failed:
             more["failed"] = failed[row.name]
         scored.append(score_row(row.name, figures[row.name], guess.iteration_s, **more))
-    for line in held_out_table(scored):
+    rankings = rank_cases({r.name: r.case for r in rows if r.case}, scored)
+    for line in [*held_out_table(scored), *ranking_lines(rankings)]:
         print(line)
     data = {
         "command": "cadence " + shlex.join(sys.argv[1:]),
         "held_out": str(path),
+        "measured_in": args.measured or "this run",
         "repeats": args.repeats,
         "rows": scored,
         **summary(scored),
+        "rankings": rankings,
         "link": "emulated cap x payload fraction, no per-message latency"
         if calibration is None
         else f"cap with the alphas of {calibration}",

@@ -3,21 +3,26 @@ simulator, from a profile taken now in the conditions the job's workers train in
 
 Conditions: the profile runs at the job's per-worker batch (a pipeline's: its micro-batch) with
 the intra-op threads each training worker gets (`cadence.launch.local.worker_threads`). The
-emulated cluster's workers all share this machine, so where workers x threads exceed its cores
-the profile (one process, alone) is not taken in the run's conditions, and the row says so.
+emulated cluster's workers all share this machine, so the profile is timed with one process
+per other worker training the same model beside it (`cadence.profile.neighbours`): where
+workers x threads exceed the cores, each worker computes slower than alone, and the profile
+sees it.
 
 Which simulator predicts what: ddp, cadence-dp and zero as `cadence simulate` does
 (`cadence.sim.command.run_strategy`); pipeline with `simulate_pipeline` (one replica: workers =
 stages, a named schedule); ps with `simulate_ps` (bsp, the runtime's chain plan, servers on the
 first worker's host). Anything else is "not predicted", with the reason. Links are the
 emulated cap, its payload share carrying data, no per-message latency unless a calibration
-gives the alphas (`cap_link`).
+gives the alphas (`cap_link`). A pipeline's messages also get the token bucket the emulated
+cluster gives every link (`cadence.netem._bandwidth.link_bucket_bytes`): one that starts on a
+link idle long enough passes that many bytes at once. The collectives of ddp, cadence-dp and
+zero are priced without it (see `_data_parallel`), and the parameter-server model has none (its
+links are queues of fixed-length transfers).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,8 +36,8 @@ from cadence.sim.compute import cap_link
 from cadence.sim.options import SimOptions, ddp_bucket_caps
 from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION, chosen_step_s
 
-ProfileKey = tuple[str, str | None, int, int]
-"""(model, dataset, samples per forward/backward, threads) of a profile."""
+ProfileKey = tuple[str, str | None, int, int, int]
+"""(model, dataset, samples per forward/backward, threads, neighbours) of a profile."""
 
 
 @dataclass(frozen=True)
@@ -62,38 +67,39 @@ def profile_key(config: TrainConfig) -> ProfileKey:
         samples //= c.pipeline.microbatches * c.data.grad_accum
     else:
         samples = c.data.batch_size // (c.cluster.workers * c.data.grad_accum)
-    return (c.model.name, c.data.dataset, max(1, samples), worker_threads(c))
+    # Every worker of the emulated cluster computes on this machine.
+    neighbours = c.cluster.workers - 1
+    return (c.model.name, c.data.dataset, max(1, samples), worker_threads(c), neighbours)
 
 
 def conditions(config: TrainConfig, profile: Profile) -> str:
-    """"as trained" when the profile ran as each worker runs, else what differs."""
-    cores = os.cpu_count() or 1
-    threads = profile_key(config)[3]
-    busy = config.cluster.workers * threads
+    """ "as trained" when the profile ran as each worker runs, else what differs."""
+    threads, neighbours = profile_key(config)[3:]
     notes = []
     if profile.threads != threads:
         notes.append(f"profiled at {profile.threads} threads, workers train at {threads}")
-    if busy > cores:
+    if profile.neighbours != neighbours:
         notes.append(
-            f"{config.cluster.workers} workers x {threads} thread(s) share {cores} cores; "
-            "the profile ran alone"
+            f"profiled beside {profile.neighbours} training process(es), each worker computes "
+            f"beside {neighbours}"
         )
     return "; ".join(notes) or "as trained"
 
 
 def take_profile(key: ProfileKey, iterations: int = 5) -> Profile:
     """A profile of `key`'s model (a zoo name, or `pkg.module:factory` on its dataset) at its
-    batch and threads."""
-    model, dataset, batch, threads = key
+    batch and threads, beside its neighbours."""
+    model, dataset, batch, threads, neighbours = key
     if not is_ref(model):
         from cadence.profile import profile_command
 
         return profile_command(
-            model, batch_size=batch, iterations=iterations, threads=threads, echo=lambda _: None
-        )
+            model, batch_size=batch, iterations=iterations, threads=threads,
+            echo=lambda _: None, neighbours=neighbours,
+        )  # fmt: skip
     from cadence.sim.held_out_profile import profile_user_model
 
-    return profile_user_model(model, dataset, batch, iterations, threads)
+    return profile_user_model(model, dataset, batch, iterations, threads, neighbours=neighbours)
 
 
 def predict(
@@ -101,18 +107,26 @@ def predict(
     profile: Profile,
     payload_fraction: float = TCP_PAYLOAD_FRACTION,
     calibrated: AlphaBeta | None = None,
+    link_bucket: bool = True,
 ) -> Prediction:
-    """The simulator's median iteration of `config`'s job from `profile` (`profile_key`)."""
+    """The simulator's median iteration of `config`'s job from `profile` (`profile_key`);
+    `link_bucket`: price the emulated links' token bucket where the model has one (a
+    pipeline's messages; False: every byte at the cap)."""
     from cadence.netem import parse_bandwidth
 
     cap = config.cluster.emulate_bandwidth
     if cap is None:
         return Prediction(None, "not predicted: no --emulate-bandwidth, the link is unknown", "")
-    link = cap_link(parse_bandwidth(cap), payload_fraction, calibrated)
+    from cadence.netem._bandwidth import link_bucket_bytes
+
+    bps = parse_bandwidth(cap)
+    link = cap_link(bps, payload_fraction, calibrated)
+    tbf = float(link_bucket_bytes(bps)) if link_bucket else 0.0
     try:
         if config.model.loss is not None:
             raise NotPredicted(f"the profile times cross entropy, not --loss {config.model.loss}")
-        seconds, note = _PREDICTORS.get(config.job.strategy, _unknown)(config, profile, link)
+        predictor = _PREDICTORS.get(config.job.strategy, _unknown)
+        seconds, note = predictor(config, profile, link, tbf)
     except NotPredicted as exc:
         return Prediction(None, f"not predicted: {exc}", conditions(config, profile))
     return Prediction(seconds, note, conditions(config, profile))
@@ -131,7 +145,12 @@ def _update_s_per_byte(config: TrainConfig, profile: Profile) -> float:
     return step_cost(config.model.name, optimizer, step_s, _facts(config, profile).params)
 
 
-def _data_parallel(config: TrainConfig, profile: Profile, link: AlphaBeta) -> tuple[float, str]:
+def _data_parallel(
+    config: TrainConfig, profile: Profile, link: AlphaBeta, link_bucket: float
+) -> tuple[float, str]:
+    # No token bucket for the collectives: priced with one (`SimOptions.link_bucket_bytes`),
+    # a step's first all-reduce gets the whole refilled bucket, which gloo's ring over TCP
+    # did not show, on the matrices the simulator was developed on or on this set.
     from cadence.sim.command import Setup, run_strategy
     from cadence.sim.zero_graph import ZeroSimPlan
     from cadence.zero.config import ZeroConfig
@@ -146,7 +165,9 @@ def _data_parallel(config: TrainConfig, profile: Profile, link: AlphaBeta) -> tu
     )  # fmt: skip
     # DDP's buckets as cadence train builds them (a --bucket-mb caps the first bucket too).
     bucket, first_bucket = ddp_bucket_caps(c.dp.bucket_mb)
-    options = SimOptions(ddp_first_bucket_bytes=first_bucket, grad_accum=c.data.grad_accum)
+    options = SimOptions(
+        ddp_first_bucket_bytes=first_bucket, grad_accum=c.data.grad_accum,
+    )  # fmt: skip
     zero = None
     note: str = c.job.strategy
     if c.job.strategy == "zero":
@@ -161,7 +182,9 @@ def _data_parallel(config: TrainConfig, profile: Profile, link: AlphaBeta) -> tu
     return result.iteration_s, note
 
 
-def _pipeline(config: TrainConfig, profile: Profile, link: AlphaBeta) -> tuple[float, str]:
+def _pipeline(
+    config: TrainConfig, profile: Profile, link: AlphaBeta, link_bucket: float
+) -> tuple[float, str]:
     from cadence.sim.pipeline_adapter import simulate_pipeline
 
     c, p = config, config.pipeline
@@ -175,12 +198,14 @@ def _pipeline(config: TrainConfig, profile: Profile, link: AlphaBeta) -> tuple[f
     result = simulate_pipeline(
         profile, stages=p.stages, microbatches=microbatches, schedule=p.schedule, link=link,
         batch_size=c.data.batch_size, optimizer=c.optim.name,
-        update_s_per_byte=_update_s_per_byte(c, profile),
+        update_s_per_byte=_update_s_per_byte(c, profile), link_bucket_bytes=link_bucket,
     )  # fmt: skip
     return result.iteration_s, f"pipeline {p.stages} stages, {p.schedule} x {microbatches}"
 
 
-def _ps(config: TrainConfig, profile: Profile, link: AlphaBeta) -> tuple[float, str]:
+def _ps(
+    config: TrainConfig, profile: Profile, link: AlphaBeta, link_bucket: float
+) -> tuple[float, str]:
     from cadence.ps.config import parse_consistency
     from cadence.sim.ps_adapter import simulate_ps
 
@@ -197,15 +222,16 @@ def _ps(config: TrainConfig, profile: Profile, link: AlphaBeta) -> tuple[float, 
     return result.iteration_s, f"ps bsp, {c.ps.servers} server(s), {c.ps.priority} order"
 
 
-def _unknown(config: TrainConfig, profile: Profile, link: AlphaBeta) -> tuple[float, str]:
+def _unknown(
+    config: TrainConfig, profile: Profile, link: AlphaBeta, link_bucket: float
+) -> tuple[float, str]:
     raise NotPredicted(f"no simulator for strategy {config.job.strategy!r}")
 
 
-_PREDICTORS: dict[str, Callable[[TrainConfig, Profile, AlphaBeta], tuple[float, str]]] = {
+_PREDICTORS: dict[str, Callable[[TrainConfig, Profile, AlphaBeta, float], tuple[float, str]]] = {
     "ddp": _data_parallel,
     "cadence-dp": _data_parallel,
     "zero": _data_parallel,
     "pipeline": _pipeline,
     "ps": _ps,
 }
-

@@ -24,16 +24,24 @@ def user_facts(module: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -
 
 
 def profile_user_model(
-    ref: str, dataset: str | None, batch_size: int, iterations: int, threads: int, seed: int = 0
+    ref: str,
+    dataset: str | None,
+    batch_size: int,
+    iterations: int,
+    threads: int,
+    seed: int = 0,
+    neighbours: int = 0,
 ) -> Profile:
     """Profile `ref`'s model on `batch_size` of `dataset`'s training samples at `threads`
-    intra-op threads (restored afterwards), heap thresholds fixed as in training processes."""
+    intra-op threads (restored afterwards), heap thresholds fixed as in training processes,
+    with `neighbours` processes training it beside (`cadence.profile.neighbours`)."""
     from cadence.dp.heap import keep_heap
     from cadence.models.blocks import BlockModel
     from cadence.models.user import build_user_model, model_and_data
     from cadence.pipeline.sequential import as_blocks
     from cadence.profile.command import SETTLED_WITHIN
     from cadence.profile.measure import profile_model
+    from cadence.profile.neighbours import neighbours as beside
 
     spec, _ = model_and_data(ref, dataset, seed)
     torch.manual_seed(seed)
@@ -45,10 +53,11 @@ def profile_user_model(
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        profile = profile_model(
-            blocks, (inputs, targets), iterations, 2, ref, tolerance=SETTLED_WITHIN
-        )
+        with beside(ref, dataset, batch_size, threads, neighbours):
+            profile = profile_model(
+                blocks, (inputs, targets), iterations, 2, ref, tolerance=SETTLED_WITHIN
+            )
         facts = user_facts(module, inputs[:2], targets[:2])
     finally:
         torch.set_num_threads(previous)
-    return dataclasses.replace(profile, model_facts=facts)
+    return dataclasses.replace(profile, model_facts=facts, neighbours=neighbours)

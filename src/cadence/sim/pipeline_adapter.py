@@ -207,10 +207,14 @@ def build_pipeline(
     optimizer_factor: float = 2.0,
     update_s_per_byte: float = 0.0,
     input_s: float = 0.0,
+    link_bucket_bytes: float = 0.0,
 ) -> PipelineBuilt:
     """Graph of one step of `schedule` over `plan`'s stages, micro-batches of
     `microbatch_size` samples, every neighbour pair joined by `link`; each stage first spends
-    `input_s` taking the step's batch to its device."""
+    `input_s` taking the step's batch to its device. `link_bucket_bytes`: each link
+    direction's token bucket (`Resource.bucket_bytes`; 0 for none): a message that starts on
+    a link idle long enough passes that many bytes at once, as through the emulated
+    cluster's tbf."""
     validate(schedule)
     S = schedule.num_stages
     if plan.num_stages != S:
@@ -218,8 +222,11 @@ def build_pipeline(
     graph = TaskGraph()
     rate = 1.0 / link.beta_s_per_byte if link.beta_s_per_byte > 0 else 1e18
     compute = [graph.resource(f"w{s}.compute", STREAM, worker=s) for s in range(S)]
-    tx = [graph.resource(f"w{s}.tx", LINK, bytes_per_s=rate, worker=s) for s in range(S)]
-    rx = [graph.resource(f"w{s}.rx", LINK, bytes_per_s=rate, worker=s) for s in range(S)]
+    bucket = link_bucket_bytes
+    tx = [graph.resource(f"w{s}.tx", LINK, bytes_per_s=rate, worker=s, bucket_bytes=bucket)
+          for s in range(S)]  # fmt: skip
+    rx = [graph.resource(f"w{s}.rx", LINK, bytes_per_s=rate, worker=s, bucket_bytes=bucket)
+          for s in range(S)]  # fmt: skip
     static = tuple(int(p * (2 + optimizer_factor)) for p in plan.param_bytes)
 
     # Visit actions in an order where every message's sender comes first: the validator's
@@ -401,6 +408,7 @@ def simulate_pipeline(
     ranges: tuple[tuple[int, int], ...] | None = None,
     optimizer: str = "adam",
     update_s_per_byte: float = 0.0,
+    link_bucket_bytes: float = 0.0,
 ) -> SimResult:
     """Predict one step of pipeline-parallel training.
 
@@ -412,7 +420,8 @@ def simulate_pipeline(
     B / M. `ranges`: block range of each stage (default: balanced on the profile). The
     result's `iteration_s` is the step time, `peak_memory_bytes` the largest stage's peak
     (`stage_peaks(result)` gives every stage's),
-    `wire_bytes` the busiest link direction's bytes.
+    `wire_bytes` the busiest link direction's bytes. `link_bucket_bytes`: each link
+    direction's token bucket (an emulated link's tbf; 0, a real link: none).
     """
     from cadence.pipeline.memory import optimizer_state_factor
     from cadence.pipeline.schedule import build_schedule
@@ -443,5 +452,6 @@ def simulate_pipeline(
         optimizer_factor=optimizer_state_factor(optimizer),
         update_s_per_byte=update_s_per_byte,
         input_s=batch_input_s(first, batch),
+        link_bucket_bytes=link_bucket_bytes,
     )
     return analyse_pipeline(built, schedule.name)

@@ -1,0 +1,72 @@
+"""`cadence.profile.neighbours`: processes that train the model beside a profile."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from cadence.errors import UserError
+from cadence.profile import profile_command
+from cadence.profile.neighbours import neighbours
+from tests.cli_helpers import run_cadence
+
+
+def _children() -> set[int]:
+    """Live child processes of this one (from /proc)."""
+    out = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[1] == str(os.getpid()) and fields[0] != "Z":
+            out.add(int(entry.name))
+    return out
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_neighbours_train_while_the_block_runs_and_stop_after() -> None:
+    before = _children()
+    with neighbours("cnn", None, 4, 1, 2):
+        running = _children() - before
+        assert len(running) == 2
+        used = {pid: _cpu_seconds(pid) for pid in running}
+        time.sleep(0.5)
+        for pid in running:  # each is busy computing, not waiting to start
+            assert _cpu_seconds(pid) - used[pid] > 0.05
+    assert not (_children() - before)
+    with neighbours("cnn", None, 4, 1, 0):  # none asked: nothing started
+        assert _children() == before
+
+
+def test_a_neighbour_that_cannot_start_is_one_line() -> None:
+    with (
+        pytest.raises(UserError, match="did not start: .*no-such-model") as caught,
+        neighbours("no-such-model", None, 4, 1, 1),
+    ):
+        pass
+    assert "\n" not in str(caught.value)
+
+
+def test_profile_records_the_workers_per_host(tmp_path: Path) -> None:
+    profile = profile_command(
+        "cnn", batch_size=4, iterations=2, warmup=0, echo=lambda _: None, neighbours=1
+    )
+    assert profile.neighbours == 1
+    out = tmp_path / "p.json"
+    result = run_cadence(
+        "profile", "--model", "cnn", "--micro-batch-size", "4", "--profile-iterations", "2",
+        "--workers-per-host", "2", "--out", str(out), cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert json.loads(out.read_text())["neighbours"] == 1
+    bad = run_cadence("profile", "--model", "cnn", "--workers-per-host", "0", cwd=tmp_path)
+    assert bad.returncode != 0 and "--workers-per-host" in bad.stderr
