@@ -12,6 +12,7 @@ import torch
 
 from cadence.comm import init_from_env
 from cadence.config import TrainConfig
+from cadence.errors import UserError
 from cadence.testing import run_ranks
 from cadence.train.loop import run_training
 
@@ -93,13 +94,20 @@ def _ddp_buckets(rank: int, world_size: int) -> list[tuple[bool, int]]:
     from cadence.comm.process_group import DistContext
     from cadence.train.strategies import get_strategy
 
-    out = []
-    for bucket_mb in (None, 4.0):
-        config = TrainConfig.from_flat(model="mlp", strategy="ddp", bucket_mb=bucket_mb)
+    out: list[tuple[bool, int]] = []
+    for hook, bucket_mb in (("none", None), ("none", 4.0), ("powersgd", None), ("powersgd", 0.5)):
+        config = TrainConfig.from_flat(
+            model="mlp", strategy="ddp", bucket_mb=bucket_mb, ddp_comm_hook=hook
+        )
         model = torch.nn.Linear(4, 2)
         ctx = DistContext(rank, world_size, rank, "gloo", torch.device("cpu"))
         wrap = get_strategy("ddp").wrap_for(config)
-        ddp, _ = wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), ctx)
+        try:
+            ddp, _ = wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), ctx)
+        except UserError as exc:
+            assert "needs one bucket" in str(exc) and "at least 1.0" in str(exc)
+            out.append((False, -1))
+            continue
         assert isinstance(ddp, torch.nn.parallel.DistributedDataParallel)
         out.append((ddp.bucket_bytes_cap_default, ddp.bucket_bytes_cap))
     return out
@@ -110,7 +118,11 @@ def test_ddp_is_built_with_torchs_buckets_unless_given_a_size() -> None:
     # simulator assumes then); --bucket-mb caps every bucket, the first too.
     from cadence.sim.options import ddp_bucket_caps
 
-    for default, given in run_ranks(_ddp_buckets, 2):
+    # torch's PowerSGD hook on gloo gets one bucket (the model's gradients + 1 MiB): with
+    # several, its callbacks can issue the buckets' collectives in different orders per rank.
+    one = int((40 / 2**20 + 1.0) * 2**20)
+    for default, given, powersgd, too_small in run_ranks(_ddp_buckets, 2):
         assert default == (True, 25 * 2**20) and given == (False, 4 * 2**20)
+        assert powersgd == (False, one) and too_small == (False, -1)
     assert ddp_bucket_caps(None) == (25 * 2**20, 2**20)
     assert ddp_bucket_caps(4.0) == (4 * 2**20, None)

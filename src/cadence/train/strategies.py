@@ -18,6 +18,7 @@ from torch.optim import Optimizer
 
 from cadence.comm import DistContext
 from cadence.config import TrainConfig, check_strategy_name
+from cadence.errors import UserError
 
 Wrap = Callable[[nn.Module, Optimizer, DistContext], tuple[nn.Module, Optimizer]]
 
@@ -83,6 +84,26 @@ def _wrap_cadence_dp(
     return data_parallel(model, optimizer)
 
 
+def _ddp_bucket_mb(config: TrainConfig, model: nn.Module) -> float | None:
+    """DDP's bucket cap: --bucket-mb, else torch's default (None), but one bucket for torch's
+    PowerSGD hook on gloo. That hook issues each bucket's second all-reduce from a callback of
+    its first, so with several buckets the ranks can issue them in different orders, which
+    gloo cannot match (a "Received data size doesn't match" abort); one bucket keeps a
+    step's collectives in one chain."""
+    dp = config.dp
+    if dp.ddp_comm_hook != "powersgd" or dist.get_backend() != "gloo":
+        return dp.bucket_mb
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    whole = grad_bytes / 2**20 + 1.0
+    if dp.bucket_mb is not None and dp.bucket_mb < whole:
+        raise UserError(
+            f"--ddp-comm-hook powersgd on gloo needs one bucket (torch's hook orders several "
+            f"buckets' collectives differently on different ranks): leave --bucket-mb unset or "
+            f"give at least {whole:.1f}"
+        )
+    return whole
+
+
 def _ddp_for(config: TrainConfig) -> Wrap:
     def wrap(
         model: nn.Module, optimizer: Optimizer, ctx: DistContext
@@ -91,7 +112,7 @@ def _ddp_for(config: TrainConfig) -> Wrap:
             return model, optimizer
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         ddp = DistributedDataParallel(
-            model, device_ids=device_ids, bucket_cap_mb=config.dp.bucket_mb
+            model, device_ids=device_ids, bucket_cap_mb=_ddp_bucket_mb(config, model)
         )
         if config.dp.ddp_comm_hook != "none":
             from cadence.train.ddp_hooks import register_hook
