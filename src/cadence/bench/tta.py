@@ -29,7 +29,8 @@ NO_CAP = "none"
 BENCH_METHODS = (
     "ddp", "ddp+fp16", "ddp+powersgd",
     "cadence-dp", "cadence-dp+bf16", "cadence-dp+sign", "cadence-dp+powersgd",
-    "local-sgd:H16", "diloco:H16", "diloco:H64", "diloco:H16:K4", "zero+onebit",
+    "local-sgd:H16", "local-sgd:H32", "local-sgd+bf16:H16:K4",
+    "diloco:H16", "diloco:H64", "diloco:H16:K4", "zero+onebit",
 )  # fmt: skip
 
 

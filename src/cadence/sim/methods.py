@@ -24,7 +24,8 @@ from cadence.localsgd.config import sync_wire_bytes
 DEFAULT_METHODS = (
     "ddp", "ddp+fp16", "ddp+powersgd",
     "cadence-dp", "cadence-dp+bf16", "cadence-dp+sign", "cadence-dp+powersgd",
-    "local-sgd:H4", "local-sgd:H16", "diloco:H16", "diloco:H64", "diloco:H16:K4",
+    "local-sgd:H4", "local-sgd:H16", "local-sgd:H32", "local-sgd+bf16:H16:K4",
+    "diloco:H16", "diloco:H64", "diloco:H16:K4",
     "zero+onebit",
 )  # fmt: skip
 """What `cadence plan tta` ranks unless told otherwise."""
