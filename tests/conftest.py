@@ -1,8 +1,10 @@
 import fcntl
+import functools
 import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -44,18 +46,54 @@ def _one_emulated_cluster_at_a_time(request: pytest.FixtureRequest) -> Iterator[
         yield
 
 
+TESTS = Path(__file__).resolve().parent
+NETEM_SCOPE = "emulated clusters"
+
+
+@functools.cache
+def _netem_file(path: str) -> bool:
+    """Whether test file `path` (relative to the root, as in a node id) builds emulated
+    clusters: everything under tests/netem/, and files with `needs_netem` tests."""
+    if path.startswith("tests/netem/"):
+        return True
+    try:
+        return "@needs_netem" in (TESTS.parent / path).read_text()
+    except OSError:
+        return False
+
+
 def _start_order(item: pytest.Item) -> tuple[int, str]:
     path = item.nodeid.split("::")[0]
-    tier = 0 if path.startswith("tests/parity/") else 2 if path.startswith("tests/unit/") else 1
+    if _netem_file(path):
+        tier = -1
+    else:
+        tier = 0 if path.startswith("tests/parity/") else 2 if path.startswith("tests/unit/") else 1
     return tier, path.rsplit("/", 1)[-1]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # Under pytest-xdist the longest files (the parity matrices) start first and the many
-    # short unit tests fill the end, so no worker runs a long file alone at the end; the
-    # multi-process files of tests/dist and tests/netem interleave by name, which spreads
-    # the netem files (they take turns) among the others. Within a file the order is kept.
+    # Under pytest-xdist (`pytest_xdist_make_scheduler`) the files that build emulated
+    # clusters go first, as one unit; then the longest files (the parity matrices), and the
+    # many short unit tests fill the end, so no worker runs a long file alone at the end.
+    # Within a file the order is kept.
     items.sort(key=_start_order)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile`, but every file that builds emulated clusters in one unit, and the
+    units in the collection's order (not by size). Those tests take turns (a lock file): as
+    files of their own, a worker given one while the other ran another waited idle."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class NetemTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::")[0]
+            return NETEM_SCOPE if _netem_file(path) else path
+
+    config.option.loadscopereorder = False
+    return NetemTogether(config, log)
 
 
 # Ranks of the parity matrices build transformers' models: their modules (~3.5 s of imports a

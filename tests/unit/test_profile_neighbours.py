@@ -10,9 +10,7 @@ from pathlib import Path
 import pytest
 
 from cadence.errors import UserError
-from cadence.profile import profile_command
 from cadence.profile.neighbours import neighbours
-from tests.cli_helpers import run_cadence
 
 
 def _children() -> set[int]:
@@ -56,17 +54,15 @@ def test_a_neighbour_that_cannot_start_is_one_line() -> None:
     assert "\n" not in str(caught.value)
 
 
-def test_profile_records_the_workers_per_host(tmp_path: Path) -> None:
-    profile = profile_command(
-        "cnn", batch_size=4, iterations=2, warmup=0, echo=lambda _: None, neighbours=1
-    )
-    assert profile.neighbours == 1
+def test_profile_records_the_workers_per_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cadence.cli import main
+
     out = tmp_path / "p.json"
-    result = run_cadence(
-        "profile", "--model", "cnn", "--micro-batch-size", "4", "--profile-iterations", "2",
-        "--workers-per-host", "2", "--out", str(out), cwd=tmp_path,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    args = ["profile", "--model", "cnn", "--micro-batch-size", "4", "--profile-iterations", "1"]
+    assert main([*args, "--workers-per-host", "2", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["neighbours"] == 1
-    bad = run_cadence("profile", "--model", "cnn", "--workers-per-host", "0", cwd=tmp_path)
-    assert bad.returncode != 0 and "--workers-per-host" in bad.stderr
+    capsys.readouterr()
+    assert main([*args, "--workers-per-host", "0"]) != 0
+    assert "--workers-per-host" in capsys.readouterr().err
