@@ -165,9 +165,7 @@ def _data_parallel(
     )  # fmt: skip
     # DDP's buckets as cadence train builds them (a --bucket-mb caps the first bucket too).
     bucket, first_bucket = ddp_bucket_caps(c.dp.bucket_mb)
-    options = SimOptions(
-        ddp_first_bucket_bytes=first_bucket, grad_accum=c.data.grad_accum,
-    )  # fmt: skip
+    options = SimOptions(ddp_first_bucket_bytes=first_bucket, grad_accum=c.data.grad_accum)
     zero = None
     note: str = c.job.strategy
     if c.job.strategy == "zero":
