@@ -56,7 +56,10 @@ def test_times_and_bytes_are_real(profiled):
     peaks = [b.peak_bytes for b in profile.blocks]
     assert peaks == sorted(peaks) and profile.peak_memory_bytes == peaks[-1]
     assert profile.peak_memory_bytes > 2 * profile.param_bytes  # params + grads + activations
-    assert 0.5 <= profile.block_sum_ratio <= 2.0, profile.block_sum_ratio
+    # The blocks' sum and the whole iteration are timed apart, a few hundred microseconds each
+    # for this net, so a neighbouring test's burst can halve either: the check is for units and
+    # double counting (off by 10x or more), not for the split's accuracy.
+    assert 0.2 <= profile.block_sum_ratio <= 5.0, profile.block_sum_ratio
     # The whole forward is timed inside the whole iteration, the gradients after it.
     assert profile.forward_pass_s is not None
     assert 0 < profile.forward_pass_s < profile.iteration_s

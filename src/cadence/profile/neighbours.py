@@ -72,7 +72,8 @@ def _wait_ready(proc: subprocess.Popen[str]) -> None:
     reader.join(START_TIMEOUT_S)
     if not line or line[0].strip() != READY:
         proc.kill()
-        err = proc.stderr.read() if proc.stderr is not None and proc.poll() is not None else ""
+        proc.wait()  # reaped, so its stderr is complete and reading it cannot block
+        err = proc.stderr.read() if proc.stderr is not None else ""
         last = err.strip().splitlines()[-1] if err.strip() else "no answer"
         raise UserError(f"a neighbour process for the profile did not start: {last}")
 
