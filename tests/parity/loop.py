@@ -34,6 +34,13 @@ HABITS = (
     "state_dict",  # model and optimizer state saved mid-run, loaded into a fresh wrap
     "eval",  # model.eval() + no_grad forward between steps sees the updated weights
 )
+WIDE_HABITS = ("plain", "accum", "clip")
+"""The habits that change how gradients are reduced: the matrices cross them with every
+setting at world size 4, where four ranks share CI's two cores."""
+FOUR_RANK_CASES = ("gpt2", "bert", "encoder", "smallnet")
+"""The model cases the matrices cross at world size 4: both transformers models (GPT-2's tied
+weights), torch's MultiheadAttention, and the net with BatchNorm buffers, a shared weight and
+an unused parameter. resnet and gpt_mini_tied add no part these lack and run at 2."""
 HABIT_TOLERANCE = {"bf16": (2e-3, 2e-2)}
 """(atol, rtol) where rounding is coarser than float32's; the rest use `DEFAULT_TOLERANCE`."""
 DEFAULT_TOLERANCE = (1e-5, 1e-4)

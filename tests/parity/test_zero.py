@@ -17,7 +17,7 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
 
 import cadence
-from tests.parity.loop import HABITS, Wrapped, ddp
+from tests.parity.loop import FOUR_RANK_CASES, HABITS, WIDE_HABITS, Wrapped, ddp
 from tests.parity.matrix import Cell, cell_id, check_cell, matrix_results
 from tests.parity.models import CASES
 
@@ -69,18 +69,19 @@ CELLS: list[Cell] = [
     if s != "ddp_fp16"
     for h in (FP16_HABITS if s.endswith("fp16") else HABITS)
 ]
-WIDE_HABITS = ("plain", "accum", "clip")
 CELLS_AT = {
     2: CELLS,
     4: [
         (m, h, s)
         for m, h, s in CELLS
-        if s == "zero3" or (s in ("zero1", "zero2") and h in WIDE_HABITS) or h == "plain"
+        if m in FOUR_RANK_CASES
+        and (s == "zero3" or (s in ("zero1", "zero2") and h in WIDE_HABITS) or h == "plain")
     ],
 }
-"""At world size 2 every cell runs. At 4 (four ranks sharing the CI machine's two cores) stage
-3, which holds every path (sharded parameters, gathers, reduce-scatter), crosses every habit;
-stages 1 and 2 the habits that touch the gradients' reduction, and fp16 the plain loop."""
+"""At world size 2 every cell runs. At 4 (four ranks sharing the CI machine's two cores), on
+`FOUR_RANK_CASES`, stage 3, which holds every path (sharded parameters, gathers,
+reduce-scatter), crosses every habit; stages 1 and 2 the habits that touch the gradients'
+reduction, and fp16 the plain loop."""
 REFUSALS: dict[str, str] = {}
 """Cells that must be refused, with a phrase of the message: none."""
 

@@ -90,14 +90,34 @@ def test_run_writes_json_png_and_pilots(tmp_path: Path) -> None:
         return _metrics([3.0, 2.0, 1.0 if method == "ddp" else 0.9], 1.0 / hosts,
                         wire_bytes_total=10)  # fmt: skip
 
+    calibrated: list[tuple[str, int, str]] = []
+
+    def calibrate(cap: str, hosts: int, path: Path) -> Path:
+        calibrated.append((cap, hosts, path.name))
+        return path
+
+    def plan(model: str, cap: str, hosts: int, pilot_path: Path, config: TTABenchConfig,
+             calibration: Path | None) -> list[str]:  # fmt: skip
+        assert calibration == tmp_path / f"tta.{cap}.{hosts}h.calibration.json"
+        if hosts == 4:
+            raise RuntimeError("no plan\nmore")
+        return ["ddp", "local-sgd:H4"]
+
     out = tmp_path / "tta.json"
     methods = ("local-sgd:H4", "ddp")
-    config = TTABenchConfig(models=("cnn",), caps=("none",), hosts=(2, 4), steps=30,
+    config = TTABenchConfig(models=("cnn", "mlp"), caps=("none",), hosts=(2, 4), steps=30,
                             eval_every=10, methods=methods, out=str(out))  # fmt: skip
-    report = run_tta_bench(config, "cadence bench tta", echo=lambda _: None, train=fake)
-    assert all("plan" not in c for c in report["cells"])  # the loopback is not planned
-    assert [s[3] for s in seen] == ["ddp", "local-sgd:H4"] * 2  # ddp first: the target
+    report = run_tta_bench(config, "cadence bench tta", echo=lambda _: None, train=fake,
+                           plan=plan, calibrate=calibrate)  # fmt: skip
+    # Each link is calibrated once, for every model's cell on it; the loopback's too.
+    assert calibrated == [("none", 2, "tta.none.2h.calibration.json"),
+                          ("none", 4, "tta.none.4h.calibration.json")]  # fmt: skip
+    assert report["cells"][0]["plan"]["pick"] == "ddp"
+    assert report["cells"][1]["plan"] == {"error": "no plan"}  # one cell's failure, kept
+    report["cells"] = report["cells"][:2]  # the cnn cells below
+    assert [s[3] for s in seen[:4]] == ["ddp", "local-sgd:H4"] * 2  # ddp first: the target
     data = json.loads(out.read_text())
+    data["cells"] = data["cells"][:2]
     assert data == json.loads(json.dumps(report))
     assert [(c["hosts"], c["target_loss"]) for c in data["cells"]] == [(2, 1.0), (4, 1.0)]
     assert data["cells"][0]["rows"][1]["error"] == "no luck"
@@ -149,3 +169,26 @@ def test_plan_cell_ranks_the_cells_methods_from_its_pilot(tmp_path: Path) -> Non
     config = TTABenchConfig(models=("mlp",), caps=("20mbit",), hosts=(2,), steps=30,
                             eval_every=10, methods=("ddp", "local-sgd:H4"))  # fmt: skip
     assert plan_cell("mlp", "20mbit", 2, path, config) == ["local-sgd:H4", "ddp"]
+
+
+def test_plan_cell_prices_the_links_a_calibration_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import cadence.sim.tta_command as tta_command
+
+    seen: list[Any] = []
+
+    def capture(args: Any) -> Any:
+        seen.append(args)
+        raise UserError("stop here")
+
+    monkeypatch.setattr(tta_command, "plan_tta", capture)
+    config = TTABenchConfig(models=("mlp",), caps=("20mbit",), hosts=(2,), steps=30,
+                            eval_every=10, methods=("ddp", "local-sgd:H4"))  # fmt: skip
+    links = tmp_path / "links.json"
+    for calibration in (links, None):
+        with pytest.raises(UserError, match="stop here"):
+            plan_cell("mlp", "20mbit", 2, tmp_path / "pilot.json", config, calibration)
+    with_links, without = seen
+    assert with_links.calibration == str(links)
+    assert without.calibration is None and without.bandwidth == "20mbit"
