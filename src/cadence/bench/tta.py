@@ -232,15 +232,42 @@ def plan_score(planned: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> dic
     return {"order": list(planned), "pick": pick, "fastest": fastest, "pick_over_fastest": ratio}
 
 
-def plan_cell(model: str, cap: str, hosts: int, pilot_path: Path, config: TTABenchConfig) -> Any:
+CALIBRATION_SIZES = (1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
+"""Message sizes each cell's links are calibrated at: from one latency-bound all-reduce to
+past the largest gradient bucket or outer sync of the bundled models."""
+
+
+def calibrate_link(cap: str, hosts: int, path: Path) -> Path:
+    """`cadence calibrate` on the cell's links (emulated at `cap`, or the loopback for none),
+    as a user calibrates theirs before planning: all-reduce and all-gather, 3 timed rounds."""
+    from cadence.comm.calibrate_command import CalibrateConfig, run_calibration
+
+    config = CalibrateConfig(
+        out=str(path), workers=hosts, bandwidth=cap, collectives=("all_reduce", "all_gather"),
+        sizes=CALIBRATION_SIZES, repeats=3, warmup=1,
+    )  # fmt: skip
+    run_calibration(config, path)
+    return path
+
+
+def plan_cell(
+    model: str,
+    cap: str,
+    hosts: int,
+    pilot_path: Path,
+    config: TTABenchConfig,
+    calibration: Path | None = None,
+) -> Any:
     """`cadence plan tta` for one cell (its pilot, the cell's cluster and batch, the model
-    profiled here at one worker's batch): the plan's methods, fastest predicted first."""
+    profiled here at one worker's batch, the links from `calibration`, else `cap` with no
+    latency): the plan's methods, fastest predicted first."""
     from cadence.cli import build_parser
     from cadence.config_flags import resolve_flags
     from cadence.sim.tta_command import plan_tta
 
+    link = ["--calibration", str(calibration)] if calibration else ["--bandwidth", cap]
     argv = [
-        "plan", "tta", "--model", model, "--workers", str(hosts), "--bandwidth", cap,
+        "plan", "tta", "--model", model, "--workers", str(hosts), *link,
         "--micro-batch-size", str(config.batch_size // hosts), "--pilot", str(pilot_path),
         "--methods", ",".join(config.methods),
     ]  # fmt: skip
@@ -286,9 +313,12 @@ def run_tta_bench(
     command: str,
     echo: Callable[[str], None] = print,
     train: Callable[[str, str, int, str, TTABenchConfig], Any] = train_method,
-    plan: Callable[[str, str, int, Path, TTABenchConfig], Any] = plan_cell,
+    plan: Callable[..., Any] = plan_cell,
+    calibrate: Callable[[str, int, Path], Path | None] = calibrate_link,
 ) -> dict[str, Any]:
-    """Every cell, written after each one (an interrupted benchmark keeps what it measured)."""
+    """Every cell, written after each one (an interrupted benchmark keeps what it measured).
+    Each cell is planned on its links as `calibrate` measured them, once per cap and host
+    count (`<out>.<cap>.<n>h.calibration.json`)."""
     from cadence.bench.dp import prepare_out
 
     out = prepare_out(config.out, any(cap != NO_CAP for cap in config.caps))
@@ -300,6 +330,7 @@ def run_tta_bench(
         "config": asdict(config),
         "cells": cells,
     }
+    links: dict[tuple[str, int], Path | None] = {}
     for model in config.models:
         for cap in config.caps:
             for hosts in config.hosts:
@@ -318,13 +349,17 @@ def run_tta_bench(
                 name = f"{out.stem}.{model}.{cap}.{hosts}h.pilot.json"
                 own = pilot(target, rows, config.batch_size)
                 (out.parent / name).write_text(json.dumps(own, indent=2) + "\n")
-                if cap != NO_CAP:  # the loopback is no link the simulator can price
-                    try:
-                        cell["plan"] = plan_score(
-                            plan(model, cap, hosts, out.parent / name, config), rows
-                        )
-                    except UserError as exc:
-                        cell["plan"] = {"error": str(exc)}
+                try:
+                    if (cap, hosts) not in links:
+                        where = out.parent / f"{out.stem}.{cap}.{hosts}h.calibration.json"
+                        echo(f"calibrating the links at {cap}, {hosts} hosts")
+                        links[cap, hosts] = calibrate(cap, hosts, where)
+                    order = plan(model, cap, hosts, out.parent / name, config, links[cap, hosts])
+                    cell["plan"] = plan_score(order, rows)
+                except Exception as exc:  # noqa: BLE001 - one cell's plan, not the bench
+                    failure = str(exc).strip().splitlines()[0][:200]
+                    cell["plan"] = {"error": failure}
+                    echo(f"  plan failed: {failure}")
                 report["seconds"] = time.time() - started
                 tmp = out.with_suffix(".tmp")
                 tmp.write_text(json.dumps(report, indent=2) + "\n")

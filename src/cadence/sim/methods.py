@@ -227,22 +227,43 @@ def method_step_s(
     ddp, cadence-dp (none, bf16, fp16, sign) and zero (none, onebit) are event-simulated as
     `cadence simulate` does. Both powersgd variants need the parameters' `shapes` (None: a
     one-line UserError): they are simulated as their strategy with each parameter's gradient
-    shrunk to the low-rank factors' elements; computing the factors is not priced. ddp+fp16
+    shrunk to the low-rank factors' elements (torch's hook in one bucket, as it runs on
+    gloo), plus the factors' arithmetic timed on those shapes and the latency of the extra
+    all-reduce rounds (`cadence.sim.powersgd_cost`). ddp+fp16
     is DDP with 2-byte gradients (the cast not priced). local-sgd / diloco: one worker's
     compute and optimizer step, plus one all-reduce of the model every H steps spread over
     them; streamed (K fragments), each fragment's sync hides behind `overlap_steps` steps.
     """
     from cadence.sim.command import run_strategy
     from cadence.sim.options import SimOptions
+    from cadence.sim.powersgd_cost import (
+        CADENCE_ROUNDS,
+        TORCH_HOOK_ROUNDS,
+        compressed_matrices,
+        factor_seconds,
+    )
     from cadence.sim.zero_graph import ZeroSimPlan
 
     options = options or SimOptions()
     bucket = 25 << 20  # DDP's default bucket
 
-    def run(strategy: str, shrunk: Any = None, **kw: Any) -> Any:
+    def run_with_plan(strategy: str, shrunk: Any = None, **kw: Any) -> Any:
         s = setup if shrunk is None else shrunk
         opts = dataclasses.replace(options, dp_compression=kw.pop("dp_compression", "none"))
-        return run_strategy(s, strategy, None, None, kw.pop("bucket", bucket), opts, **kw)[0]
+        return run_strategy(s, strategy, None, None, kw.pop("bucket", bucket), opts, **kw)
+
+    def run(strategy: str, shrunk: Any = None, **kw: Any) -> Any:
+        return run_with_plan(strategy, shrunk, **kw)[0]
+
+    def powersgd_overhead(rounds: int, collectives: int, min_rate: float) -> float:
+        """The factors' arithmetic, timed on the model's shapes, and the latency of the
+        collectives' extra rounds (`cadence.sim.powersgd_cost`)."""
+        assert shapes is not None
+        matrices = compressed_matrices(shapes, powersgd_rank, min_rate)
+        latency = setup.link.time("allreduce", "ring", 4, setup.world_size)
+        threads = getattr(setup.profile, "threads", None)  # the workers' intra-op threads
+        arithmetic = factor_seconds(matrices, powersgd_rank, threads)
+        return arithmetic + (rounds - 1) * collectives * latency
 
     s, c = method.strategy, method.compression
     if c == "powersgd" and shapes is None:
@@ -262,11 +283,15 @@ def method_step_s(
             return StepEstimate(method.name, r.iteration_s, r.wire_bytes, cast)
         assert shapes is not None
         elements = [ddp_powersgd_elements(tuple(sh), powersgd_rank) for sh in shapes]
-        r = run("ddp", _shrunk(setup, elements))
+        # One bucket: torch's hook on gloo runs with one (`train.strategies._ddp_bucket_mb`).
+        whole = sum(p.nbytes for p in setup.params) + 1
+        r = run("ddp", _shrunk(setup, elements), bucket=whole)
+        extra = powersgd_overhead(TORCH_HOOK_ROUNDS, 1, min_rate=2.0)
         return StepEstimate(
-            method.name, r.iteration_s, r.wire_bytes,
-            f"DDP over rank-{powersgd_rank} factors' bytes; computing them not priced, "
-            f"the first {powersgd_start} steps uncompressed",
+            method.name, r.iteration_s + extra, r.wire_bytes,
+            f"DDP in one bucket over rank-{powersgd_rank} factors' bytes, plus the factors' "
+            f"arithmetic timed here and {TORCH_HOOK_ROUNDS} rounds of all-reduce; the first "
+            f"{powersgd_start} steps uncompressed",
             powersgd_start, plain.iteration_s,
         )  # fmt: skip
     if s == "cadence-dp":
@@ -277,11 +302,14 @@ def method_step_s(
         assert shapes is not None
         plain = run("cadence-dp")
         elements = [cadence_powersgd_elements(tuple(sh), powersgd_rank) for sh in shapes]
-        r = run("cadence-dp", _shrunk(setup, elements))
+        r, plan = run_with_plan("cadence-dp", _shrunk(setup, elements))
+        chunks = len(plan.chunks) if plan is not None else 1
+        extra = powersgd_overhead(CADENCE_ROUNDS, chunks, min_rate=0.0)
         return StepEstimate(
-            method.name, r.iteration_s, r.wire_bytes,
-            f"cadence-dp over rank-{powersgd_rank} factors' bytes; computing them not priced, "
-            f"the first {powersgd_start} steps uncompressed",
+            method.name, r.iteration_s + extra, r.wire_bytes,
+            f"cadence-dp over rank-{powersgd_rank} factors' bytes, plus the factors' "
+            f"arithmetic timed here and {CADENCE_ROUNDS} rounds of all-reduce per chunk; the "
+            f"first {powersgd_start} steps uncompressed",
             powersgd_start, plain.iteration_s,
         )  # fmt: skip
     if s == "zero":
