@@ -7,9 +7,10 @@ import dataclasses
 
 import pytest
 
+from cadence.comm.cost import AlphaBeta
 from cadence.errors import UserError
 from cadence.sim.methods import method_step_s, parse_method
-from cadence.sim.powersgd_cost import compressed_matrices, factor_seconds
+from cadence.sim.powersgd_cost import compressed_matrices, extra_round_seconds, factor_seconds
 from tests.unit.test_sim_strategies import _setup
 
 
@@ -26,6 +27,17 @@ def test_factor_time_grows_with_the_matrices() -> None:
     many = factor_seconds(((256, 256),) * 40, 2)
     assert 0 < one < many
     assert factor_seconds((), 2) == 0.0
+
+
+def test_extra_rounds_pay_the_latency_measured_at_their_size() -> None:
+    flat = AlphaBeta(alpha_s=1e-3, beta_s_per_byte=1e-8)
+    # 2 ranks: 2 messages a round; 3 rounds per bucket, 2 buckets: 4 extra rounds.
+    assert extra_round_seconds(flat, 2, 6000.0, 3, 2) == pytest.approx(4 * 2 * 1e-3)
+    assert extra_round_seconds(flat, 4, 6000.0, 1, 2) == 0.0  # one round: nothing extra
+    # Latency by size (a calibration's): each round's 1000 bytes at the alpha measured there.
+    by_size = ((100.0, 5e-3), (1000.0, 2e-4), (10000.0, 1e-4))
+    sized = AlphaBeta(alpha_s=1e-3, beta_s_per_byte=1e-8, allreduce_alphas=by_size)
+    assert extra_round_seconds(sized, 2, 6000.0, 3, 2) == pytest.approx(4 * 2 * 2e-4)
 
 
 def test_powersgd_steps_pay_for_their_arithmetic_and_rounds(

@@ -240,6 +240,7 @@ def method_step_s(
         CADENCE_ROUNDS,
         TORCH_HOOK_ROUNDS,
         compressed_matrices,
+        extra_round_seconds,
         factor_seconds,
     )
     from cadence.sim.zero_graph import ZeroSimPlan
@@ -255,15 +256,19 @@ def method_step_s(
     def run(strategy: str, shrunk: Any = None, **kw: Any) -> Any:
         return run_with_plan(strategy, shrunk, **kw)[0]
 
-    def powersgd_overhead(rounds: int, collectives: int, min_rate: float) -> float:
+    def powersgd_overhead(
+        rounds: int, collectives: int, min_rate: float, elements: Sequence[int]
+    ) -> float:
         """The factors' arithmetic, timed on the model's shapes, and the latency of the
         collectives' extra rounds (`cadence.sim.powersgd_cost`)."""
         assert shapes is not None
         matrices = compressed_matrices(shapes, powersgd_rank, min_rate)
-        latency = setup.link.time("allreduce", "ring", 4, setup.world_size)
         threads = getattr(setup.profile, "threads", None)  # the workers' intra-op threads
         arithmetic = factor_seconds(matrices, powersgd_rank, threads)
-        return arithmetic + (rounds - 1) * collectives * latency
+        sent = 4.0 * sum(elements)  # fp32 factors and uncompressed tensors
+        return arithmetic + extra_round_seconds(
+            setup.link, setup.world_size, sent, rounds, collectives
+        )
 
     s, c = method.strategy, method.compression
     if c == "powersgd" and shapes is None:
@@ -286,7 +291,7 @@ def method_step_s(
         # One bucket: torch's hook on gloo runs with one (`train.strategies._ddp_bucket_mb`).
         whole = sum(p.nbytes for p in setup.params) + 1
         r = run("ddp", _shrunk(setup, elements), bucket=whole)
-        extra = powersgd_overhead(TORCH_HOOK_ROUNDS, 1, min_rate=2.0)
+        extra = powersgd_overhead(TORCH_HOOK_ROUNDS, 1, 2.0, elements)
         return StepEstimate(
             method.name, r.iteration_s + extra, r.wire_bytes,
             f"DDP in one bucket over rank-{powersgd_rank} factors' bytes, plus the factors' "
@@ -304,7 +309,7 @@ def method_step_s(
         elements = [cadence_powersgd_elements(tuple(sh), powersgd_rank) for sh in shapes]
         r, plan = run_with_plan("cadence-dp", _shrunk(setup, elements))
         chunks = len(plan.chunks) if plan is not None else 1
-        extra = powersgd_overhead(CADENCE_ROUNDS, chunks, min_rate=0.0)
+        extra = powersgd_overhead(CADENCE_ROUNDS, chunks, 0.0, elements)
         return StepEstimate(
             method.name, r.iteration_s + extra, r.wire_bytes,
             f"cadence-dp over rank-{powersgd_rank} factors' bytes, plus the factors' "

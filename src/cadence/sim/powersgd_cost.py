@@ -15,6 +15,10 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cadence.comm.cost import AlphaBeta
 
 TORCH_HOOK_ROUNDS = 3
 """Sequential all-reduces per bucket of torch's `powerSGD_hook`: uncompressed tensors, P, Q."""
@@ -39,6 +43,20 @@ def compressed_matrices(
             continue
         out.append((n, m))
     return tuple(out)
+
+
+def extra_round_seconds(
+    link: AlphaBeta, world_size: int, wire_bytes: float, rounds: int, collectives: int
+) -> float:
+    """Latency of the rounds beyond the first: `collectives` buckets or chunks, each sending
+    its share of `wire_bytes` in `rounds` sequential ring all-reduces of equal size. Each
+    round's 2 (n - 1) messages cost the link's all-reduce alpha at that size (measured by size
+    with a calibration); the bytes themselves are priced with the first round."""
+    if rounds <= 1 or collectives < 1 or world_size < 2:
+        return 0.0
+    size = wire_bytes / (rounds * collectives)
+    per_round = 2 * (world_size - 1) * link.alpha_for("allreduce", size)
+    return (rounds - 1) * collectives * per_round
 
 
 @functools.cache  # `cadence plan` prices every candidate of a model: time once per process
