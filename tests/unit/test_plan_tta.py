@@ -166,6 +166,18 @@ def test_rank_by_steps_times_seconds_and_never_invent_convergence() -> None:
     assert why(slow, 1.0).startswith("pick ddp:") and "no faster step pays" in why(slow, 1.0)
 
 
+def test_ddp_stays_the_pick_unless_a_method_beats_it_beyond_the_simulators_error() -> None:
+    names = ["ddp", "ddp+fp16", "cadence-dp"]
+    steps = convergence(names, {"ddp": Steps(100, PILOT), "ddp+fp16": Steps(100, PILOT)}, {})
+    close = rank([_est("ddp", 1.0), _est("ddp+fp16", 0.97), _est("cadence-dp", 0.99)], steps)
+    assert [r.estimate.method for r in close] == ["ddp", "ddp+fp16", "cadence-dp"]
+    line = why(close, 1.0)
+    assert "ddp+fp16 is predicted 3.1% faster, within the simulator's error (5%)" in line
+    far = rank([_est("ddp", 1.0), _est("ddp+fp16", 0.9), _est("cadence-dp", 0.99)], steps)
+    assert [r.estimate.method for r in far] == ["ddp+fp16", "cadence-dp", "ddp"]
+    assert why(far, 1.0).startswith("pick ddp+fp16:")
+
+
 @pytest.fixture(scope="module")
 def cnn_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("prof") / "cnn.json"
