@@ -67,7 +67,7 @@ def _job(rank, world_size, method, path):
     return reference, first, second
 
 
-@pytest.mark.parametrize(("world_size", "method"), [(3, "exhaustive"), (2, "guided")])
+@pytest.mark.parametrize(("world_size", "method"), [(2, "exhaustive"), (2, "guided")])
 def test_autotuning_keeps_parity_agrees_across_ranks_and_reloads(tmp_path, world_size, method):
     path = tmp_path / "tuned.json"
     per_rank = run_ranks(_job, world_size, method, path, timeout=300)
