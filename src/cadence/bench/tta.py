@@ -308,6 +308,11 @@ def train_method(model: str, cap: str, hosts: int, method: str, config: TTABench
     return train_for_bench(train_config)
 
 
+def _first_line(exc: Exception) -> str:
+    """What a failed run or plan said, as one short line for the report."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+
+
 def run_tta_bench(
     config: TTABenchConfig,
     command: str,
@@ -340,7 +345,7 @@ def run_tta_bench(
                     try:
                         runs[method] = train(model, cap, hosts, method, config)
                     except Exception as exc:  # noqa: BLE001 - one failed method, not the bench
-                        runs[method] = {"error": str(exc).strip().splitlines()[0][:200]}
+                        runs[method] = {"error": _first_line(exc)}
                         echo(f"  failed: {runs[method]['error']}")
                 target, rows = cell_rows(runs)
                 cell = {"model": model, "cap": cap, "hosts": hosts, "target_loss": target,
@@ -357,7 +362,7 @@ def run_tta_bench(
                     order = plan(model, cap, hosts, out.parent / name, config, links[cap, hosts])
                     cell["plan"] = plan_score(order, rows)
                 except Exception as exc:  # noqa: BLE001 - one cell's plan, not the bench
-                    failure = str(exc).strip().splitlines()[0][:200]
+                    failure = _first_line(exc)
                     cell["plan"] = {"error": failure}
                     echo(f"  plan failed: {failure}")
                 report["seconds"] = time.time() - started
