@@ -176,6 +176,7 @@ def predict(model: str, cap: str, config: PSBenchConfig) -> dict[str, float]:
     from cadence.profile.measure import profile_zoo_model
     from cadence.ps.config import PSConfig
     from cadence.ps.trace import model_plan
+    from cadence.sim.command import zoo_arrival_order
     from cadence.sim.ps_adapter import simulate_ps
 
     threads = torch.get_num_threads()
@@ -186,10 +187,13 @@ def predict(model: str, cap: str, config: PSBenchConfig) -> dict[str, float]:
         torch.set_num_threads(threads)
     link = parse_bandwidth(cap) / 8
     module = get_model_spec(model).build()
+    # The plan numbers parameters as model.parameters() does, as the layout does.
+    arrival = zoo_arrival_order(model)
     return {
         order: simulate_ps(
             profile, workers=config.workers, link=link, priority=order,
             plan=model_plan(module, PSConfig(workers=config.workers, priority=order)),
+            arrival_order=arrival,
         ).iteration_s
         for order in config.orders
     }  # fmt: skip

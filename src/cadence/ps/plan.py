@@ -85,6 +85,23 @@ class PSPlan:
         """Slice keys in the order a worker requests them: most urgent first."""
         return [s.key for s in sorted(self.slices, key=lambda s: (s.priority, s.key))]
 
+    def slice_transfers(self, arrival_order: Sequence[int] | None = None) -> list[Transfer]:
+        """One transfer per slice, as the runtime sends them: a message each way per step
+        (`transfers` sums them per block and server). In block order; within a block in the
+        order a worker pushes them: its parameters in the order their gradients arrive
+        (`arrival_order`, parameter indices; None: last registered first, backward's usual
+        order), each parameter's slices in key order."""
+        if arrival_order is None:
+            arrival_order = sorted((p.index for p in self.params), reverse=True)
+        rank = {index: i for i, index in enumerate(arrival_order)}
+        block = {p.index: p.block for p in self.params}
+        out = [
+            Transfer(block[s.param], s.server, s.length * self.element_size, 1, s.priority)
+            for s in self.slices
+        ]
+        keys = [(block[s.param], rank.get(s.param, len(rank)), s.key) for s in self.slices]
+        return [t for _, t in sorted(zip(keys, out, strict=True), key=lambda kt: kt[0])]
+
     def transfers(self) -> list[Transfer]:
         """Per block and server, what a worker pushes there each step (and pulls back):
         the block's slices on that server, in block then server order; pairs without a
@@ -171,20 +188,30 @@ def build_plan(
 
 
 def chain_plan(
-    block_bytes: Sequence[int],
+    block_bytes: Sequence[int], servers: int, order: str, *, slice_bytes: int = 4 << 20,
+    consistency: str = "bsp",
+) -> PSPlan:  # fmt: skip
+    """The plan of a chain of blocks known by their fp32 parameter bytes (a profile's): one
+    parameter per block holding any (`layout_plan`)."""
+    params = [
+        ParamInfo(i, f"block{b}", nbytes // 4, b)
+        for i, (b, nbytes) in enumerate((b, n) for b, n in enumerate(block_bytes) if n > 0)
+    ]
+    return layout_plan(params, servers, order, slice_bytes=slice_bytes, consistency=consistency)
+
+
+def layout_plan(
+    params: Sequence[ParamInfo],
     servers: int,
     order: str,
     classes: int = 1,
     slice_bytes: int = 4 << 20,
     consistency: str = "bsp",
 ) -> PSPlan:
-    """The plan of a chain of blocks known by their fp32 parameter bytes (a profile's): one
-    parameter per block holding any, prioritised in `order` (fifo: all equal; layer, and
-    graph, which on a chain is layer order: front block first)."""
-    params = [
-        ParamInfo(i, f"block{b}", nbytes // 4, b)
-        for i, (b, nbytes) in enumerate((b, n) for b, n in enumerate(block_bytes) if n > 0)
-    ]
+    """The plan of a chain of blocks known by their fp32 parameters, prioritised in `order`
+    (fifo: all equal; layer, and graph, which on a chain is layer order: front block first).
+    The runtime's graph order ranks the parameters within a block too; the simulator, which
+    waits for a block's parameters all together, needs only the blocks' order."""
     if order == "fifo":
         priorities = fifo_priorities(len(params))
     else:

@@ -6,9 +6,10 @@ by step, per worker and iteration:
 - block b's forward waits for block b's parameters of this iteration (its pulls);
 - backward pushes each block's gradient as soon as it is ready: one message per slice, to the
   slice's server, on the worker's uplink (one transfer at a time, in the order they become
-  ready; a block's slices on one server are one task of their bytes plus a latency per slice);
-- a server applies its slices of a block once every worker's gradient for them is in (its
-  CPU, one update at a time); the cost per byte is `SimOptions.update_s_per_byte`;
+  ready: a block's parameters in the order their gradients arrive, `PSPlan.slice_transfers`);
+- a server applies a slice once every worker's gradient for it is in (its CPU, one update at
+  a time), so a block's first slices come back while its last are still being pushed; the
+  cost per byte is `SimOptions.update_s_per_byte`;
 - the parameters of the next iteration come back on the worker's downlink, one transfer at a
   time, **most urgent first** among those ready (the servers' send window and priority queue):
   by the slices' priorities (`layer` / `graph`: block order on the zoo's chains of blocks), in
@@ -16,12 +17,13 @@ by step, per worker and iteration:
   it, whatever the order, so the servers' queue decides what goes first among the answers
   ready.
 
-Without a plan given, `simulate_ps` makes the one the runtime makes for a chain of blocks
-(`cadence.ps.plan.chain_plan`: slices of at most `slice_bytes` or 1/S of the model, placed
-largest first on the least-loaded server). With `colocated`, the last worker shares a host
-with the servers: its transfers cost nothing (loopback), as in `cadence train --strategy ps`
-with one server, which worker 0 starts. Simulated worker 0 is always a remote one, so the
-figures read off it include the wire.
+Without a plan given, `simulate_ps` makes the one the runtime makes for the model's
+parameters (`cadence.ps.plan.layout_plan`: slices of at most `slice_bytes` or 1/S of the
+model, placed largest first on the least-loaded server), or, without the model's layout, for
+one parameter per block (`chain_plan`), which sends each block in one message per server.
+With `colocated`, the last worker shares a host with the servers: its transfers cost nothing
+(loopback), as in `cadence train --strategy ps` with one server, which worker 0 starts.
+Simulated worker 0 is always a remote one, so the figures read off it include the wire.
 
 With `shared_hosts`, the servers run on the workers' hosts as `cadence train --strategy ps`
 starts them (server s with worker s % W, the workers numbered from the last so that worker 0
@@ -43,7 +45,8 @@ per iteration, so a large cluster is simulated by a smaller one standing for it.
 own the same blocks in the same number of slices (`alike_servers`; the slices of one parameter
 differ by at most an element) are grouped, the largest groups halved until there are at least
 `FOLD_HOSTS` (or W, and then every group is one server and the graph is the full one), and
-each group becomes one host whose server owns the group's mean share. Each host's links carry
+each group becomes one host whose server owns the group's mean share (a block's slices on
+one server are then one transfer). Each host's links carry
 the bytes and messages, and its processor the updates, of a host of the full cluster whose
 server is in its group: a worker's transfer to a host moves all its group's bytes on the
 worker's link, and the host's end of it (W - 1) / (H - 1) times one server's share, H hosts
@@ -55,19 +58,24 @@ simulation.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cadence.comm.cost import AlphaBeta
+from cadence.dp.plan import ParamInfo
 from cadence.errors import UserError
 from cadence.profile import Profile
+from cadence.ps import plan as ps_plan
 from cadence.ps.config import PSConfig, parse_consistency
 from cadence.ps.plan import PSPlan, Transfer, chain_plan
 from cadence.sim.compute import (
+    BlockCosts,
     add_compute_iteration,
     add_input,
     backward_steps,
     block_costs,
     link_model,
+    param_blocks,
 )
 from cadence.sim.dp_adapter import Built
 from cadence.sim.engine import run
@@ -95,19 +103,21 @@ def build_ps(
     name: str = "ps",
     shared_hosts: bool = False,
     fold: bool = False,
+    arrival_order: Sequence[int] | None = None,
 ) -> Built:
-    """Graph of `options.warmup_iterations + iterations` BSP iterations of `plan`; with
-    `shared_hosts` and `fold`, of the folded cluster (module doc)."""
+    """Graph of `options.warmup_iterations + iterations` BSP iterations of `plan` (its
+    parameters pushed in `arrival_order`, `PSPlan.slice_transfers`); with `shared_hosts` and
+    `fold`, of the folded cluster (module doc)."""
     if shared_hosts:
         return _build_shared(
             profile, workers=workers, plan=plan, link=link, iterations=iterations,
-            options=options, name=name, fold=fold,
+            options=options, name=name, fold=fold, arrival_order=arrival_order,
         )  # fmt: skip
     costs = block_costs(profile, options.calibrate_compute)
     nb = len(costs.forward_s)
     steps = backward_steps(nb)
     servers = plan.servers
-    by_block = _by_block(plan, nb)
+    by_block = _by_block(plan.slice_transfers(arrival_order), nb)
     blocks = sorted(by_block)
     graph = TaskGraph()
     compute = [graph.resource(f"w{w}.compute", STREAM, worker=w) for w in range(workers)]
@@ -136,20 +146,20 @@ def build_ps(
             if w == 0:
                 starts.append(done.forward[0])
             for b in reversed(blocks):  # gradients in backward order
-                for t in by_block[b]:
-                    pushes[w, b, t.server] = graph.add(
+                for i, t in enumerate(by_block[b]):
+                    pushes[w, b, i] = graph.add(
                         f"push {b}", "push", resources=(up[w],), duration_s=wire(w, t),
                         deps=[done.weight_grad[b]], worker=w, iteration=it,
                     )  # fmt: skip
         gates = [[[] for _ in range(nb)] for _ in range(workers)]
         for b in reversed(blocks):
-            for t in by_block[b]:
+            for i, t in enumerate(by_block[b]):
                 update = graph.add_work(
                     f"update {b}", "update", cpus[t.server], t.nbytes * options.update_s_per_byte,
-                    deps=[pushes[w, b, t.server] for w in range(workers)], iteration=it,
+                    deps=[pushes[w, b, i] for w in range(workers)], iteration=it,
                 )  # fmt: skip
                 for w in range(workers):
-                    asked = pushes[w, b, t.server]  # every order asks right after the push
+                    asked = pushes[w, b, i]  # every order asks right after the push
                     # fifo: equal priorities, so the earliest ready goes first (arrival order)
                     gates[w][b].append(
                         graph.add(
@@ -171,10 +181,10 @@ def build_ps(
     return Built(graph, tuple(starts), options.warmup_iterations, name, workers)
 
 
-def _by_block(plan: PSPlan, blocks: int) -> dict[int, list[Transfer]]:
-    """The plan's transfers of each block that has any."""
+def _by_block(transfers: Sequence[Transfer], blocks: int) -> dict[int, list[Transfer]]:
+    """`transfers` (a plan's) of each block that has any, in their order."""
     by_block: dict[int, list[Transfer]] = {}
-    for t in plan.transfers():
+    for t in transfers:
         if t.block >= blocks:
             raise UserError(
                 f"the parameter-server plan has blocks the profile's {blocks} do not: make the "
@@ -227,12 +237,17 @@ class Leg:
 
 
 def plan_legs(
-    plan: PSPlan, workers: int, link: AlphaBeta, update_s_per_byte: float
+    plan: PSPlan,
+    workers: int,
+    link: AlphaBeta,
+    update_s_per_byte: float,
+    arrival_order: Sequence[int] | None = None,
 ) -> dict[int, list[Leg]]:
-    """Per block, the plan's transfers with the servers on the workers' hosts."""
+    """Per block, the plan's slices (`PSPlan.slice_transfers`) with the servers on the
+    workers' hosts."""
     host = server_hosts(plan.servers, workers)
     legs: dict[int, list[Leg]] = {}
-    for t in plan.transfers():
+    for t in plan.slice_transfers(arrival_order):
         seconds = t.messages * link.alpha_for("p2p") + t.nbytes * link.beta_s_per_byte
         leg = Leg(
             t.block, host[t.server], t.priority, seconds, seconds, 0.0, t.nbytes * update_s_per_byte
@@ -255,17 +270,23 @@ def alike_servers(plan: PSPlan) -> list[list[int]]:
 
 
 def folded_legs(
-    plan: PSPlan, workers: int, link: AlphaBeta, update_s_per_byte: float
+    plan: PSPlan,
+    workers: int,
+    link: AlphaBeta,
+    update_s_per_byte: float,
+    arrival_order: Sequence[int] | None = None,
 ) -> tuple[int, dict[int, list[Leg]]]:
     """The hosts of the folded cluster (`folded`, module doc) and, per block, their legs.
 
     Host h stands for the hosts of the h-th group of `alike_servers`, its server for one of
-    the group's: it owns the group's mean bytes (its update); a worker's leg to it moves all
-    the group's bytes on the worker's link (one slice to each of the group's servers), and
-    the host's link takes (workers - 1) / (hosts - 1) workers' share of one server per
-    simulated worker, so that every host's link carries the bytes and messages of a host of
-    the full cluster whose server is in its group. A worker on the host itself sends and
-    receives the shares of the group's other servers on its own link only."""
+    the group's: its j-th slice of a block stands for the j-th of each of the group's servers
+    (in push order, `PSPlan.slice_transfers`) and owns their mean bytes (its update); a
+    worker's leg to it moves all of them on the worker's link (one slice to each of the
+    group's servers), and the host's link takes (workers - 1) / (hosts - 1) workers' share of
+    one server per simulated worker, so that every host's link carries the bytes and messages
+    of a host of the full cluster whose server is in its group. A worker on the host itself
+    sends and receives the shares of the group's other servers on its own link only. Groups
+    of one server give the full simulation's legs."""
     groups = alike_servers(plan)
     while len(groups) < min(workers, FOLD_HOSTS):  # the largest group in two
         big = max(groups, key=len)
@@ -275,14 +296,17 @@ def folded_legs(
     hosts = len(groups)
     fan = (workers - 1) / (hosts - 1)
     where = {s: h for h, group in enumerate(groups) for s in group}
-    sums: dict[tuple[int, int], list[int]] = {}  # (block, host) -> [bytes, messages, priority]
-    for t in plan.transfers():
-        got = sums.setdefault((t.block, where[t.server]), [0, 0, t.priority])
+    # (block, host, j) -> [bytes, messages, priority], in the order the first is pushed
+    sums: dict[tuple[int, int, int], list[int]] = {}
+    nth: dict[tuple[int, int], int] = {}  # (block, server) -> slices of it seen
+    for t in plan.slice_transfers(arrival_order):
+        j = nth.get((t.block, t.server), 0)
+        nth[t.block, t.server] = j + 1
+        got = sums.setdefault((t.block, where[t.server], j), [0, 0, t.priority])
         got[0] += t.nbytes
         got[1] += t.messages
     legs: dict[int, list[Leg]] = {}
-    for block, h in sorted(sums, key=lambda k: (k[0], groups[k[1]][0])):
-        nbytes, messages, priority = sums[block, h]
+    for (block, h, _), (nbytes, messages, priority) in sums.items():
         size = len(groups[h])
         seconds = messages * link.alpha_for("p2p") + nbytes * link.beta_s_per_byte
         one = seconds / size
@@ -304,17 +328,20 @@ def _build_shared(
     options: SimOptions,
     name: str,
     fold: bool = False,
+    arrival_order: Sequence[int] | None = None,
 ) -> Built:
     """`build_ps` with the servers on the workers' hosts (`shared_hosts`, module doc); with
     `fold`, the folded cluster standing for them."""
     costs = block_costs(profile, options.calibrate_compute)
     nb = len(costs.forward_s)
     steps = backward_steps(nb)
-    _by_block(plan, nb)  # checks the plan's blocks
+    _by_block(plan.transfers(), nb)  # checks the plan's blocks
     if fold:
-        workers, by_block = folded_legs(plan, workers, link, options.update_s_per_byte)
+        workers, by_block = folded_legs(
+            plan, workers, link, options.update_s_per_byte, arrival_order
+        )
     else:
-        by_block = plan_legs(plan, workers, link, options.update_s_per_byte)
+        by_block = plan_legs(plan, workers, link, options.update_s_per_byte, arrival_order)
     blocks = sorted(by_block)
     graph = TaskGraph()
     compute = [graph.resource(f"w{w}.compute", STREAM, worker=w) for w in range(workers)]
@@ -401,13 +428,18 @@ def simulate_ps(
     slice_bytes: int = DEFAULT_SLICE_BYTES,
     shared_hosts: bool = False,
     fold: bool = False,
+    params: Sequence[ParamInfo] | None = None,
+    arrival_order: Sequence[int] | None = None,
 ) -> SimResult:
     """Predict BSP parameter-server training of `profile`'s model: `workers` workers and
     `servers` servers joined by `link` (an `AlphaBeta`, or bytes/s), transfers in `priority`
     order (fifo, layer or graph; `+net` is accepted and changes nothing here: one flow per
     link direction has nothing to overtake at the switch). `plan`: the runtime's `PSPlan`
     (its servers and priorities then replace `servers` and `priority`); None: the plan the
-    runtime makes for the profile's chain of blocks with `slice_bytes`. `shared_hosts`: the
+    runtime makes for the model's parameters `params` (its layout, `ModelFacts.params`; None:
+    one per block) with `slice_bytes`. `arrival_order`: the order the plan's parameters'
+    gradients arrive in backward, which is the order they are pushed
+    (`ModelFacts.arrival_order`; None: last registered first). `shared_hosts`: the
     servers run on the workers' hosts and share their links and processors (module doc;
     `colocated` is then implied). `iteration_s` is the mean period of `iterations` iterations
     after the warm-up ones. `fold` (with `shared_hosts`): simulate one host per group of
@@ -425,7 +457,9 @@ def simulate_ps(
     options = options or SimOptions()
     costs = block_costs(profile, options.calibrate_compute)
     if plan is None:
-        plan = chain_plan(costs.param_bytes, servers, order, slice_bytes=slice_bytes)
+        plan = runtime_plan(costs, servers, order, slice_bytes, params)
+        if params is None:  # one parameter per block: the model's order means nothing here
+            arrival_order = None
     if fold and plan.servers != workers:
         raise UserError("fold needs one server per worker host (servers = workers)")
     if parse_consistency(plan.consistency)[0] != "bsp":
@@ -435,6 +469,26 @@ def simulate_ps(
     built = build_ps(
         profile, workers=workers, plan=plan, link=link_model(link), iterations=iterations,
         colocated=colocated, options=options, name=f"ps-{order}", shared_hosts=shared_hosts,
-        fold=fold,
+        fold=fold, arrival_order=arrival_order,
     )  # fmt: skip
     return analyse(built, run(built.graph), sum(costs.param_bytes))
+
+
+def runtime_plan(
+    costs: BlockCosts,
+    servers: int,
+    order: str,
+    slice_bytes: int = DEFAULT_SLICE_BYTES,
+    params: Sequence[ParamInfo] | None = None,
+) -> PSPlan:
+    """The plan `cadence train --strategy ps` makes for the profiled model: of its
+    parameters `params` (each in its block, `param_blocks`), or without them of one
+    parameter per block."""
+    if params is None:
+        return chain_plan(costs.param_bytes, servers, order, slice_bytes=slice_bytes)
+    blocks = param_blocks(costs, params)
+    layout = [
+        ps_plan.ParamInfo(p.index, p.name, p.numel, blocks[p.index])
+        for p in sorted(params, key=lambda p: p.index)
+    ]
+    return ps_plan.layout_plan(layout, servers, order, slice_bytes=slice_bytes)

@@ -154,22 +154,21 @@ def _row(strategy: str, setting: str, est: Estimate, memory: int) -> Candidate:
 
 def _ps(setup: Setup, costs: BlockCosts, options: SimOptions) -> list[Candidate]:
     """One server per worker host (the same machine count as the other strategies), on the
-    plan `cadence train --strategy ps --servers N` makes for the profile's chain of blocks,
+    plan `cadence train --strategy ps --servers N` makes for the model's parameters,
     event-simulated with each host's link and processor shared by its worker and its server
     (`cadence.sim.ps_adapter`, `shared_hosts`); above `PS_FULL_WORKERS` workers, folded
     (one host per group of alike servers, at least `FOLD_HOSTS`)."""
     from cadence.ps.config import PSConfig
-    from cadence.ps.plan import chain_plan
-    from cadence.sim.ps_adapter import host_bytes, simulate_ps
+    from cadence.sim.ps_adapter import host_bytes, runtime_plan, simulate_ps
 
     n, p = setup.world_size, sum(costs.param_bytes)
     memory = state_bytes(p, 2, "ps-worker", n) + _activations(costs)
     runtime = PSConfig(servers=n, workers=n)
-    plan = chain_plan(costs.param_bytes, n, runtime.order, slice_bytes=runtime.slice_bytes)
+    plan = runtime_plan(costs, n, runtime.order, runtime.slice_bytes, setup.params)
     fold = n > PS_FULL_WORKERS
     result = simulate_ps(
         setup.profile, workers=n, link=setup.link, iterations=3, options=options, plan=plan,
-        shared_hosts=True, fold=fold,
+        shared_hosts=True, fold=fold, arrival_order=setup.arrival_order,
     )  # fmt: skip
     wire = max(host_bytes(plan, n))  # worker 0's busier direction
     setting = f"{n} servers, one per worker host, bsp"
