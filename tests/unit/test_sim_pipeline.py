@@ -166,3 +166,40 @@ def test_bad_input_is_one_clear_line() -> None:
         simulate_pipeline(_profile(), stages=3, microbatches=2, link=FAST)
     with pytest.raises(UserError, match=r"kfkb:3 needs K to divide"):
         simulate_pipeline(_profile(), stages=2, microbatches=4, schedule="kfkb:3", link=FAST)
+
+
+def _tasks(r: SimResult) -> dict[str, tuple[float, float]]:
+    sched = r.schedule
+    return {t.name: (sched.start_s[t.id], sched.end_s[t.id]) for t in sched.graph.tasks}
+
+
+def test_messages_between_two_stages_cross_one_at_a_time() -> None:
+    # GPipe, 2 micro-batches of 2 samples: stage 0's two activations (80 bytes, 0.8 s each at
+    # 100 B/s) leave 0.02 s apart, and cross in turn on the pair's one connection: the first
+    # at the link's full rate, the second after it.
+    r = simulate_pipeline(_profile(), stages=2, microbatches=2, schedule="gpipe", link=100.0)
+    times = _tasks(r)
+    first, second = times["0F0>1"], times["0F1>1"]
+    assert first[1] - first[0] == pytest.approx(0.8)
+    assert second[0] == pytest.approx(first[1])
+    assert second[1] - second[0] == pytest.approx(0.8)
+
+
+def test_torchs_runtime_posts_a_receive_after_the_action_before_it() -> None:
+    # 1F1B, 2 stages: torch's runtime posts stage 1's receive of micro-batch 1 after its
+    # forward of micro-batch 0, so the activation waits for that forward to end; ours posts
+    # every receive at the step's start, so it follows the first activation at once.
+    def times(runtime: str) -> dict[str, tuple[float, float]]:
+        r = simulate_pipeline(
+            _profile(), stages=2, microbatches=4, schedule="1f1b", link=100.0, runtime=runtime
+        )
+        return _tasks(r)
+
+    ours, torchs = times("cadence"), times("torch")
+    assert ours["0F1>1"][0] == pytest.approx(ours["0F0>1"][1])
+    assert ours["0F1>1"][0] < ours["1F0"][1]
+    assert torchs["0F1>1"][0] == pytest.approx(torchs["1F0"][1])
+    with pytest.raises(UserError, match="torch's pipeline runtime cannot run kfkb"):
+        simulate_pipeline(
+            _profile(), stages=2, microbatches=4, schedule="kfkb:2", link=100.0, runtime="torch"
+        )

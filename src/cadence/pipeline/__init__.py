@@ -11,7 +11,7 @@ from cadence._lazy import lazy_names
 
 if TYPE_CHECKING:
     from cadence.pipeline.api import model_parallel, pipeline
-    from cadence.pipeline.executor import PipelineExecutor, torch_runtime_supports
+    from cadence.pipeline.executor import PipelineExecutor
     from cadence.pipeline.memory import (
         StageMemory,
         optimizer_state_factor,
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         stage_memory,
     )
     from cadence.pipeline.planner import PipelinePlan, plan_pipeline
+    from cadence.pipeline.receives import torch_runtime_supports
     from cadence.pipeline.schedule import (
         Action,
         Schedule,
@@ -56,7 +57,7 @@ _LAZY = {
     "plan_stages": "cadence.pipeline.stages",
     "stage_memory": "cadence.pipeline.memory",
     "stage_module": "cadence.pipeline.stages",
-    "torch_runtime_supports": "cadence.pipeline.executor",
+    "torch_runtime_supports": "cadence.pipeline.receives",
     "message_source": "cadence.pipeline.validation",
     "validate": "cadence.pipeline.validation",
 }

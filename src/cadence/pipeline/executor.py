@@ -31,6 +31,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from cadence.comm import ops as comm
+from cadence.pipeline.receives import torch_runtime_supports
 from cadence.pipeline.schedule import FORWARD, Action, Schedule
 from cadence.pipeline.validation import validate
 
@@ -49,13 +50,6 @@ def _torch_runtime() -> bool:
     except ImportError:
         return False
     return True
-
-
-def torch_runtime_supports(schedule: Schedule) -> bool:
-    """Whether torch's runtime can run `schedule`: one micro-batch per action, no recompute."""
-    return not schedule.recompute and all(
-        len(a.microbatches) == 1 for acts in schedule.actions for a in acts
-    )
 
 
 @dataclass

@@ -10,14 +10,15 @@ sees it.
 
 Which simulator predicts what: ddp, cadence-dp and zero as `cadence simulate` does
 (`cadence.sim.command.run_strategy`); pipeline with `simulate_pipeline` (one replica: workers =
-stages, a named schedule); ps with `simulate_ps` (bsp, the runtime's chain plan, servers on the
-first worker's host). Anything else is "not predicted", with the reason. Links are the
-emulated cap, its payload share carrying data, no per-message latency unless a calibration
-gives the alphas (`cap_link`). A pipeline's messages also get the token bucket the emulated
-cluster gives every link (`cadence.netem._bandwidth.link_bucket_bytes`): one that starts on a
-link idle long enough passes that many bytes at once. The collectives of ddp, cadence-dp and
-zero are priced without it (see `_data_parallel`), and the parameter-server model has none (its
-links are queues of fixed-length transfers).
+stages, a named schedule); ps with `simulate_ps` (bsp, the plan the runtime makes for the
+model's parameters, pushed in their gradients' arrival order, servers on the first worker's
+host). Anything else is "not predicted", with the reason. Links are the emulated cap, its
+payload share carrying data, no per-message latency unless a calibration gives the alphas
+(`cap_link`). Nothing is priced with the token bucket the emulated cluster gives every link
+(`cadence.netem._bandwidth.link_bucket_bytes`): with it, a transfer that starts on a link idle
+long enough would pass that many bytes at once, which gloo's traffic over TCP did not show,
+neither a step's first all-reduce nor a pipeline's messages (gpt_mini, 1F1B on our runtime at
+50 mbit: 274 ms predicted without it, 234 ms with it, 273-289 ms measured).
 """
 
 from __future__ import annotations
@@ -107,26 +108,20 @@ def predict(
     profile: Profile,
     payload_fraction: float = TCP_PAYLOAD_FRACTION,
     calibrated: AlphaBeta | None = None,
-    link_bucket: bool = True,
 ) -> Prediction:
-    """The simulator's median iteration of `config`'s job from `profile` (`profile_key`);
-    `link_bucket`: price the emulated links' token bucket where the model has one (a
-    pipeline's messages; False: every byte at the cap)."""
+    """The simulator's median iteration of `config`'s job from `profile` (`profile_key`)."""
     from cadence.netem import parse_bandwidth
 
     cap = config.cluster.emulate_bandwidth
     if cap is None:
         return Prediction(None, "not predicted: no --emulate-bandwidth, the link is unknown", "")
-    from cadence.netem._bandwidth import link_bucket_bytes
-
     bps = parse_bandwidth(cap)
     link = cap_link(bps, payload_fraction, calibrated)
-    tbf = float(link_bucket_bytes(bps)) if link_bucket else 0.0
     try:
         if config.model.loss is not None:
             raise NotPredicted(f"the profile times cross entropy, not --loss {config.model.loss}")
         predictor = _PREDICTORS.get(config.job.strategy, _unknown)
-        seconds, note = predictor(config, profile, link, tbf)
+        seconds, note = predictor(config, profile, link)
     except NotPredicted as exc:
         return Prediction(None, f"not predicted: {exc}", conditions(config, profile))
     return Prediction(seconds, note, conditions(config, profile))
@@ -145,12 +140,7 @@ def _update_s_per_byte(config: TrainConfig, profile: Profile) -> float:
     return step_cost(config.model.name, optimizer, step_s, _facts(config, profile).params)
 
 
-def _data_parallel(
-    config: TrainConfig, profile: Profile, link: AlphaBeta, link_bucket: float
-) -> tuple[float, str]:
-    # No token bucket for the collectives: priced with one (`SimOptions.link_bucket_bytes`),
-    # a step's first all-reduce gets the whole refilled bucket, which gloo's ring over TCP
-    # did not show, on the matrices the simulator was developed on or on this set.
+def _data_parallel(config: TrainConfig, profile: Profile, link: AlphaBeta) -> tuple[float, str]:
     from cadence.sim.command import Setup, run_strategy
     from cadence.sim.zero_graph import ZeroSimPlan
     from cadence.zero.config import ZeroConfig
@@ -180,9 +170,7 @@ def _data_parallel(
     return result.iteration_s, note
 
 
-def _pipeline(
-    config: TrainConfig, profile: Profile, link: AlphaBeta, link_bucket: float
-) -> tuple[float, str]:
+def _pipeline(config: TrainConfig, profile: Profile, link: AlphaBeta) -> tuple[float, str]:
     from cadence.sim.pipeline_adapter import simulate_pipeline
 
     c, p = config, config.pipeline
@@ -193,17 +181,47 @@ def _pipeline(
     if p.recompute:
         raise NotPredicted("recomputation is not in the held-out predictor")
     microbatches = p.microbatches * c.data.grad_accum
+    runtime = _pipeline_runtime(config, microbatches)
     result = simulate_pipeline(
         profile, stages=p.stages, microbatches=microbatches, schedule=p.schedule, link=link,
         batch_size=c.data.batch_size, optimizer=c.optim.name,
-        update_s_per_byte=_update_s_per_byte(c, profile), link_bucket_bytes=link_bucket,
+        update_s_per_byte=_update_s_per_byte(c, profile),
+        runtime=runtime,
     )  # fmt: skip
-    return result.iteration_s, f"pipeline {p.stages} stages, {p.schedule} x {microbatches}"
+    return (
+        result.iteration_s,
+        f"pipeline {p.stages} stages, {p.schedule} x {microbatches}, {runtime}'s runtime",
+    )
 
 
-def _ps(
-    config: TrainConfig, profile: Profile, link: AlphaBeta, link_bucket: float
-) -> tuple[float, str]:
+def _pipeline_runtime(config: TrainConfig, microbatches: int) -> str:
+    """The executor backend `cadence train` runs the job's pipeline on: the one asked for, or
+    for `auto` torch's runtime where it can run the schedule and the model has no BatchNorm
+    (`cadence.pipeline.executor`, `wrap`)."""
+    from cadence.pipeline.receives import torch_runtime_supports
+    from cadence.pipeline.schedule import build_schedule
+
+    p = config.pipeline
+    if p.backend == "torch-builtin":
+        raise NotPredicted("torch's own schedule classes (--pipeline-backend torch-builtin)")
+    if p.backend != "auto":
+        return p.backend
+    schedule = build_schedule(p.schedule, p.stages, microbatches, p.recompute)
+    if not torch_runtime_supports(schedule) or _has_batchnorm(config):
+        return "cadence"
+    return "torch"
+
+
+def _has_batchnorm(config: TrainConfig) -> bool:
+    from torch.nn.modules.batchnorm import _BatchNorm
+
+    from cadence.models.user import model_and_data
+
+    spec, _ = model_and_data(config.model.name, config.data.dataset, config.job.seed)
+    return any(isinstance(m, _BatchNorm) for m in spec.build().modules())
+
+
+def _ps(config: TrainConfig, profile: Profile, link: AlphaBeta) -> tuple[float, str]:
     from cadence.ps.config import parse_consistency
     from cadence.sim.ps_adapter import simulate_ps
 
@@ -213,20 +231,20 @@ def _ps(
     if c.data.grad_accum > 1:
         raise NotPredicted("the parameter-server model has no gradient accumulation")
     options = dataclasses.replace(SimOptions(), update_s_per_byte=_update_s_per_byte(c, profile))
+    facts = _facts(config, profile)
     result = simulate_ps(
         profile, workers=c.cluster.workers, servers=c.ps.servers, link=link,
         priority=c.ps.priority, options=options,
+        params=facts.params, arrival_order=facts.arrival_order,
     )  # fmt: skip
     return result.iteration_s, f"ps bsp, {c.ps.servers} server(s), {c.ps.priority} order"
 
 
-def _unknown(
-    config: TrainConfig, profile: Profile, link: AlphaBeta, link_bucket: float
-) -> tuple[float, str]:
+def _unknown(config: TrainConfig, profile: Profile, link: AlphaBeta) -> tuple[float, str]:
     raise NotPredicted(f"no simulator for strategy {config.job.strategy!r}")
 
 
-_PREDICTORS: dict[str, Callable[[TrainConfig, Profile, AlphaBeta, float], tuple[float, str]]] = {
+_PREDICTORS: dict[str, Callable[[TrainConfig, Profile, AlphaBeta], tuple[float, str]]] = {
     "ddp": _data_parallel,
     "cadence-dp": _data_parallel,
     "zero": _data_parallel,

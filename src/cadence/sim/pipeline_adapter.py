@@ -10,9 +10,15 @@ What the graph follows (`cadence/pipeline/executor.py`, our runtime):
   same way. Sends are asynchronous: the sender computes on while the message moves;
 - a forward on s > 0 (a backward on s < S - 1) waits for its group's message
   (`validation.message_source`, the dependency the validator replays);
+- a message moves only once its receiver has posted the receive (gloo): our runtime posts
+  every receive at the step's start; torch's runtime, which runs the schedules it supports by
+  default, posts each after some earlier action of the receiver (`receives`, from
+  `cadence.pipeline.receives.receive_points`), so a message can wait for its receiver;
 - a message is a flow over the sender's transmit link and the receiver's receive link (both
   directions of a cable are separate, as on full-duplex Ethernet), shared fairly with any
-  other message in flight there;
+  other stage pair's message in flight there, then the link's latency; messages from one
+  stage to another cross one at a time, in the order they were sent (gloo writes a pair's
+  messages in order on its one connection), their latencies overlapping;
 - before its first action, each stage takes the step's batch to its device (every rank of a
   pipeline reads the whole batch: the first stage its inputs, the last its targets), for the
   profile's `input_s` scaled to the step's batch;
@@ -56,6 +62,8 @@ from cadence.sim.metrics import (
 )
 
 MESSAGE_KINDS = ("activation", "gradient")
+LATENCY = "latency"
+"""Kind of a message's latency, after its bytes have crossed."""
 
 
 @dataclass(frozen=True)
@@ -208,13 +216,15 @@ def build_pipeline(
     update_s_per_byte: float = 0.0,
     input_s: float = 0.0,
     link_bucket_bytes: float = 0.0,
+    receives: Mapping[Action, Action | None] | None = None,
 ) -> PipelineBuilt:
     """Graph of one step of `schedule` over `plan`'s stages, micro-batches of
     `microbatch_size` samples, every neighbour pair joined by `link`; each stage first spends
     `input_s` taking the step's batch to its device. `link_bucket_bytes`: each link
     direction's token bucket (`Resource.bucket_bytes`; 0 for none): a message that starts on
     a link idle long enough passes that many bytes at once, as through the emulated
-    cluster's tbf."""
+    cluster's tbf. `receives`: per consuming action, the action of its stage after which its
+    receive is posted (`receive_points`); None, or an action missing: at the step's start."""
     validate(schedule)
     S = schedule.num_stages
     if plan.num_stages != S:
@@ -239,7 +249,9 @@ def build_pipeline(
             for s in range(S)
         ]
     backwarded = [False] * S  # has the stage run a backward yet (its gradients exist)
+    done: dict[Action, int] = {}  # action -> its last compute task
     sent: dict[Action, int] = {}  # action -> its outgoing message (flow task)
+    pair_last: dict[tuple[int, int], int] = {}  # (sender, receiver) -> its last message
     held_sent = [0] * S  # bytes of the messages each stage has sent (freed at the step's end)
     posted = [  # receive buffers, all posted at the step's start
         sum(received_bytes(plan, schedule, a, microbatch_size) for a in schedule.actions[s])
@@ -249,7 +261,30 @@ def build_pipeline(
     for action in order:
         s = action.stage
         source = message_source(schedule, action)
-        inbound = sent[source] if source is not None else None
+        inbound = None
+        if source is not None:  # the message leaves once sent and its receive is posted
+            after = (receives or {}).get(action)
+            pair = (source.stage, s)
+            nbytes = sent_bytes(plan, schedule, source, microbatch_size)
+            flow = pair_last[pair] = graph.add(
+                f"{source}>{s}",
+                "activation" if source.kind == FORWARD else "gradient",
+                resources=(tx[source.stage], rx[s]),
+                nbytes=nbytes,
+                deps=[done[source], done.get(after) if after else None, pair_last.get(pair)],
+                worker=source.stage,
+                mem_start=nbytes,  # the sender keeps the tensor until the step ends
+            )
+            sent[source] = flow
+            # Its latency runs after its bytes, so that a pair's next message need not wait
+            # for it: back-to-back messages on one connection overlap their latencies.
+            alpha = link.alpha_for("p2p")
+            inbound = flow
+            if alpha > 0:
+                inbound = graph.add(
+                    f"{source}>{s} latency", LATENCY, duration_s=alpha, deps=[flow],
+                    worker=source.stage,
+                )  # fmt: skip
         forward = action.kind == FORWARD
         deps: list[int | None] = [last_task[s], inbound]
         received = received_bytes(plan, schedule, action, microbatch_size)
@@ -277,20 +312,12 @@ def build_pipeline(
                 mem_end=mem_end - (received if i == len(action.microbatches) - 1 else 0),
             )
             deps = [last_task[s]]
+        computed = last_task[s]
+        assert computed is not None  # every action has at least one micro-batch
+        done[action] = computed
         peer = s + 1 if forward else s - 1
-        nbytes = sent_bytes(plan, schedule, action, microbatch_size)
-        if 0 <= peer < S:
-            sent[action] = graph.add(
-                f"{action}>{peer}",
-                "activation" if forward else "gradient",
-                resources=(tx[s], rx[peer]),
-                duration_s=link.alpha_for("p2p"),
-                nbytes=nbytes,
-                deps=[last_task[s]],
-                worker=s,
-                mem_start=nbytes,  # the sender keeps the tensor until the step ends
-            )
-            held_sent[s] += nbytes
+        if 0 <= peer < S:  # its message is added with its consumer, above
+            held_sent[s] += sent_bytes(plan, schedule, action, microbatch_size)
             messages += 1
     for s in range(S):
         graph.add(
@@ -361,9 +388,8 @@ def analyse_pipeline(built: PipelineBuilt, name: str) -> SimResult:
             link_bytes[r] = link_bytes.get(r, 0.0) + t.nbytes
     wire_s = max((b / graph.resources[r].bytes_per_s for r, b in link_bytes.items()), default=0.0)
     serial = sum(work) + sum(update)
-    serial += sum(
-        t.duration_s + t.nbytes / graph.resources[t.resources[0]].bytes_per_s for t in flows
-    )
+    serial += sum(t.nbytes / graph.resources[t.resources[0]].bytes_per_s for t in flows)
+    serial += sum(t.duration_s for t in graph.tasks if t.kind == LATENCY)
     bound = max([wire_s, *(w + u for w, u in zip(work, update, strict=True))])
     eff = (serial - span) / (serial - bound) if serial - bound > 1e-12 * serial else 1.0
     tx0, compute0 = S, 0  # resources are added as S computes, then S tx links, S rx links
@@ -409,6 +435,7 @@ def simulate_pipeline(
     optimizer: str = "adam",
     update_s_per_byte: float = 0.0,
     link_bucket_bytes: float = 0.0,
+    runtime: str = "cadence",
 ) -> SimResult:
     """Predict one step of pipeline-parallel training.
 
@@ -421,9 +448,12 @@ def simulate_pipeline(
     result's `iteration_s` is the step time, `peak_memory_bytes` the largest stage's peak
     (`stage_peaks(result)` gives every stage's),
     `wire_bytes` the busiest link direction's bytes. `link_bucket_bytes`: each link
-    direction's token bucket (an emulated link's tbf; 0, a real link: none).
+    direction's token bucket (an emulated link's tbf; 0, a real link: none). `runtime`: the
+    executor's backend that runs the step, "cadence" or "torch" (`receive_points`: where it
+    posts its receives).
     """
     from cadence.pipeline.memory import optimizer_state_factor
+    from cadence.pipeline.receives import receive_points
     from cadence.pipeline.schedule import build_schedule
     from cadence.pipeline.stages import plan_stages
     from cadence.sim.compute import link_model
@@ -453,5 +483,6 @@ def simulate_pipeline(
         update_s_per_byte=update_s_per_byte,
         input_s=batch_input_s(first, batch),
         link_bucket_bytes=link_bucket_bytes,
+        receives=receive_points(schedule, runtime),
     )
     return analyse_pipeline(built, schedule.name)
