@@ -148,6 +148,10 @@ class PlanOptions:
     the target or a curve of (step, loss)."""
     steps_to_target: str | None = opt(None, metavar="METHOD=N,...")
     """plan tta: the user's steps to the target per method, e.g. ddp=400,diloco:H16=520."""
+    loop_costs: str | None = opt(None, metavar="FILE")
+    """plan tta: what PowerSGD adds to a step in the loop, measured on local processes over
+    the loopback (a few minutes) and saved here, or read from here if the file exists; none:
+    its matrix products timed alone."""
 
 
 @dataclass(frozen=True, kw_only=True)

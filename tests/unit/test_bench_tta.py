@@ -97,8 +97,9 @@ def test_run_writes_json_png_and_pilots(tmp_path: Path) -> None:
         return path
 
     def plan(model: str, cap: str, hosts: int, pilot_path: Path, config: TTABenchConfig,
-             calibration: Path | None) -> list[str]:  # fmt: skip
+             calibration: Path | None, loop_costs: Path | None) -> list[str]:  # fmt: skip
         assert calibration == tmp_path / f"tta.{cap}.{hosts}h.calibration.json"
+        assert loop_costs == tmp_path / f"tta.{model}.{hosts}h.loop-costs.json"
         if hosts == 4:
             raise RuntimeError("no plan\nmore")
         return ["ddp", "local-sgd:H4"]
@@ -192,3 +193,7 @@ def test_plan_cell_prices_the_links_a_calibration_measured(
     with_links, without = seen
     assert with_links.calibration == str(links)
     assert without.calibration is None and without.bandwidth == "20mbit"
+    assert with_links.loop_costs is None
+    with pytest.raises(UserError, match="stop here"):
+        plan_cell("mlp", "20mbit", 2, tmp_path / "p.json", config, links, tmp_path / "c.json")
+    assert seen[-1].loop_costs == str(tmp_path / "c.json")

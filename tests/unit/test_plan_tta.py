@@ -217,6 +217,26 @@ def test_plan_tta_ranks_from_a_pilot_file(
     assert "pilot ran a global batch of 64, this prediction is for 128" in capsys.readouterr().out
 
 
+def test_plan_tta_prices_the_loop_costs_a_file_holds(cnn_profile: Path, tmp_path: Path) -> None:
+    costs = tmp_path / "costs.json"
+    step_s = {"cadence-dp": 0.010, "cadence-dp+powersgd": 0.015}
+    costs.write_text(json.dumps({"model": "cnn", "workers": 2, "batch_size": 64,
+                                 "step_s": step_s}))  # fmt: skip
+    argv = [*_args(cnn_profile), "--steps-to-target", "ddp=10,cadence-dp+powersgd=10",
+            "--target-loss", "1", "--methods", "ddp,cadence-dp+powersgd"]  # fmt: skip
+    priced = {}
+    for extra in ([], ["--loop-costs", str(costs)]):
+        out = tmp_path / f"tta{len(extra)}.json"
+        assert main([*argv, *extra, "--json", str(out)]) == 0
+        rows = {r["method"]: r for r in json.loads(out.read_text())["rows"]}
+        priced[len(extra)] = rows["cadence-dp+powersgd"]
+    assert "5.00 ms measured in the loop" in priced[2]["assumed"]
+    assert priced[2]["step_s"] > priced[0]["step_s"] + 0.004  # products alone: far less
+    other = [*argv, "--workers", "4", "--loop-costs", str(costs)]
+    proc = run_cadence(*other, cwd=tmp_path)
+    assert_one_line_error(proc, "not cnn on 4 at 128")
+
+
 def test_plan_tta_refuses_in_one_line(cnn_profile: Path, tmp_path: Path) -> None:
     proc = run_cadence(*_args(cnn_profile), cwd=tmp_path)
     assert_one_line_error(proc, "needs convergence data")

@@ -257,17 +257,20 @@ def plan_cell(
     pilot_path: Path,
     config: TTABenchConfig,
     calibration: Path | None = None,
+    loop_costs: Path | None = None,
 ) -> Any:
     """`cadence plan tta` for one cell (its pilot, the cell's cluster and batch, the model
     profiled here at one worker's batch, the links from `calibration`, else `cap` with no
-    latency): the plan's methods, fastest predicted first."""
+    latency, the compressions' in-loop costs from `loop_costs`, measured there first if the
+    file is missing): the plan's methods, fastest predicted first."""
     from cadence.cli import build_parser
     from cadence.config_flags import resolve_flags
     from cadence.sim.tta_command import plan_tta
 
     link = ["--calibration", str(calibration)] if calibration else ["--bandwidth", cap]
+    costs = ["--loop-costs", str(loop_costs)] if loop_costs else []
     argv = [
-        "plan", "tta", "--model", model, "--workers", str(hosts), *link,
+        "plan", "tta", "--model", model, "--workers", str(hosts), *link, *costs,
         "--micro-batch-size", str(config.batch_size // hosts), "--pilot", str(pilot_path),
         "--methods", ",".join(config.methods),
     ]  # fmt: skip
@@ -323,7 +326,8 @@ def run_tta_bench(
 ) -> dict[str, Any]:
     """Every cell, written after each one (an interrupted benchmark keeps what it measured).
     Each cell is planned on its links as `calibrate` measured them, once per cap and host
-    count (`<out>.<cap>.<n>h.calibration.json`)."""
+    count (`<out>.<cap>.<n>h.calibration.json`), with the compressions' in-loop costs
+    measured once per model and host count (`<out>.<model>.<n>h.loop-costs.json`)."""
     from cadence.bench.dp import prepare_out
 
     out = prepare_out(config.out, any(cap != NO_CAP for cap in config.caps))
@@ -359,7 +363,10 @@ def run_tta_bench(
                         where = out.parent / f"{out.stem}.{cap}.{hosts}h.calibration.json"
                         echo(f"calibrating the links at {cap}, {hosts} hosts")
                         links[cap, hosts] = calibrate(cap, hosts, where)
-                    order = plan(model, cap, hosts, out.parent / name, config, links[cap, hosts])
+                    costs = out.parent / f"{out.stem}.{model}.{hosts}h.loop-costs.json"
+                    order = plan(
+                        model, cap, hosts, out.parent / name, config, links[cap, hosts], costs
+                    )
                     cell["plan"] = plan_score(order, rows)
                 except Exception as exc:  # noqa: BLE001 - one cell's plan, not the bench
                     failure = _first_line(exc)

@@ -221,6 +221,7 @@ def method_step_s(
     freeze_steps: int = 100,
     outer_dtype: str = "fp32",
     overlap_steps: int = 1,
+    loop_overhead_s: float | None = None,
 ) -> StepEstimate:
     """Seconds per step of `method` on `setup`'s cluster (`cadence.sim.command.Setup`).
 
@@ -230,9 +231,12 @@ def method_step_s(
     shrunk to the low-rank factors' elements (torch's hook in one bucket, as it runs on
     gloo), plus the factors' arithmetic timed on those shapes and the latency of the extra
     all-reduce rounds (`cadence.sim.powersgd_cost`). ddp+fp16
-    is DDP with 2-byte gradients (the cast not priced). local-sgd / diloco: one worker's
-    compute and optimizer step, plus one all-reduce of the model every H steps spread over
-    them; streamed (K fragments), each fragment's sync hides behind `overlap_steps` steps.
+    is DDP with 2-byte gradients. `loop_overhead_s`: what PowerSGD was measured to add to a
+    step in the loop on this machine (`cadence.sim.loop_costs`); given, it replaces the timed
+    products (its rounds' latency on the link is still added). local-sgd / diloco: one
+    worker's compute and optimizer step,
+    plus one all-reduce of the model every H steps spread over them; streamed (K fragments),
+    each fragment's sync hides behind `overlap_steps` steps.
     """
     from cadence.sim.command import run_strategy
     from cadence.sim.options import SimOptions
@@ -259,16 +263,26 @@ def method_step_s(
     def powersgd_overhead(
         rounds: int, collectives: int, min_rate: float, elements: Sequence[int]
     ) -> float:
-        """The factors' arithmetic, timed on the model's shapes, and the latency of the
-        collectives' extra rounds (`cadence.sim.powersgd_cost`)."""
+        """The factors' arithmetic, timed on the model's shapes, or the compression's cost
+        measured in the loop (`loop_overhead_s`), and the latency of the collectives' extra
+        rounds (`cadence.sim.powersgd_cost`)."""
         assert shapes is not None
-        matrices = compressed_matrices(shapes, powersgd_rank, min_rate)
-        threads = getattr(setup.profile, "threads", None)  # the workers' intra-op threads
-        arithmetic = factor_seconds(matrices, powersgd_rank, threads)
+        if loop_overhead_s is None:
+            matrices = compressed_matrices(shapes, powersgd_rank, min_rate)
+            threads = getattr(setup.profile, "threads", None)  # the workers' intra-op threads
+            codec = factor_seconds(matrices, powersgd_rank, threads)
+        else:
+            codec = loop_overhead_s
         sent = 4.0 * sum(elements)  # fp32 factors and uncompressed tensors
-        return arithmetic + extra_round_seconds(
+        return codec + extra_round_seconds(
             setup.link, setup.world_size, sent, rounds, collectives
         )
+
+    codec_note = (
+        "the factors' arithmetic timed here"
+        if loop_overhead_s is None
+        else f"{(loop_overhead_s or 0.0) * 1e3:.2f} ms measured in the loop"
+    )
 
     s, c = method.strategy, method.compression
     if c == "powersgd" and shapes is None:
@@ -294,9 +308,9 @@ def method_step_s(
         extra = powersgd_overhead(TORCH_HOOK_ROUNDS, 1, 2.0, elements)
         return StepEstimate(
             method.name, r.iteration_s + extra, r.wire_bytes,
-            f"DDP in one bucket over rank-{powersgd_rank} factors' bytes, plus the factors' "
-            f"arithmetic timed here and {TORCH_HOOK_ROUNDS} rounds of all-reduce; the first "
-            f"{powersgd_start} steps uncompressed",
+            f"DDP in one bucket over rank-{powersgd_rank} factors' bytes, plus {codec_note} "
+            f"and {TORCH_HOOK_ROUNDS} rounds of all-reduce; the first {powersgd_start} steps "
+            "uncompressed",
             powersgd_start, plain.iteration_s,
         )  # fmt: skip
     if s == "cadence-dp":
@@ -312,9 +326,9 @@ def method_step_s(
         extra = powersgd_overhead(CADENCE_ROUNDS, chunks, 0.0, elements)
         return StepEstimate(
             method.name, r.iteration_s + extra, r.wire_bytes,
-            f"cadence-dp over rank-{powersgd_rank} factors' bytes, plus the factors' "
-            f"arithmetic timed here and {CADENCE_ROUNDS} rounds of all-reduce per chunk; the "
-            f"first {powersgd_start} steps uncompressed",
+            f"cadence-dp over rank-{powersgd_rank} factors' bytes, plus {codec_note} and "
+            f"{CADENCE_ROUNDS} rounds of all-reduce per chunk; the first {powersgd_start} "
+            "steps uncompressed",
             powersgd_start, plain.iteration_s,
         )  # fmt: skip
     if s == "zero":

@@ -78,11 +78,21 @@ def plan_tta(args: Any) -> TTAPlan:
     if any(m.compression == "powersgd" for m in methods):
         shapes = zoo_param_shapes(args.model)
     overlap = 1 if args.overlap_steps is None else args.overlap_steps  # the runtime's default
+    costs = None
+    if getattr(args, "loop_costs", None):
+        from cadence.sim.loop_costs import loop_costs_for
+
+        batch_size = setup.profile.batch_size * setup.world_size * options.grad_accum
+        costs = loop_costs_for(
+            args.loop_costs, args.model, methods, setup.world_size, batch_size,
+            args.powersgd_start_step,
+        )  # fmt: skip
     estimates = [
         method_step_s(
             setup, m, options, shapes=shapes, powersgd_rank=args.powersgd_rank,
             powersgd_start=args.powersgd_start_step, freeze_steps=args.freeze_steps,
             outer_dtype=args.outer_dtype, overlap_steps=overlap,
+            loop_overhead_s=costs.overhead_s(m) if costs else None,
         )
         for m in methods
     ]  # fmt: skip
