@@ -271,7 +271,7 @@ def build_pipeline(
                 "activation" if source.kind == FORWARD else "gradient",
                 resources=(tx[source.stage], rx[s]),
                 nbytes=nbytes,
-                deps=[done[source], done.get(after) if after else None, pair_last.get(pair)],
+                deps=[done[source], None if after is None else done[after], pair_last.get(pair)],
                 worker=source.stage,
                 mem_start=nbytes,  # the sender keeps the tensor until the step ends
             )
