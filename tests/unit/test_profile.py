@@ -1,7 +1,6 @@
 """Per-block profiler: structure, exact parameter bytes, JSON round trip, sanity of times."""
 
 import json
-import statistics
 
 import pytest
 import torch
@@ -198,18 +197,18 @@ def test_block_times_inside_one_iteration_split_it():
     x, y = spec.synthetic_batch(64)
     cpu = torch.device("cpu")
     block_times_in_iteration(model, x, y, cpu)  # warms up
-    # The marks are contiguous: the blocks cover the whole iteration bar the loss. Each round
-    # times the blocks and then whole iterations, so both see the machine alike (another
-    # test process may share its cores); the median round decides.
-    ratios = []
-    for _ in range(5):
+    # The marks are contiguous: the blocks cover the whole iteration bar the loss. Another
+    # test process may share the two cores and preempt a 4 ms iteration at any point; that
+    # only ever adds time, so the fastest of several rounds of each is compared.
+    marked, whole = [], []
+    for _ in range(9):
         forward, backward = block_times_in_iteration(model, x, y, cpu)
-        whole = profile_model(model, (x, y), iterations=3, warmup=1).iteration_s
-        ratios.append((sum(forward) + sum(backward)) / whole)
+        marked.append(sum(forward) + sum(backward))
+        whole.append(profile_model(model, (x, y), iterations=1, warmup=0).iteration_s)
     assert len(forward) == len(backward) == len(model.blocks())
     assert all(f > 0 for f in forward) and all(b > 0 for b in backward)
     assert all(p.grad is None for p in model.parameters())  # left cleared
-    assert 0.5 < statistics.median(ratios) < 1.5, ratios
+    assert 0.5 < min(marked) / min(whole) < 1.5, (marked, whole)
 
 
 def test_block_timing_is_recorded_and_checked(profiled, tmp_path):
