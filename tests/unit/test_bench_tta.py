@@ -97,9 +97,11 @@ def test_run_writes_json_png_and_pilots(tmp_path: Path) -> None:
         return path
 
     def plan(model: str, cap: str, hosts: int, pilot_path: Path, config: TTABenchConfig,
-             calibration: Path | None, loop_costs: Path | None) -> list[str]:  # fmt: skip
+             calibration: Path | None, loop_costs: Path | None,
+             profile: Path | None) -> list[str]:  # fmt: skip
         assert calibration == tmp_path / f"tta.{cap}.{hosts}h.calibration.json"
         assert loop_costs == tmp_path / f"tta.{model}.{hosts}h.loop-costs.json"
+        assert profile == tmp_path / f"tta.{model}.{hosts}h.profile.json"
         if hosts == 4:
             raise RuntimeError("no plan\nmore")
         return ["ddp", "local-sgd:H4"]
@@ -197,3 +199,36 @@ def test_plan_cell_prices_the_links_a_calibration_measured(
     with pytest.raises(UserError, match="stop here"):
         plan_cell("mlp", "20mbit", 2, tmp_path / "p.json", config, links, tmp_path / "c.json")
     assert seen[-1].loop_costs == str(tmp_path / "c.json")
+
+
+def test_plan_cell_profiles_beside_the_other_hosts_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import cadence.profile as profile_module
+    import cadence.sim.tta_command as tta_command
+
+    made: list[dict[str, Any]] = []
+
+    def fake_profile(model: str, **kwargs: Any) -> None:
+        made.append({"model": model, **kwargs})
+        Path(kwargs["out"]).write_text("{}")
+
+    seen: list[Any] = []
+
+    def capture(args: Any) -> Any:
+        seen.append(args)
+        raise UserError("stop here")
+
+    monkeypatch.setattr(profile_module, "profile_command", fake_profile)
+    monkeypatch.setattr(tta_command, "plan_tta", capture)
+    config = TTABenchConfig(models=("mlp",), caps=("20mbit",), hosts=(4,), steps=30,
+                            eval_every=10, methods=("ddp", "local-sgd:H4"))  # fmt: skip
+    saved = tmp_path / "mlp.4h.profile.json"
+    for _ in range(2):
+        with pytest.raises(UserError, match="stop here"):
+            plan_cell("mlp", "20mbit", 4, tmp_path / "p.json", config, None, None, saved)
+    # Four emulated hosts share this machine's cores: three neighbours, one worker's batch.
+    assert [(m["model"], m["neighbours"], m["batch_size"], m["threads"]) for m in made] == [
+        ("mlp", 3, config.batch_size // 4, 1)
+    ]
+    assert [a.profile for a in seen] == [str(saved)] * 2

@@ -258,20 +258,33 @@ def plan_cell(
     config: TTABenchConfig,
     calibration: Path | None = None,
     loop_costs: Path | None = None,
+    profile: Path | None = None,
 ) -> Any:
-    """`cadence plan tta` for one cell (its pilot, the cell's cluster and batch, the model
-    profiled here at one worker's batch, the links from `calibration`, else `cap` with no
-    latency, the compressions' in-loop costs from `loop_costs`, measured there first if the
-    file is missing): the plan's methods, fastest predicted first."""
+    """`cadence plan tta` for one cell (its pilot, the cell's cluster and batch, the links
+    from `calibration`, else `cap` with no latency, the compressions' in-loop costs from
+    `loop_costs`, measured there first if the file is missing, the model's profile from
+    `profile`, else taken now): the plan's methods, fastest predicted first.
+
+    A missing `profile` file is made as the cell trains: one worker's batch on one thread,
+    beside `hosts - 1` processes training the same model, since the emulated hosts share
+    this machine's cores (timed alone, four hosts' steps are priced at half what they take)."""
     from cadence.cli import build_parser
     from cadence.config_flags import resolve_flags
+    from cadence.profile import profile_command
     from cadence.sim.tta_command import plan_tta
 
+    micro = config.batch_size // hosts
+    if profile is not None and not profile.exists():
+        profile_command(
+            model, batch_size=micro, out=profile, threads=1, echo=lambda _: None,
+            neighbours=hosts - 1,
+        )  # fmt: skip
     link = ["--calibration", str(calibration)] if calibration else ["--bandwidth", cap]
     costs = ["--loop-costs", str(loop_costs)] if loop_costs else []
+    saved = ["--profile", str(profile)] if profile else []
     argv = [
-        "plan", "tta", "--model", model, "--workers", str(hosts), *link, *costs,
-        "--micro-batch-size", str(config.batch_size // hosts), "--pilot", str(pilot_path),
+        "plan", "tta", "--model", model, "--workers", str(hosts), *link, *costs, *saved,
+        "--micro-batch-size", str(micro), "--pilot", str(pilot_path),
         "--methods", ",".join(config.methods),
     ]  # fmt: skip
     args = build_parser().parse_args(argv)
@@ -326,8 +339,9 @@ def run_tta_bench(
 ) -> dict[str, Any]:
     """Every cell, written after each one (an interrupted benchmark keeps what it measured).
     Each cell is planned on its links as `calibrate` measured them, once per cap and host
-    count (`<out>.<cap>.<n>h.calibration.json`), with the compressions' in-loop costs
-    measured once per model and host count (`<out>.<model>.<n>h.loop-costs.json`)."""
+    count (`<out>.<cap>.<n>h.calibration.json`), with the compressions' in-loop costs and the
+    model's profile measured once per model and host count (`<out>.<model>.<n>h.loop-costs.json`,
+    `<out>.<model>.<n>h.profile.json`)."""
     from cadence.bench.dp import prepare_out
 
     out = prepare_out(config.out, any(cap != NO_CAP for cap in config.caps))
@@ -364,8 +378,10 @@ def run_tta_bench(
                         echo(f"calibrating the links at {cap}, {hosts} hosts")
                         links[cap, hosts] = calibrate(cap, hosts, where)
                     costs = out.parent / f"{out.stem}.{model}.{hosts}h.loop-costs.json"
+                    profile = out.parent / f"{out.stem}.{model}.{hosts}h.profile.json"
                     order = plan(
-                        model, cap, hosts, out.parent / name, config, links[cap, hosts], costs
+                        model, cap, hosts, out.parent / name, config, links[cap, hosts], costs,
+                        profile,
                     )
                     cell["plan"] = plan_score(order, rows)
                 except Exception as exc:  # noqa: BLE001 - one cell's plan, not the bench
