@@ -62,7 +62,42 @@ def test_profile_records_the_workers_per_host(
     out = tmp_path / "p.json"
     args = ["profile", "--model", "cnn", "--micro-batch-size", "4", "--profile-iterations", "1"]
     assert main([*args, "--workers-per-host", "2", "--out", str(out)]) == 0
-    assert json.loads(out.read_text())["neighbours"] == 1
+    saved = json.loads(out.read_text())
+    assert saved["neighbours"] == 1 and saved["pace_factor"] > 0
     capsys.readouterr()
     assert main([*args, "--workers-per-host", "0"]) != 0
     assert "--workers-per-host" in capsys.readouterr().err
+
+
+def test_lockstep_times_the_slowest_of_iterations_started_together() -> None:
+    import dataclasses
+
+    from cadence.models import get_model_spec
+    from cadence.profile import profile_model
+    from cadence.profile.neighbours import iteration_of, paced
+
+    spec = get_model_spec("cnn")
+    model = spec.build()
+    batch = spec.synthetic_batch(4)
+    own = profile_model(model, batch, iterations=2, warmup=1)
+    with neighbours("cnn", None, 4, 1, 2) as group:
+        calls = []
+        slow = iteration_of(model, *batch)
+
+        def own_slow() -> None:  # this process is the slow one: it decides each step
+            calls.append(1)
+            slow()
+            time.sleep(0.05)
+
+        pace = group.lockstep(own_slow, iterations=3)
+    assert len(calls) == 4  # one untimed, three timed
+    assert pace is not None and 0.05 < pace < 2
+    with neighbours("cnn", None, 4, 1, 0) as alone:
+        assert alone.lockstep(own_slow) is None
+    own = dataclasses.replace(own, optimizer_step_s={"sgd": 0.01})
+    scaled = paced(own, own.iteration_s * 1.5)
+    assert scaled.pace_factor == pytest.approx(1.5)
+    assert scaled.iteration_s == pytest.approx(own.iteration_s * 1.5)
+    assert scaled.blocks[0].forward_s == pytest.approx(own.blocks[0].forward_s * 1.5)
+    assert scaled.optimizer_step_s == {"sgd": pytest.approx(0.015)}
+    assert paced(own, None) == own  # taken alone: as timed

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from cadence.errors import UserError
-from cadence.sim.bench_dp import predict_bench_dp, read_bench_dp, scaled_profile
+from cadence.profile.record import scaled_profile
+from cadence.sim.bench_dp import predict_bench_dp, read_bench_dp
 from tests.unit.test_sim_cli import zoo_profile
 
 

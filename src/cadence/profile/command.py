@@ -11,9 +11,11 @@ import torch
 
 from cadence.dp.heap import keep_heap
 from cadence.errors import UserError
+from cadence.models import get_model_spec
 from cadence.placement import place_worker, visible_gpus
 from cadence.profile.facts import zoo_facts
 from cadence.profile.measure import profile_zoo_model
+from cadence.profile.neighbours import iteration_of, paced
 from cadence.profile.neighbours import neighbours as beside
 from cadence.profile.record import DEFAULT_BLOCK_TIMING, Profile
 
@@ -102,7 +104,8 @@ def profile_command(
     The profile carries the model's layout, buffers and gradient arrival order
     (`Profile.model_facts`), so a prediction from it need not build the model. `neighbours`
     processes train the same model beside it while it is timed (`cadence.profile.neighbours`:
-    a run's workers per host minus one).
+    a run's workers per host minus one), and its times are put at the pace of iterations
+    that all of them start together.
     Bad arguments or an unknown model raise a one-line UserError.
     """
     where = place_worker(device, 0, 1, visible_gpus()).device
@@ -120,13 +123,19 @@ def profile_command(
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        with beside(model, None, batch_size, torch.get_num_threads(), neighbours):
+        with beside(model, None, batch_size, torch.get_num_threads(), neighbours) as group:
             profile = profile_zoo_model(
                 model, batch_size, iterations, warmup, device=where, block_timing=block_timing,
                 tolerance=tolerance, progress=sys.stderr.isatty(),
             )  # fmt: skip
+            pace = None
+            if neighbours:
+                spec = get_model_spec(model)
+                torch.manual_seed(0)
+                pace = group.lockstep(iteration_of(spec.build(), *spec.synthetic_batch(batch_size)))
         # What the simulator would otherwise build the model for, saved with the timings.
         profile = dataclasses.replace(profile, model_facts=zoo_facts(model), neighbours=neighbours)
+        profile = paced(profile, pace)
     finally:
         torch.set_num_threads(previous)
     echo(format_table(profile))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -127,6 +128,11 @@ class Profile:
     """Processes that trained the same model on the same host while it was timed
     (`cadence.profile.neighbours`): a training run's workers per host minus one, so the
     times include the contention for the host's cores that training sees."""
+    pace_factor: float = 1.0
+    """What the times were multiplied by to put them at the pace of training's steps: with
+    neighbours, the slowest process's iteration when all start together, over this
+    process's own iteration as timed beside free-running neighbours
+    (`cadence.profile.neighbours`); 1 for a profile taken alone."""
 
     @property
     def param_bytes(self) -> int:
@@ -194,3 +200,25 @@ class Profile:
                 f"profile {path} is of model {profile.model!r}, expected {expected_model!r}"
             )
         return profile
+
+
+def scaled_profile(profile: Profile, factor: float) -> Profile:
+    """`profile` with its block, loss and whole-iteration times multiplied by `factor`
+    (sizes and optimizer steps unchanged)."""
+    blocks = tuple(
+        dataclasses.replace(
+            b,
+            forward_s=b.forward_s * factor,
+            input_grad_s=b.input_grad_s * factor,
+            weight_grad_s=b.weight_grad_s * factor,
+        )
+        for b in profile.blocks
+    )
+    forward_pass_s = None if profile.forward_pass_s is None else profile.forward_pass_s * factor
+    return dataclasses.replace(
+        profile,
+        blocks=blocks,
+        iteration_s=profile.iteration_s * factor,
+        loss_s=profile.loss_s * factor,
+        forward_pass_s=forward_pass_s,
+    )

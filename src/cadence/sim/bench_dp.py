@@ -12,7 +12,6 @@ link and are skipped (listed in the output).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +22,7 @@ from cadence.dp.config import mb_to_bytes
 from cadence.dp.plan import DEFAULT_CREDIT_CHUNKS, default_threshold
 from cadence.errors import UserError
 from cadence.profile import Profile
+from cadence.profile.record import scaled_profile
 from cadence.sim.api import DDP_BUCKET_BYTES
 from cadence.sim.command import (
     Setup,
@@ -38,27 +38,6 @@ from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION, chosen_step_s
 
 VARIANTS = {"ddp": "ddp", "cadence": "cadence-dp"}
 """A bench-dp row's variant -> the strategy the simulator runs for it."""
-
-
-def scaled_profile(profile: Profile, factor: float) -> Profile:
-    """`profile` with every time multiplied by `factor` (sizes unchanged)."""
-    blocks = tuple(
-        dataclasses.replace(
-            b,
-            forward_s=b.forward_s * factor,
-            input_grad_s=b.input_grad_s * factor,
-            weight_grad_s=b.weight_grad_s * factor,
-        )
-        for b in profile.blocks
-    )
-    forward_pass_s = None if profile.forward_pass_s is None else profile.forward_pass_s * factor
-    return dataclasses.replace(
-        profile,
-        blocks=blocks,
-        iteration_s=profile.iteration_s * factor,
-        loss_s=profile.loss_s * factor,
-        forward_pass_s=forward_pass_s,
-    )
 
 
 def compute_scale(profile: Profile, compute_s: float, step_s: float) -> float:

@@ -191,6 +191,8 @@ def assumptions(link: str, profile: Profile, path: str | None, threads: int | No
     where = f"{profile.threads} thread(s), batch {profile.batch_size} per worker"
     if profile.neighbours:
         where += f", beside {profile.neighbours} training process(es)"
+        if profile.pace_factor != 1:
+            where += f", times x{profile.pace_factor:.2f} to steps started together"
     if path is None:
         compute = f"profiled now on this machine ({profile.device}) at {where}"
     else:

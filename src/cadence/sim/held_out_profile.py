@@ -34,13 +34,15 @@ def profile_user_model(
 ) -> Profile:
     """Profile `ref`'s model on `batch_size` of `dataset`'s training samples at `threads`
     intra-op threads (restored afterwards), heap thresholds fixed as in training processes,
-    with `neighbours` processes training it beside (`cadence.profile.neighbours`)."""
+    with `neighbours` processes training it beside (`cadence.profile.neighbours`), at the
+    pace of iterations they all start together."""
     from cadence.dp.heap import keep_heap
     from cadence.models.blocks import BlockModel
     from cadence.models.user import build_user_model, model_and_data
     from cadence.pipeline.sequential import as_blocks
     from cadence.profile.command import SETTLED_WITHIN
     from cadence.profile.measure import profile_model
+    from cadence.profile.neighbours import iteration_of, paced
     from cadence.profile.neighbours import neighbours as beside
 
     spec, _ = model_and_data(ref, dataset, seed)
@@ -53,11 +55,12 @@ def profile_user_model(
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        with beside(ref, dataset, batch_size, threads, neighbours):
+        with beside(ref, dataset, batch_size, threads, neighbours) as group:
             profile = profile_model(
                 blocks, (inputs, targets), iterations, 2, ref, tolerance=SETTLED_WITHIN
             )
+            pace = group.lockstep(iteration_of(module, inputs, targets))
         facts = user_facts(module, inputs[:2], targets[:2])
     finally:
         torch.set_num_threads(previous)
-    return dataclasses.replace(profile, model_facts=facts, neighbours=neighbours)
+    return paced(dataclasses.replace(profile, model_facts=facts, neighbours=neighbours), pace)
