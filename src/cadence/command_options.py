@@ -73,7 +73,7 @@ class ProfileOptions:
     workers_per_host: int = opt(1, metavar="N")
     """Training workers that will compute on each host at once: the profile is timed with
     N - 1 processes training the same model beside it, so it sees the cores shared as they
-    will be."""
+    will be, then put at the pace of iterations they all start together, as steps start."""
 
     def __post_init__(self) -> None:
         _at_least("--micro-batch-size", self.micro_batch_size, 1)
