@@ -149,12 +149,17 @@ def _answer(proc: subprocess.Popen[str]) -> float:
     """A neighbour's "took SECONDS" (a one-line UserError if it died instead)."""
     said = proc.stdout.readline().split() if proc.stdout is not None else []
     if len(said) != 2 or said[0] != "took":
-        proc.kill()
-        proc.wait()
-        err = proc.stderr.read() if proc.stderr is not None else ""
-        last = err.strip().splitlines()[-1] if err.strip() else "no answer"
-        raise UserError(f"a neighbour process for the profile stopped: {last}")
+        raise _failed(proc, "stopped")
     return float(said[1])
+
+
+def _failed(proc: subprocess.Popen[str], what: str) -> UserError:
+    """Kill a neighbour that did not answer; the last line of its stderr, as a UserError."""
+    proc.kill()
+    proc.wait()  # reaped, so its stderr is complete and reading it cannot block
+    err = proc.stderr.read() if proc.stderr is not None else ""
+    last = err.strip().splitlines()[-1] if err.strip() else "no answer"
+    return UserError(f"a neighbour process for the profile {what}: {last}")
 
 
 def _wait_ready(proc: subprocess.Popen[str]) -> None:
@@ -167,11 +172,7 @@ def _wait_ready(proc: subprocess.Popen[str]) -> None:
     reader.start()
     reader.join(START_TIMEOUT_S)
     if not line or line[0].strip() != READY:
-        proc.kill()
-        proc.wait()  # reaped, so its stderr is complete and reading it cannot block
-        err = proc.stderr.read() if proc.stderr is not None else ""
-        last = err.strip().splitlines()[-1] if err.strip() else "no answer"
-        raise UserError(f"a neighbour process for the profile did not start: {last}")
+        raise _failed(proc, "did not start")
 
 
 def _train(model: str, dataset: str | None, batch: int, threads: int) -> None:
