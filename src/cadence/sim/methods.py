@@ -234,9 +234,9 @@ def method_step_s(
     is DDP with 2-byte gradients. `loop_overhead_s`: what PowerSGD was measured to add to a
     step in the loop on this machine (`cadence.sim.loop_costs`); given, it replaces the timed
     products (its rounds' latency on the link is still added). local-sgd / diloco: one
-    worker's compute and optimizer step,
-    plus one all-reduce of the model every H steps spread over them; streamed (K fragments),
-    each fragment's sync hides behind `overlap_steps` steps.
+    worker's compute and optimizer step, plus one all-reduce of the model every H steps
+    spread over them; streamed (K fragments), each fragment's sync hides behind
+    `overlap_steps` steps.
     """
     from cadence.sim.command import run_strategy
     from cadence.sim.options import SimOptions
@@ -281,7 +281,7 @@ def method_step_s(
     codec_note = (
         "the factors' arithmetic timed here"
         if loop_overhead_s is None
-        else f"{(loop_overhead_s or 0.0) * 1e3:.2f} ms measured in the loop"
+        else f"{loop_overhead_s * 1e3:.2f} ms measured in the loop"
     )
 
     s, c = method.strategy, method.compression
