@@ -42,8 +42,29 @@ def test_each_case_is_ranked_and_its_pick_scored_by_measured_time() -> None:
     assert ranking["pick_over_best"] == pytest.approx(1.225 / 1.01)
     assert not ranking["pick_within_best_runs"] and not ranking["met"]
     lines = ranking_lines([ranking])
-    assert "0 of 1 cases meet tau >= 0.8" in lines[-1]
+    assert "0 of 1 cases meet tau >= 0.8" in lines[-1] and "1 missed" in lines[-1]
     assert "  one measured:  a < b < c" in lines
+    assert ranking["swaps"] == [{"measured_faster": "a", "measured_slower": "b",
+                                 "runs_overlap": False}]  # fmt: skip
+    assert ranking["verdict"] == "missed"
+
+
+def test_a_case_swapped_only_where_runs_overlap_is_undecided() -> None:
+    rows = [
+        score_row("a", [1.00, 1.10], 1.0),
+        score_row("b", [1.04, 1.08], 0.95),  # measured 1% slower, runs inside a's: a near tie
+        score_row("c", [1.5], 1.6),
+    ]
+    (ranking,) = rank_cases(dict.fromkeys("abc", "one"), rows)
+    assert ranking["kendall_tau"] == pytest.approx(1 / 3) and not ranking["met"]
+    assert ranking["pick_over_best"] == pytest.approx(1.06 / 1.05)
+    assert ranking["verdict"] == "undecided"
+    lines = ranking_lines([ranking])
+    assert "  one swapped: a measured faster than b (runs overlap)" in lines
+    assert "1 undecided" in lines[-1]
+    rows[1] = score_row("b", [1.20, 1.25], 0.95)  # now the runs order them: a swap is a miss
+    (ranking,) = rank_cases(dict.fromkeys("abc", "one"), rows)
+    assert ranking["verdict"] == "missed"
 
 
 def test_the_committed_ranking_set_has_cases_of_several_candidates() -> None:

@@ -63,6 +63,10 @@ def rank_cases(cases: dict[str, str], rows: Sequence[dict[str, Any]]) -> list[di
         best = min(members, key=lambda r: r["measured_s"])
         tau = kendall_tau(measured, predicted)
         ratio = pick["measured_s"] / best["measured_s"]
+        swaps = swapped_pairs(members)
+        met = tau >= TAU_TARGET and ratio <= PICK_TARGET
+        ordered = [pair for pair in swaps if not pair["runs_overlap"]]
+        verdict = "met" if met else "missed" if ordered or ratio > PICK_TARGET else "undecided"
         rankings.append({
             "case": case,
             "measured_order": [r["row"] for r in sorted(members, key=lambda r: r["measured_s"])],
@@ -74,9 +78,31 @@ def rank_cases(cases: dict[str, str], rows: Sequence[dict[str, Any]]) -> list[di
             # Whether the pick's and the best's runs overlap: the measurement cannot tell them
             # apart, whatever the ratio of their medians.
             "pick_within_best_runs": min(pick["runs_s"]) <= max(best["runs_s"]),
-            "met": tau >= TAU_TARGET and ratio <= PICK_TARGET,
+            "swaps": swaps,
+            "met": met,
+            "verdict": verdict,
         })  # fmt: skip
     return rankings
+
+
+def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two rows' runs overlap: neither's slowest run is faster than the other's
+    fastest."""
+    return min(a["runs_s"]) <= max(b["runs_s"]) and min(b["runs_s"]) <= max(a["runs_s"])
+
+
+def swapped_pairs(members: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pairs of rows the prediction orders the other way from their measured medians,
+    each with whether their runs overlap (then the measurement does not order them)."""
+    out = []
+    for a, b in combinations(members, 2):
+        dm = a["measured_s"] - b["measured_s"]
+        dp = a["predicted_s"] - b["predicted_s"]
+        if dm * dp < 0:
+            faster, slower = (a, b) if dm < 0 else (b, a)
+            out.append({"measured_faster": faster["row"], "measured_slower": slower["row"],
+                        "runs_overlap": _overlap(a, b)})  # fmt: skip
+    return out
 
 
 def ranking_lines(rankings: Sequence[dict[str, Any]]) -> list[str]:
@@ -94,9 +120,16 @@ def ranking_lines(rankings: Sequence[dict[str, Any]]) -> list[str]:
     for r in rankings:
         lines.append(f"  {r['case']} measured:  {' < '.join(r['measured_order'])}")
         lines.append(f"  {r['case']} predicted: {' < '.join(r['predicted_order'])}")
-    met = sum(r["met"] for r in rankings)
+        for pair in r["swaps"]:
+            how = "runs overlap" if pair["runs_overlap"] else "runs do not overlap"
+            lines.append(
+                f"  {r['case']} swapped: {pair['measured_faster']} measured faster than "
+                f"{pair['measured_slower']} ({how})"
+            )
+    counts = {v: sum(r["verdict"] == v for r in rankings) for v in ("met", "undecided", "missed")}
     lines.append(
-        f"{met} of {len(rankings)} cases meet tau >= {TAU_TARGET} with the pick within "
-        f"{PICK_TARGET - 1:.0%} of the best measured"
+        f"{counts['met']} of {len(rankings)} cases meet tau >= {TAU_TARGET} with the pick "
+        f"within {PICK_TARGET - 1:.0%} of the best measured; {counts['undecided']} undecided "
+        f"(only pairs whose runs overlap are swapped), {counts['missed']} missed"
     )
     return lines
