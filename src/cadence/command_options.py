@@ -151,7 +151,8 @@ class PlanOptions:
     loop_costs: str | None = opt(None, metavar="FILE")
     """plan tta: what PowerSGD adds to a step in the loop, measured on local processes over
     the loopback (a few minutes) and saved here, or read from here if the file exists; none:
-    its matrix products timed alone."""
+    its matrix products timed alone. Each probe's step is also a floor on its method's where
+    the profile ran with as many workers per host."""
 
 
 @dataclass(frozen=True, kw_only=True)

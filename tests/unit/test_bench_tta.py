@@ -37,10 +37,17 @@ def _metrics(losses: list[float], step_s: float, **extra: Any) -> dict[str, Any]
             **extra}  # fmt: skip
 
 
-def test_time_to_target_is_the_first_evaluation_at_or_below_it() -> None:
+def test_time_to_target_is_where_the_loss_reaches_it_and_holds() -> None:
     evals = _metrics([3.0, 2.0, 2.5, 1.0], 1.0)["evals"]
-    assert time_to_target(evals, 2.0) == 20.0
+    assert time_to_target(evals, 2.0) == 40.0  # the dip at 20 s climbs out again at 30 s
+    assert time_to_target(evals, 2.5) == 20.0
     assert time_to_target(evals, 0.5) is None
+    ends_above = _metrics([3.0, 1.9, 2.1], 1.0)["evals"]  # a dip, then 5% above: not reached
+    assert time_to_target(ends_above, 2.0) is None
+    within = _metrics([3.0, 1.9, 2.015, 2.01], 1.0)["evals"]  # stays within 1% above: held
+    assert time_to_target(within, 2.0) == 20.0
+    close = _metrics([3.0, 2.01, 2.005], 1.0)["evals"]  # within 1%, but never at the target
+    assert time_to_target(close, 2.0) is None
     assert time_to_target([{"seconds": 1.0, "test_loss": float("nan")}], 9.0) is None
 
 

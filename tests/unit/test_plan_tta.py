@@ -113,6 +113,8 @@ def test_steps_to_target_reads_curves_and_user_figures() -> None:
     curve = [[0, 3.0], [50, 2.2], [100, 1.9], [150, 1.7]]
     assert steps_to_target(curve, 2.0) == 100
     assert steps_to_target(curve, 1.0) is None
+    assert steps_to_target([[0, 3.0], [50, 1.9], [100, 2.1]], 2.0) is None  # a dip, ends above
+    assert steps_to_target([[0, 3.0], [50, 1.9], [100, 2.01]], 2.0) == 50  # within 1%: held
     assert parse_steps("ddp=400, diloco:H16=520") == {"ddp": 400, "diloco:H16": 520}
     for bad in ("ddp", "ddp=0", "ddp=x", "nope=3"):
         with pytest.raises(UserError):
@@ -232,6 +234,18 @@ def test_plan_tta_prices_the_loop_costs_a_file_holds(cnn_profile: Path, tmp_path
         priced[len(extra)] = rows["cadence-dp+powersgd"]
     assert "5.00 ms measured in the loop" in priced[2]["assumed"]
     assert priced[2]["step_s"] > priced[0]["step_s"] + 0.004  # products alone: far less
+    # Profiled beside one neighbour: 2 workers per host, as the probes ran, so a probe's
+    # step is a floor (a slow one here: at 20 mbit the simulated step is well under 9 s).
+    beside = tmp_path / "beside.json"
+    beside.write_text(json.dumps({**json.loads(cnn_profile.read_text()), "neighbours": 1}))
+    slow = {"model": "cnn", "workers": 2, "batch_size": 64, "step_s": {**step_s, "ddp": 9.0}}
+    costs.write_text(json.dumps(slow))
+    out = tmp_path / "floor.json"
+    floor_argv = [*argv, "--loop-costs", str(costs), "--json", str(out)]
+    floor_argv[floor_argv.index(str(cnn_profile))] = str(beside)
+    assert main(floor_argv) == 0
+    rows = {r["method"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["ddp"]["step_s"] == 9.0 and "9000.0 ms its loop took" in rows["ddp"]["assumed"]
     other = [*argv, "--workers", "4", "--loop-costs", str(costs)]
     proc = run_cadence(*other, cwd=tmp_path)
     assert_one_line_error(proc, "not cnn on 4 at 128")

@@ -5,11 +5,12 @@ with torch's fp16 and PowerSGD comm hooks, cadence-dp's compressions, local SGD 
 at a few H, ZeRO + 1-bit Adam) trains the same steps at the same global batch (the same
 samples) on the emulated cluster, evaluating the test split every `--eval-every-steps` steps
 (`metrics.json`'s `evals`: training seconds without the evaluations; local SGD and DiLoCo at
-the next multiple of H, right after a sync). The target is DDP's
-final test loss; each method's time to it is the training seconds of its first evaluation at
-or below it. Reported: time-to-target and its ratio to DDP's, final test loss and accuracy,
-bytes each rank handed to the collectives (counted by the strategies; plain DDP: every
-gradient byte each step), a loss-vs-wall-clock PNG, and per cell a pilot file
+the next multiple of H, right after a sync). The target is DDP's final test loss; each
+method's time to it is the training seconds of its first evaluation at or below it after
+which the test loss stays within 1% above it to the end (`cadence.sim.tta.reached_at`).
+Reported: time-to-target and its ratio to DDP's, final test loss and accuracy, bytes each
+rank handed to the collectives (counted by the strategies; plain DDP: every gradient byte
+each step), a loss-vs-wall-clock PNG, and per cell a pilot file
 `cadence plan tta --pilot` reads.
 """
 
@@ -84,13 +85,13 @@ class TTABenchConfig:
 
 # --- pure: results of one cell -----------------------------------------------------------
 def time_to_target(evals: Sequence[Mapping[str, Any]], target: float) -> float | None:
-    """Training seconds of the first evaluation whose test loss is at most `target`; None
-    if none is."""
-    for e in evals:
-        loss = e.get("test_loss")
-        if loss is not None and math.isfinite(loss) and loss <= target:
-            return float(e["seconds"])
-    return None
+    """Training seconds of the first evaluation at or below `target` after which the test loss
+    stays within 1% above it to the end (`cadence.sim.tta.reached_at`); None if none is."""
+    from cadence.sim.tta import reached_at
+
+    losses = [math.nan if e.get("test_loss") is None else float(e["test_loss"]) for e in evals]
+    i = reached_at(losses, target)
+    return None if i is None else float(evals[i]["seconds"])
 
 
 def wire_bytes(method: str, metrics: Mapping[str, Any]) -> int:

@@ -38,13 +38,28 @@ class Steps:
     """PILOT, USER, AS_DDP, NEEDS_PILOT or NOT_REACHED."""
 
 
+HOLD_WITHIN = 0.01
+"""A run reaches the target loss at the first evaluation at or below it after which every
+evaluation to the end stays within this share above it: a dip the run climbs back out of does
+not count, so a method that reaches the target (DDP's final loss, in `cadence bench tta`) ends
+within 1% of it."""
+
+
+def reached_at(losses: Sequence[float], target: float) -> int | None:
+    """Index of the first of `losses` (evaluations in order) at or below `target` from which
+    all the rest stay at most `target` x (1 + `HOLD_WITHIN`); None if there is none."""
+    bound = target * (1 + HOLD_WITHIN)
+    start = len(losses)  # the evaluations from `start` on all hold the bound
+    while start > 0 and math.isfinite(losses[start - 1]) and losses[start - 1] <= bound:
+        start -= 1
+    return next((i for i in range(start, len(losses)) if losses[i] <= target), None)
+
+
 def steps_to_target(curve: Sequence[Sequence[float]], target: float) -> int | None:
-    """The first step of `curve` ((step, loss) pairs, in step order) whose loss is at most
-    `target`; None if none is."""
-    for step, loss in curve:
-        if math.isfinite(loss) and loss <= target:
-            return int(step)
-    return None
+    """The step of `curve` ((step, loss) pairs, in step order) where it reaches `target` and
+    holds it (`reached_at`); None if it does not."""
+    i = reached_at([loss for _, loss in curve], target)
+    return None if i is None else int(curve[i][0])
 
 
 def parse_steps(text: str) -> dict[str, int]:

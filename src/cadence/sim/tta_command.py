@@ -96,6 +96,12 @@ def plan_tta(args: Any) -> TTAPlan:
         )
         for m in methods
     ]  # fmt: skip
+    if costs is not None:  # no step faster than its loop on the loopback, in like conditions
+        from cadence.sim.loop_costs import with_floor
+
+        per_host = setup.profile.neighbours + 1
+        pairs = zip(estimates, methods, strict=True)
+        estimates = [with_floor(e, m, costs, per_host) for e, m in pairs]
     rows = rank(estimates, convergence([m.name for m in methods], pilot, user))
     return TTAPlan(target, rows, why(rows, target), setup, options, batch)
 
