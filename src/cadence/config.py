@@ -18,7 +18,9 @@ from cadence.localsgd.config import LocalSGDConfig, OuterDtype
 from cadence.placement import check_device
 from cadence.sizes import parse_memory_limit
 
-Strategy = Literal["cadence-dp", "ddp", "diloco", "local-sgd", "pipeline", "ps", "zero"]
+Strategy = Literal[
+    "cadence-dp", "ddp", "diloco", "local-sgd", "pipeline", "ps", "torchft-diloco", "zero"
+]
 Optimizer = Literal["adam", "adamw", "sgd"]
 Device = Literal["auto", "cpu", "cuda"]
 Autotune = Literal["off", "exhaustive", "guided"]
@@ -39,12 +41,14 @@ PIPELINE_BACKENDS: tuple[str, ...] = get_args(PipelineBackend)
 STRATEGY_NAMES: tuple[str, ...] = get_args(Strategy)
 """Every `--strategy`, sorted; `cadence.train.strategies` registers one of each (a unit test
 checks), and this copy lets the command line refuse an unknown one without loading torch."""
-ACCUMULATING_STRATEGIES = ("ddp", "cadence-dp", "zero", "local-sgd", "diloco")
+ACCUMULATING_STRATEGIES = ("ddp", "cadence-dp", "zero", "local-sgd", "diloco", "torchft-diloco")
 """Strategies whose wrapped model the loop trains with gradient accumulation (`grad_accum`):
 the loop runs the first micro-batches of a step under the model's `no_sync()`. The parameter
 server accumulates in its own step (`cadence.ps.runtime`), the pipeline runs grad_accum x the
 micro-batches (`cadence.pipeline.train`)."""
-USER_MODEL_STRATEGIES = ("ddp", "cadence-dp", "zero", "ps", "pipeline", "local-sgd", "diloco")
+USER_MODEL_STRATEGIES = (
+    "ddp", "cadence-dp", "zero", "ps", "pipeline", "local-sgd", "diloco", "torchft-diloco"
+)
 """Strategies that train a user's own `--model pkg.module:factory`. The pipeline takes an
 `nn.Sequential` only (it cuts between its modules) and refuses other modules when it wraps."""
 
@@ -359,7 +363,8 @@ class PSSection:
 
 @dataclass(frozen=True, kw_only=True)
 class LocalSGDSection:
-    """Semi-synchronous data parallel: --strategy local-sgd and diloco (cadence.localsgd)."""
+    """Semi-synchronous data parallel: --strategy local-sgd and diloco (cadence.localsgd);
+    torchft-diloco (torchft's DiLoCo, a peer to compare with) takes H and the outer step."""
 
     sync_every: int = opt(16, metavar="H")
     """Inner steps between syncs (each rank steps on its own gradients meanwhile): a few syncs

@@ -101,8 +101,19 @@ def _check_localsgd(c: TrainConfig) -> None:
         for f in fields(LocalSGDSection)
         if getattr(c.localsgd, f.name) != f.default
     ]
-    if c.job.strategy not in ("local-sgd", "diloco") and changed:
+    if c.job.strategy not in ("local-sgd", "diloco", "torchft-diloco") and changed:
         raise UserError(f"{changed[0]} is for --strategy local-sgd or diloco")
+    if c.job.strategy == "torchft-diloco":
+        own = [flag for flag in changed if flag not in ("--sync-every", "--outer-lr",
+                                                        "--outer-momentum")]  # fmt: skip
+        if own:
+            raise UserError(f"{own[0]} is cadence's own: torchft-diloco takes --sync-every, "
+                            "--outer-lr and --outer-momentum")  # fmt: skip
+        if c.job.resume:
+            raise UserError(
+                "--resume is not supported with torchft-diloco (a peer to compare with: its "
+                "checkpoints hold the inner optimizer only); use --strategy diloco"
+            )
     outer = [flag for flag in changed if flag in ("--outer-lr", "--outer-momentum")]
     if c.job.strategy == "local-sgd" and outer:
         raise UserError(

@@ -70,7 +70,7 @@ def test_literal_choices_become_argparse_choices():
     add_config_arguments(parser)
     choices = {a.option_strings[0]: a.choices for a in parser._actions if a.option_strings}
     assert choices["--strategy"] == (
-        "cadence-dp", "ddp", "diloco", "local-sgd", "pipeline", "ps", "zero"
+        "cadence-dp", "ddp", "diloco", "local-sgd", "pipeline", "ps", "torchft-diloco", "zero"
     )
     assert choices["--optimizer"] == ("adam", "adamw", "sgd")
     assert choices["--zero-stage"] == (1, 2, 3)

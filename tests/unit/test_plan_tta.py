@@ -53,8 +53,11 @@ def test_method_names_round_trip_and_select_train_flags() -> None:
     assert flags == {"strategy": "local-sgd", "sync_every": 8, "fragments": 1}
     flags = parse_method("diloco+bf16:H8:K2").train_flags()
     assert flags == {"strategy": "diloco", "sync_every": 8, "fragments": 2, "outer_dtype": "bf16"}
+    flags = parse_method("torchft-diloco:H16").train_flags()
+    assert flags == {"strategy": "torchft-diloco", "sync_every": 16, "fragments": 1}
     bad_names = ("ddp+sign", "diloco", "local-sgd+sign:H4", "ddp:H4", "cadence-dp:K2", "fsdp",
-                 "diloco:H0", "x:H1")  # fmt: skip
+                 "diloco:H0", "x:H1", "torchft-diloco:H16:K4", "torchft-diloco+bf16:H4",
+                 "torchft-diloco")  # fmt: skip
     for bad in bad_names:
         with pytest.raises(UserError):
             parse_method(bad)
@@ -73,6 +76,8 @@ def test_local_sgd_spreads_one_model_sync_over_h_steps() -> None:
         assert est.wire_bytes == pytest.approx(1.5 * params / h)
     diloco = method_step_s(setup, parse_method("diloco:H4"))  # + the outer step, 1 in 4
     assert diloco.step_s == pytest.approx(compute + (sync + setup.update_s_per_byte * params) / 4)
+    peer = method_step_s(setup, parse_method("torchft-diloco:H4"))  # the same bytes and step
+    assert peer.step_s == pytest.approx(diloco.step_s)
     streamed = method_step_s(setup, parse_method("local-sgd:H4:K4"))
     hidden = 4 * max(0.0, sync / 4 - compute)  # each quarter hides behind one step
     assert streamed.step_s == pytest.approx(compute + hidden / 4)

@@ -39,8 +39,9 @@ def add_tta(bsub: Any) -> None:
     p = bsub.add_parser(
         "tta",
         help="time to a target test loss (ddp's final) of ddp, torch's fp16 and PowerSGD hooks, "
-        "cadence-dp's compressions, local SGD / DiLoCo and ZeRO + 1-bit Adam in an emulated "
-        "cluster: ratios to ddp, final accuracy, bytes sent, loss-vs-wall-clock PNG",
+        "cadence-dp's compressions, local SGD / DiLoCo (and torchft's, torchft-diloco:H16) and "
+        "ZeRO + 1-bit Adam in an emulated cluster: ratios to ddp, final accuracy, bytes sent, "
+        "loss-vs-wall-clock PNG",
     )
     add_common(
         p, models="gpt_mini,cnn", caps="20mbit,100mbit,400mbit", workers=None, batch_size=64,

@@ -5,7 +5,8 @@ A method name is `STRATEGY[+COMPRESSION][:H<sync_every>[:K<fragments>]]`:
 ddp, ddp+fp16 and ddp+powersgd (torch's comm hooks), cadence-dp[+bf16|fp16|sign|powersgd],
 local-sgd:H16, diloco:H16, diloco:H16:K4 (streaming: 4 fragments, each overlapped with one
 inner step), local-sgd+bf16:H16 and diloco+int8:H16 (the outer sync's wire dtype), zero+onebit
-(ZeRO-2 with 1-bit Adam).
+(ZeRO-2 with 1-bit Adam), torchft-diloco:H16 (torchft's DiLoCo, a public implementation to
+compare with: `pip install torchft` to train it).
 """
 
 from __future__ import annotations
@@ -36,10 +37,12 @@ _COMPRESSIONS = {
     "zero": ("none", "onebit"),
     "local-sgd": ("none", "bf16", "int8"),
     "diloco": ("none", "bf16", "int8"),
+    "torchft-diloco": ("none",),
 }
+_SEMI_SYNCHRONOUS = ("local-sgd", "diloco", "torchft-diloco")
 _FORMAT = (
     "a method is STRATEGY[+COMPRESSION][:H<steps>[:K<fragments>]], e.g. ddp+fp16, "
-    "cadence-dp+sign, diloco:H16:K4, local-sgd+bf16:H16, zero+onebit"
+    "cadence-dp+sign, diloco:H16:K4, local-sgd+bf16:H16, zero+onebit, torchft-diloco:H16"
 )
 
 
@@ -48,7 +51,7 @@ class Method:
     """One way to train, as `cadence train` flags."""
 
     strategy: str
-    """`--strategy`: ddp, cadence-dp, zero, local-sgd or diloco."""
+    """`--strategy`: ddp, cadence-dp, zero, local-sgd, diloco or torchft-diloco."""
     compression: str = "none"
     """ddp: `--ddp-comm-hook`; cadence-dp: `--dp-compression`; zero: `--compression`;
     local-sgd / diloco: `--outer-dtype` (none: fp32)."""
@@ -68,7 +71,7 @@ class Method:
 
     @property
     def semi_synchronous(self) -> bool:
-        return self.strategy in ("local-sgd", "diloco")
+        return self.strategy in _SEMI_SYNCHRONOUS
 
     def train_flags(self) -> dict[str, Any]:
         """`TrainConfig.from_flat` keys that select this method."""
@@ -99,12 +102,14 @@ def parse_method(text: str) -> Method:
         if part[:1] not in ("H", "K") or not part[1:].isdigit() or int(part[1:]) < 1:
             raise UserError(f"unknown method {text!r}: {_FORMAT}")
         numbers[part[0]] = int(part[1:])
-    semi = head in ("local-sgd", "diloco")
+    semi = head in _SEMI_SYNCHRONOUS
     if semi != ("H" in numbers) or (not semi and "K" in numbers):
         raise UserError(
             f"method {text!r}: local-sgd and diloco take :H<steps> (and :K<fragments>), "
-            "the others neither"
+            "torchft-diloco :H<steps>, the others neither"
         )
+    if head == "torchft-diloco" and "K" in numbers:
+        raise UserError(f"method {text!r}: torchft-diloco takes :H<steps> only")
     return Method(head, compression, numbers.get("H"), numbers.get("K", 1))
 
 
@@ -362,7 +367,7 @@ def _semi_synchronous(
         sync_s = setup.link.time("allgather", "ring", int(sync_bytes * n), n)
     else:
         sync_s = setup.link.time("allreduce", "ring", int(sync_bytes), n)
-    outer = setup.update_s_per_byte * param_bytes if method.strategy == "diloco" else 0.0
+    outer = setup.update_s_per_byte * param_bytes if method.strategy != "local-sgd" else 0.0
     if k > 1:  # each fragment's sync travels behind `overlap_steps` inner steps
         exposed = k * max(0.0, sync_s / k - overlap_steps * compute)
         how = f"{k} fragments, each sync overlapped with {overlap_steps} step(s)"

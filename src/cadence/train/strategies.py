@@ -231,6 +231,17 @@ def _localsgd_strategy(name: str, description: str) -> Strategy:
     )
 
 
+def _torchft_for(config: TrainConfig) -> Wrap:
+    def wrap(
+        model: nn.Module, optimizer: Optimizer, ctx: DistContext
+    ) -> tuple[nn.Module, Optimizer]:
+        from cadence.localsgd.torchft_peer import wrap as torchft_wrap
+
+        return torchft_wrap(model, optimizer, config.localsgd.to_config())
+
+    return wrap
+
+
 _STRATEGIES: dict[str, Strategy] = {
     "ddp": Strategy(
         "ddp",
@@ -286,6 +297,16 @@ _STRATEGIES: dict[str, Strategy] = {
         "diloco",
         "DiLoCo: local steps, then every --sync-every steps an outer Nesterov SGD step "
         "(--outer-lr, --outer-momentum) on the averaged pseudo-gradient",
+    ),
+    "torchft-diloco": Strategy(
+        "torchft-diloco",
+        "torchft's DiLoCo (pip install torchft), a peer to compare with: --sync-every, "
+        "--outer-lr, --outer-momentum",
+        lambda model, optimizer, ctx: _torchft_for(
+            TrainConfig.from_flat(strategy="torchft-diloco")
+        )(model, optimizer, ctx),
+        lambda model: model,
+        _torchft_for,
     ),
 }
 
