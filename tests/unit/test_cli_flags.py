@@ -17,7 +17,8 @@ from cadence.cli import main
         (
             ["train", "--strategy", "horovod"],
             "cadence train: error: argument --strategy: invalid choice: 'horovod' (choose from "
-            "'cadence-dp', 'ddp', 'diloco', 'local-sgd', 'pipeline', 'ps', 'zero')",
+            "'cadence-dp', 'ddp', 'diloco', 'local-sgd', 'pipeline', 'ps', 'torchft-diloco', "
+            "'zero')",
         ),
         (["train", "--device", "gpu"], "cadence train: error: argument --device: invalid choice"),
         (
