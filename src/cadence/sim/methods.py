@@ -303,7 +303,7 @@ def method_step_s(
         if c == "fp16":
             half = _shrunk(setup, [p.numel for p in setup.params], 2)
             r = run("ddp", half, bucket=bucket // 2)  # the same parameters per bucket
-            cast = "DDP with 2-byte gradients; the hook's casts not priced"
+            cast = "DDP with 2-byte gradients; the hook's casts priced only by --loop-costs"
             return StepEstimate(method.name, r.iteration_s, r.wire_bytes, cast)
         assert shapes is not None
         elements = [ddp_powersgd_elements(tuple(sh), powersgd_rank) for sh in shapes]
