@@ -221,6 +221,9 @@ def test_the_command_writes_json_png_and_the_table(
     assert [r["row"] for r in data["rows"]] == ["dp", "ps"]
     assert data["rows"][0]["runs_s"] == [1.0, 1.01] and data["rows"][0]["predicted_s"] > 0
     assert data["rows"][1]["predicted_s"] is None and data["not_predicted"] == 1
+    profile = zoo_profile(data["rows"][0]["config"]["model"])  # what each row's profile said
+    assert data["rows"][0]["profile_iteration_s"] == profile.iteration_s
+    assert data["rows"][0]["profile_pace_factor"] == profile.pace_factor
     assert out.with_suffix(".png").read_bytes().startswith(b"\x89PNG")
     printed = capsys.readouterr().out
     assert "ps: not predicted: the simulator models bsp only, not asp" in printed

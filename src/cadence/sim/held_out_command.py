@@ -112,6 +112,9 @@ def held_out_command(args: Any) -> int:
             "note": guess.note, "conditions": guess.conditions,
             "profile_batch": profile.batch_size, "profile_threads": profile.threads,
             "profile_neighbours": profile.neighbours,
+            # The profile's iteration and lockstep pace: rows predicted from one profile share
+            # its moment's machine speed, which drifts on a shared VM.
+            "profile_iteration_s": profile.iteration_s, "profile_pace_factor": profile.pace_factor,
             "config": row.config.to_flat(),
         }  # fmt: skip
         if row.name in failed:
