@@ -104,11 +104,8 @@ def _check_localsgd(c: TrainConfig) -> None:
     if c.job.strategy not in ("local-sgd", "diloco", "torchft-diloco") and changed:
         raise UserError(f"{changed[0]} is for --strategy local-sgd or diloco")
     if c.job.strategy == "torchft-diloco":
-        own = [flag for flag in changed if flag not in ("--sync-every", "--outer-lr",
-                                                        "--outer-momentum")]  # fmt: skip
-        if own:
-            raise UserError(f"{own[0]} is cadence's own: torchft-diloco takes --sync-every, "
-                            "--outer-lr and --outer-momentum")  # fmt: skip
+        if "--outer-dtype" in changed:
+            raise UserError("--outer-dtype is cadence's own: torchft-diloco syncs in fp32")
         if c.job.resume:
             raise UserError(
                 "--resume is not supported with torchft-diloco (a peer to compare with: its "

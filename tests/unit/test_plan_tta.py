@@ -53,11 +53,10 @@ def test_method_names_round_trip_and_select_train_flags() -> None:
     assert flags == {"strategy": "local-sgd", "sync_every": 8, "fragments": 1}
     flags = parse_method("diloco+bf16:H8:K2").train_flags()
     assert flags == {"strategy": "diloco", "sync_every": 8, "fragments": 2, "outer_dtype": "bf16"}
-    flags = parse_method("torchft-diloco:H16").train_flags()
-    assert flags == {"strategy": "torchft-diloco", "sync_every": 16, "fragments": 1}
+    flags = parse_method("torchft-diloco:H16:K4").train_flags()
+    assert flags == {"strategy": "torchft-diloco", "sync_every": 16, "fragments": 4}
     bad_names = ("ddp+sign", "diloco", "local-sgd+sign:H4", "ddp:H4", "cadence-dp:K2", "fsdp",
-                 "diloco:H0", "x:H1", "torchft-diloco:H16:K4", "torchft-diloco+bf16:H4",
-                 "torchft-diloco")  # fmt: skip
+                 "diloco:H0", "x:H1", "torchft-diloco+bf16:H4", "torchft-diloco")  # fmt: skip
     for bad in bad_names:
         with pytest.raises(UserError):
             parse_method(bad)

@@ -20,7 +20,6 @@ HAVE_TORCHFT = importlib.util.find_spec("torchft") is not None
 @pytest.mark.parametrize(
     ("keys", "needle"),
     [
-        ({"fragments": 2, "sync_every": 8}, "--fragments is cadence's own"),
         ({"outer_dtype": "bf16"}, "--outer-dtype is cadence's own"),
         ({"resume": "runs/x"}, "--resume is not supported with torchft-diloco"),
     ],
@@ -47,15 +46,34 @@ def test_without_torchft_the_strategy_says_how_to_install_it(
 
 
 @pytest.mark.skipif(not HAVE_TORCHFT, reason="torchft is not installed (pip install torchft)")
-def test_torchft_diloco_trains_in_cadences_loop_and_counts_its_syncs(tmp_path: Path) -> None:
+def test_fragments_torchft_cannot_stream_are_refused_before_anything_starts() -> None:
+    import torch
+
+    from cadence.localsgd.config import LocalSGDConfig
+    from cadence.localsgd.torchft_peer import wrap
+
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for config in (LocalSGDConfig(sync_every=8, fragments=3),  # 3 does not divide 8
+                   LocalSGDConfig(sync_every=8, fragments=4, overlap_steps=2)):  # fmt: skip
+        with pytest.raises(UserError, match="streams .* fragments only with"):
+            wrap(model, optimizer, config)
+
+
+@pytest.mark.skipif(not HAVE_TORCHFT, reason="torchft is not installed (pip install torchft)")
+@pytest.mark.parametrize("fragments", [1, 2])
+def test_torchft_diloco_trains_in_cadences_loop_and_counts_its_syncs(
+    tmp_path: Path, fragments: int
+) -> None:
     out = tmp_path / "m.json"
     proc = run_cadence(
         "train", "--model", "mlp", "--strategy", "torchft-diloco", "--workers", "2",
-        "--steps", "16", "--sync-every", "4", "--batch-size", "32", "--json", str(out),
-        cwd=tmp_path, timeout=240,
+        "--steps", "16", "--sync-every", "4", "--fragments", str(fragments),
+        "--batch-size", "32", "--json", str(out), cwd=tmp_path, timeout=240,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "flight recorder" not in proc.stderr and "[INFO]" not in proc.stderr
     metrics = json.loads(out.read_text())
     params = metrics["num_parameters"] * 4
-    assert metrics["wire_bytes_total"] == 4 * params  # 16 steps, a sync every 4
+    # 16 steps: the whole model every 4, or each of two fragments every 4, staggered by 2.
+    assert metrics["wire_bytes_total"] == 4 * params

@@ -4,7 +4,9 @@ Not cadence's own method: `cadence bench tta` runs it beside `--strategy diloco`
 peer, as it runs torch's DDP comm hooks. The training loop, data, evaluations and metrics are
 cadence's; only the synchronisation is torchft's (`torchft.local_sgd.DiLoCo`: the user's
 optimizer steps every batch, and every `--sync-every` steps an outer SGD with Nesterov
-momentum at `--outer-lr` / `--outer-momentum` steps on the all-reduced pseudo-gradient).
+momentum at `--outer-lr` / `--outer-momentum` steps on the all-reduced pseudo-gradient;
+`--fragments K` streams it as torchft's Streaming DiLoCo does, the model cut as cadence's
+streaming cuts it, each fragment's sync applied `--overlap-steps` steps after it starts).
 
 Each worker is a torchft replica group of one: worker 0 starts the lighthouse (the quorum
 service) and hands its address to the others over the job's process group; every worker runs
@@ -54,15 +56,17 @@ class _NoFlightRecorder(logging.Filter):
 
 
 class _Syncs:
-    """What the loop reads as `optimizer.outer`: the bytes this rank handed to the syncs (an
-    fp32 all-reduce of every parameter's pseudo-gradient per committed sync)."""
+    """What the loop reads as `optimizer.outer`: the bytes this rank handed to the syncs, an
+    fp32 all-reduce of a fragment's pseudo-gradients per committed sync (torchft syncs
+    fragment `step % K` at manager step `step`)."""
 
-    def __init__(self, manager: Any, param_bytes: int) -> None:
-        self.manager, self.param_bytes = manager, param_bytes
+    def __init__(self, manager: Any, fragment_bytes: list[int]) -> None:
+        self.manager, self.fragment_bytes = manager, fragment_bytes
 
     @property
     def wire_bytes_total(self) -> int:
-        return int(self.manager.current_step()) * self.param_bytes
+        k = len(self.fragment_bytes)
+        return sum(self.fragment_bytes[c % k] for c in range(int(self.manager.current_step())))
 
 
 class TorchftDiLoCoOptimizer(torch.optim.Optimizer):
@@ -70,14 +74,16 @@ class TorchftDiLoCoOptimizer(torch.optim.Optimizer):
     syncing every H); it shares the user's param groups and state, so LR schedulers, clipping
     and `zero_grad` act as on the user's optimizer."""
 
-    def __init__(self, inner: torch.optim.Optimizer, diloco: Any, manager: Any) -> None:
+    def __init__(
+        self, inner: torch.optim.Optimizer, diloco: Any, manager: Any, fragments: list[nn.Module]
+    ) -> None:
         super().__init__(inner.param_groups, inner.defaults)
         self.state = inner.state
         self.inner, self.diloco, self.manager = inner, diloco, manager
         self.lighthouse: Any = None
         self.store: Any = None  # this replica group's store, alive as long as the manager
-        nbytes = sum(p.numel() * p.element_size() for g in inner.param_groups for p in g["params"])
-        self.outer = _Syncs(manager, nbytes)
+        sizes = [sum(p.numel() * p.element_size() for p in f.parameters()) for f in fragments]
+        self.outer = _Syncs(manager, sizes)
 
     def step(self, closure: Any = None) -> Any:
         return self.inner.step(closure)
@@ -99,6 +105,23 @@ class TorchftDiLoCoOptimizer(torch.optim.Optimizer):
             self.lighthouse.shutdown()
 
 
+def _fragments(model: nn.Module, k: int) -> list[nn.Module]:
+    """The modules torchft syncs in turn: the model, or its parameters cut into `k` fragments
+    as cadence's streaming cuts them (`cadence.localsgd.fragments`), each held by a module of
+    its own that shares the model's parameters."""
+    if k == 1:
+        return [model]
+    from cadence.localsgd.fragments import model_fragments
+
+    holders = []
+    for fragment in model_fragments(model, k):
+        holder = nn.Module()
+        for i, p in enumerate(fragment.params):
+            holder.register_parameter(f"p{i}", p)  # type: ignore[arg-type]
+        holders.append(holder)
+    return holders
+
+
 def wrap(
     model: nn.Module, optimizer: torch.optim.Optimizer, config: LocalSGDConfig
 ) -> tuple[nn.Module, TorchftDiLoCoOptimizer]:
@@ -113,8 +136,14 @@ def wrap(
     from cadence.comm.ops import broadcast_object_list, broadcast_tensors
     from cadence.ps.runtime import own_address
 
-    if config.fragments != 1 or config.outer_dtype != "fp32":
-        raise UserError("--strategy torchft-diloco takes neither --fragments nor --outer-dtype")
+    if config.outer_dtype != "fp32":
+        raise UserError("--strategy torchft-diloco takes no --outer-dtype")
+    k, h = config.fragments, config.sync_every
+    if h % k or config.delay >= h // k:  # torchft's own conditions, said in one line here
+        raise UserError(
+            f"torchft-diloco streams {k} fragments only with --sync-every a multiple of it "
+            "and --overlap-steps below --sync-every / --fragments"
+        )
     rank = dist.get_rank() if dist.is_initialized() else 0
     world = dist.get_world_size() if dist.is_initialized() else 1
     host = own_address()
@@ -151,16 +180,21 @@ def wrap(
         # name this host by a name the emulated hosts do not resolve.
         init_sync=False,
     )
-    outer = torch.optim.SGD(
-        model.parameters(), lr=config.outer_lr, momentum=config.outer_momentum,
-        nesterov=config.nesterov and config.outer_momentum > 0,
-    )  # fmt: skip
+    fragments = _fragments(model, config.fragments)
+    outer = [
+        torch.optim.SGD(
+            f.parameters(), lr=config.outer_lr, momentum=config.outer_momentum,
+            nesterov=config.nesterov and config.outer_momentum > 0,
+        )  # fmt: skip
+        for f in fragments
+    ]
     diloco = DiLoCo(
-        manager, [model], optimizer, outer, sync_every=config.sync_every,
+        manager, fragments, optimizer, outer, sync_every=config.sync_every,
         backup_device=torch.device("cpu"), pin_memory=False,
+        fragment_sync_delay=config.delay,
     )  # fmt: skip
     diloco.__enter__()
-    wrapped = TorchftDiLoCoOptimizer(optimizer, diloco, manager)
+    wrapped = TorchftDiLoCoOptimizer(optimizer, diloco, manager, fragments)
     wrapped.lighthouse, wrapped.store = lighthouse, store
     atexit.register(wrapped.close)
     if not callable(getattr(model, "no_sync", None)):

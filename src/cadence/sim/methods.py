@@ -105,11 +105,9 @@ def parse_method(text: str) -> Method:
     semi = head in _SEMI_SYNCHRONOUS
     if semi != ("H" in numbers) or (not semi and "K" in numbers):
         raise UserError(
-            f"method {text!r}: local-sgd and diloco take :H<steps> (and :K<fragments>), "
-            "torchft-diloco :H<steps>, the others neither"
+            f"method {text!r}: local-sgd, diloco and torchft-diloco take :H<steps> (and "
+            ":K<fragments>), the others neither"
         )
-    if head == "torchft-diloco" and "K" in numbers:
-        raise UserError(f"method {text!r}: torchft-diloco takes :H<steps> only")
     return Method(head, compression, numbers.get("H"), numbers.get("K", 1))
 
 
