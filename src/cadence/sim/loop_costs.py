@@ -89,7 +89,9 @@ def with_floor(
     floor = costs.floor_s(method, workers_per_host)
     warm = costs.floor_s(Method(method.strategy), workers_per_host)
     step = max(estimate.step_s, floor or 0.0)
-    warmup = max(estimate.warmup_step_s, warm or 0.0) if estimate.warmup_steps else 0.0
+    warmup = estimate.warmup_step_s
+    if estimate.warmup_steps:
+        warmup = max(warmup, warm or 0.0)
     if step == estimate.step_s and warmup == estimate.warmup_step_s:
         return estimate
     note = estimate.assumed
