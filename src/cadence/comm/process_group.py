@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -146,3 +147,14 @@ def leave_groups(*groups: dist.ProcessGroup | None) -> None:
         return
     for group in dict.fromkeys(g for g in groups if g is not None):
         dist.destroy_process_group(group)
+
+
+def own_address() -> str:
+    """The address peers reach this host at: the interface that routes to MASTER_ADDR (the
+    parameter servers and torchft's lighthouse and stores advertise it)."""
+    master = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    if master in ("127.0.0.1", "localhost"):
+        return "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((master, 9))  # UDP connect sends nothing; it only picks the route
+        return str(probe.getsockname()[0])

@@ -134,7 +134,7 @@ def wrap(
     from torchft.local_sgd import DiLoCo
 
     from cadence.comm.ops import broadcast_object_list, broadcast_tensors
-    from cadence.ps.runtime import own_address
+    from cadence.comm.process_group import own_address
 
     if config.outer_dtype != "fp32":
         raise UserError("--strategy torchft-diloco takes no --outer-dtype")

@@ -13,7 +13,6 @@ and the servers listen only on the address the workers reach them at (`PSConfig.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -30,6 +29,7 @@ from torch.optim import Optimizer
 import cadence
 from cadence.comm import ops as comm
 from cadence.comm.ops import broadcast_object
+from cadence.comm.process_group import own_address
 from cadence.errors import UserError
 from cadence.launch.env import ERROR_FILE_ENV
 from cadence.launch.errors import fail_worker
@@ -64,16 +64,6 @@ def optimizer_settings(optimizer: Optimizer) -> tuple[str, dict[str, Any]]:
     if isinstance(kwargs.get("lr"), Tensor):
         kwargs["lr"] = float(kwargs["lr"])
     return name, kwargs
-
-
-def own_address() -> str:
-    """The address peers reach this host at: the interface that routes to MASTER_ADDR."""
-    master = os.environ.get("MASTER_ADDR", "127.0.0.1")
-    if master in ("127.0.0.1", "localhost"):
-        return "127.0.0.1"
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.connect((master, 9))  # UDP connect sends nothing; it only picks the route
-        return str(probe.getsockname()[0])
 
 
 def job_secret() -> bytes:

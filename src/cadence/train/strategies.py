@@ -301,7 +301,7 @@ _STRATEGIES: dict[str, Strategy] = {
     "torchft-diloco": Strategy(
         "torchft-diloco",
         "torchft's DiLoCo (pip install torchft), a peer to compare with: --sync-every, "
-        "--outer-lr, --outer-momentum",
+        "--outer-lr, --outer-momentum, --fragments (its Streaming DiLoCo)",
         lambda model, optimizer, ctx: _torchft_for(
             TrainConfig.from_flat(strategy="torchft-diloco")
         )(model, optimizer, ctx),
