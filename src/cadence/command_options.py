@@ -211,10 +211,12 @@ class BenchOptions:
     held_out: str | None = opt(None, metavar="FILE")
     """sim: train every row of a held-out set (benchmarks/held_out.toml) on the emulated
     cluster --repeats times, rows alternating, and print each row's error beside its
-    run-to-run spread (profiles are taken now, at each row's per-worker batch and threads)."""
+    run-to-run spread (a profile per round, at each row's per-worker batch and threads, taken
+    before the round's first run that uses it; the prediction is their median)."""
     measured: str | None = opt(None, metavar="FILE")
     """sim with --held-out: each row's runs from this earlier --held-out JSON of the same set
-    instead of training them again; the profiles and predictions are made now."""
+    instead of training them again; the profiles (--repeats of them) and predictions are made
+    now."""
 
     def __post_init__(self) -> None:
         _at_least("--repeats", self.repeats, 1)

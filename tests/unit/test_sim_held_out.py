@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -126,14 +127,15 @@ def test_summary_counts_only_predicted_rows_with_spread_under_5_percent() -> Non
 
 def test_the_table_shows_every_row_and_why_one_was_not_predicted() -> None:
     rows = [
-        score_row("a-row", [0.5, 0.52], 0.5, note="ddp", conditions="as trained"),
+        score_row("a-row", [0.5, 0.52], [0.49, 0.5, 0.52], note="ddp", conditions="as trained"),
         score_row("b-row", [1.0], None, note="not predicted: bsp only", conditions="x"),
     ]
     lines = table_lines(rows)
-    assert lines[0].split() == ["row", "measured", "spread", "predicted", "error", "verdict"]
-    assert lines[1].split()[:5] == ["a-row", "0.510s", "3.9%", "0.500s", "-2.0%"]
+    header = ["row", "measured", "spread", "predicted", "spread", "error", "verdict"]
+    assert lines[0].split() == header
+    assert lines[1].split()[:6] == ["a-row", "0.510s", "3.9%", "0.500s", "6.0%", "-2.0%"]
     assert "undecided" in lines[1]
-    assert lines[2].split()[1:] == ["1.000s", "0.0%", "-", "-", "-"]
+    assert lines[2].split()[1:] == ["1.000s", "0.0%", "-", "-", "-", "-"]
     assert "b-row: not predicted: bsp only [x]" in lines[3]
     assert lines[-1].startswith("mean |error| 2.0%, worst 2.0% over the 1 predicted rows")
     noisy = table_lines([score_row("c-row", [1.0, 1.2], 1.5)])
@@ -211,19 +213,28 @@ def test_the_command_writes_json_png_and_the_table(
         return run
 
     monkeypatch.setattr("cadence.sim.held_out_command.train_runner", fake_runner)
-    monkeypatch.setattr(
-        "cadence.sim.held_out_command.take_profile", lambda key: zoo_profile(key[0])
-    )
+    profiled: list[str] = []
+
+    def take(key: Any) -> Any:
+        profiled.append(f"{key[0]} before {runs[-1] if runs else '-'}")
+        return dataclasses.replace(zoo_profile(key[0]), iteration_s=len(profiled))
+
+    monkeypatch.setattr("cadence.sim.held_out_command.take_profile", take)
     out = tmp_path / "out" / "held.json"
     assert main(["bench", "sim", "--held-out", path, "--repeats", "2", "--out", str(out)]) == 0
     assert runs == ["dp", "ps", "dp", "ps"]
+    # A profile per round for the rows' one profile key, taken before the round's first run.
+    model = "cnn"
+    assert profiled == [f"{model} before -", f"{model} before ps"]
     data = json.loads(out.read_text())
     assert [r["row"] for r in data["rows"]] == ["dp", "ps"]
     assert data["rows"][0]["runs_s"] == [1.0, 1.01] and data["rows"][0]["predicted_s"] > 0
     assert data["rows"][1]["predicted_s"] is None and data["not_predicted"] == 1
-    profile = zoo_profile(data["rows"][0]["config"]["model"])  # what each row's profile said
-    assert data["rows"][0]["profile_iteration_s"] == profile.iteration_s
-    assert data["rows"][0]["profile_pace_factor"] == profile.pace_factor
+    first = data["rows"][0]  # each round's profile, as it said, and its prediction
+    assert first["profile_iteration_s"] == [1, 2]
+    assert first["profile_pace_factor"] == [zoo_profile(model).pace_factor] * 2
+    assert len(first["predicted_runs_s"]) == 2 and first["predicted_spread"] >= 0
+    assert first["predicted_s"] == statistics.median(first["predicted_runs_s"])
     assert out.with_suffix(".png").read_bytes().startswith(b"\x89PNG")
     printed = capsys.readouterr().out
     assert "ps: not predicted: the simulator models bsp only, not asp" in printed
@@ -232,7 +243,7 @@ def test_the_command_writes_json_png_and_the_table(
     again = tmp_path / "again.json"
     args = ["bench", "sim", "--held-out", path, "--measured", str(out), "--out", str(again)]
     assert main(args) == 0
-    assert runs == ["dp", "ps", "dp", "ps"]
+    assert runs == ["dp", "ps", "dp", "ps"] and len(profiled) == 2 + 3  # a profile a round
     assert json.loads(again.read_text())["rows"][0]["runs_s"] == [1.0, 1.01]
     other = write_set(tmp_path / "o.toml", ("zz", "ddp", ""))
     capsys.readouterr()

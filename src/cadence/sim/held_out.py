@@ -6,8 +6,10 @@ The set (`benchmarks/held_out.toml`) is fixed before any fitting: each `[[row]]`
 trains `repeats` times, the rows alternating (row 1 run 1, row 2 run 1, ..., row 1 run 2, ...)
 so that drift of the machine spreads over all of them. A run's figure is its median
 iteration; a row's measured value is the median of its runs and its spread
-(max - min) / median. Each row is predicted from a profile taken now in the conditions its
-workers train in (`cadence.sim.held_out_predict`).
+(max - min) / median. Each row is predicted from a profile taken in the conditions its
+workers train in (`cadence.sim.held_out_predict`), one per round, just before the round's
+first run that uses it: its prediction is the median of the rounds' predictions, their
+spread reported beside the runs'.
 
 Scoring: error = (predicted - measured) / measured. A row whose spread exceeds |error| is
 undecided (neither hit nor miss: the measurement cannot tell). Otherwise |error| <= 5% is a
@@ -107,19 +109,23 @@ def verdict(error: float | None, row_spread: float | None) -> str:
 
 
 def score_row(
-    name: str, runs: Sequence[float], predicted: float | None, **more: Any
+    name: str, runs: Sequence[float], predicted: float | Sequence[float] | None, **more: Any
 ) -> dict[str, Any]:
-    """A row's measured median and spread, prediction, error and verdict; `more` kept as is."""
+    """A row's measured median and spread, prediction, error and verdict; `more` kept as is.
+    `predicted` may be one prediction per profile taken: their median is the prediction,
+    and their spread is kept beside the runs' (`predicted_spread`)."""
     measured = statistics.median(runs) if runs else None
     row_spread = spread(runs) if runs else None
+    guesses = [predicted] if isinstance(predicted, (int, float)) else list(predicted or [])
+    guess = statistics.median(guesses) if guesses else None
     error = None
-    if measured is not None and predicted is not None:
-        error = (predicted - measured) / measured
+    if measured is not None and guess is not None:
+        error = (guess - measured) / measured
     scored = error is not None and row_spread is not None and row_spread < HIT
     return {
         "row": name, "runs_s": list(runs), "measured_s": measured, "spread": row_spread,
-        "predicted_s": predicted, "error": error, "verdict": verdict(error, row_spread),
-        "scored": scored, **more,
+        "predicted_s": guess, "predicted_spread": spread(guesses) if guesses else None,
+        "error": error, "verdict": verdict(error, row_spread), "scored": scored, **more,
     }  # fmt: skip
 
 
@@ -151,13 +157,18 @@ def _secs(value: float | None) -> str:
 
 
 def table_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """The table: row, measured median, spread, predicted, error, verdict; notes below it."""
+    """The table: row, measured median and spread, predicted median and spread, error,
+    verdict; notes below it."""
     width = max([len("row"), *(len(r["row"]) for r in rows)]) + 2
-    lines = [f"{'row':<{width}}{'measured':>10}{'spread':>8}{'predicted':>11}{'error':>8}  verdict"]
+    lines = [
+        f"{'row':<{width}}{'measured':>10}{'spread':>8}{'predicted':>11}{'spread':>8}{'error':>8}"
+        "  verdict"
+    ]
     for r in rows:
         lines.append(
             f"{r['row']:<{width}}{_secs(r['measured_s']):>10}{_pct(r['spread']):>8}"
-            f"{_secs(r['predicted_s']):>11}{_pct(r['error'], True):>8}  {r['verdict']}"
+            f"{_secs(r['predicted_s']):>11}{_pct(r.get('predicted_spread')):>8}"
+            f"{_pct(r['error'], True):>8}  {r['verdict']}"
             + (" (not scored: spread >= 5%)" if r["error"] is not None and not r["scored"] else "")
         )
     for r in rows:
@@ -218,7 +229,12 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(max(6.0, 0.8 * len(rows)), 4.8))
     ax.bar([x - 0.2 for x in xs], measured, 0.4, yerr=[low, high], capsize=3,
            label="measured (median, bars: min-max of runs)")  # fmt: skip
-    ax.bar([x + 0.2 for x in xs], [r["predicted_s"] or 0.0 for r in rows], 0.4, label="predicted")
+    guessed = [r["predicted_s"] or 0.0 for r in rows]
+    each = [r.get("predicted_runs_s") or [g] for r, g in zip(rows, guessed, strict=True)]
+    ax.bar([x + 0.2 for x in xs], guessed, 0.4, capsize=3,
+           yerr=[[g - min(e) for g, e in zip(guessed, each, strict=True)],
+                 [max(e) - g for g, e in zip(guessed, each, strict=True)]],
+           label="predicted (median, bars: min-max over profiles)")  # fmt: skip
     ax.set_xticks(list(xs), [r["row"] for r in rows], rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("median iteration (s)")
     s = summary(rows)

@@ -48,6 +48,39 @@ def train_runner(runs_dir: Path) -> Any:
     return run
 
 
+class RoundProfiles:
+    """A profile per round for each profile key (`profile_key`), taken just before the round's
+    first run of a row that uses it, so that the profiles sample the machine over the same
+    minutes as the runs they predict: a profile lasts seconds, and this machine's speed moves
+    by 20% for tens of seconds at a time."""
+
+    def __init__(self) -> None:
+        self.taken: dict[ProfileKey, list[Profile]] = {}
+
+    def before(self, row: HeldOutRow, repeat: int) -> None:
+        """Take round `repeat`'s profile for `row` unless it is taken."""
+        key = profile_key(row.config)
+        have = self.taken.setdefault(key, [])
+        if len(have) <= repeat:
+            have.append(take_profile(key))
+
+    def then(self, runner: Any) -> Any:
+        """`runner` (row, repeat) -> seconds, preceded by `before`."""
+
+        def run(row: HeldOutRow, repeat: int) -> float:
+            self.before(row, repeat)
+            return float(runner(row, repeat))
+
+        return run
+
+    def of(self, row: HeldOutRow) -> list[Profile]:
+        """Every profile taken for `row` (one now if none was: its runs all failed)."""
+        key = profile_key(row.config)
+        if not self.taken.get(key):
+            self.before(row, 0)
+        return self.taken[key]
+
+
 def measured_before(
     path: str, rows: list[HeldOutRow]
 ) -> tuple[dict[str, list[float]], dict[str, str]]:
@@ -89,37 +122,36 @@ def held_out_command(args: Any) -> int:
         raise UserError(f"cannot make {runs_dir}: {exc.strerror or exc}") from None
     calibration = args.calibration
     calibrated = calibrated_link(calibration, args.calibration_latency) if calibration else None
-    profiles: dict[ProfileKey, Profile] = {}
-    for row in rows:
-        key = profile_key(row.config)
-        if key not in profiles:
-            model, _, batch, threads, beside = key
-            print(
-                f"profiling {model} at batch {batch}, {threads} thread(s), beside {beside} "
-                f"training process(es) ({row.name})"
-            )
-            profiles[key] = take_profile(key)
+    profiles = RoundProfiles()
     load_before = os.getloadavg()
     if args.measured:
         figures, failed = measured_before(args.measured, rows)
+        for repeat in range(args.repeats):  # a profile per round, taken now
+            for row in rows:
+                profiles.before(row, repeat)
     else:
-        figures, failed = measure(rows, args.repeats, train_runner(runs_dir), sys.stderr.isatty())
+        runner = profiles.then(train_runner(runs_dir))
+        figures, failed = measure(rows, args.repeats, runner, sys.stderr.isatty())
     scored = []
     for row in rows:
-        profile = profiles[profile_key(row.config)]
-        guess = predict(row.config, profile, args.payload_fraction, calibrated)
+        taken = profiles.of(row)
+        guesses = [predict(row.config, p, args.payload_fraction, calibrated) for p in taken]
+        guess = guesses[0]
+        predicted = [g.iteration_s for g in guesses if g.iteration_s is not None]
         more: dict[str, Any] = {
             "note": guess.note, "conditions": guess.conditions,
-            "profile_batch": profile.batch_size, "profile_threads": profile.threads,
-            "profile_neighbours": profile.neighbours,
-            # The profile's iteration and lockstep pace: rows predicted from one profile share
-            # its moment's machine speed, which drifts on a shared VM.
-            "profile_iteration_s": profile.iteration_s, "profile_pace_factor": profile.pace_factor,
+            "profile_batch": taken[0].batch_size, "profile_threads": taken[0].threads,
+            "profile_neighbours": taken[0].neighbours,
+            # Each round's profile, its iteration and lockstep pace: the machine's speed
+            # drifts on a shared VM, and a profile is a measurement taken at one moment.
+            "predicted_runs_s": predicted,
+            "profile_iteration_s": [p.iteration_s for p in taken],
+            "profile_pace_factor": [p.pace_factor for p in taken],
             "config": row.config.to_flat(),
         }  # fmt: skip
         if row.name in failed:
             more["failed"] = failed[row.name]
-        scored.append(score_row(row.name, figures[row.name], guess.iteration_s, **more))
+        scored.append(score_row(row.name, figures[row.name], predicted or None, **more))
     rankings = rank_cases({r.name: r.case for r in rows if r.case}, scored)
     for line in [*held_out_table(scored), *ranking_lines(rankings)]:
         print(line)
