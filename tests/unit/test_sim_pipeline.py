@@ -185,17 +185,19 @@ def test_messages_between_two_stages_cross_one_at_a_time() -> None:
     assert second[1] - second[0] == pytest.approx(0.8)
 
 
+def _1f1b_tasks(runtime: str) -> dict[str, tuple[float, float]]:
+    """1F1B, 2 stages, 4 micro-batches, messages of 4 s at 100 B/s, on `runtime`."""
+    r = simulate_pipeline(
+        _profile(), stages=2, microbatches=4, schedule="1f1b", link=100.0, runtime=runtime
+    )
+    return _tasks(r)
+
+
 def test_torchs_runtime_posts_a_receive_after_the_action_before_it() -> None:
     # 1F1B, 2 stages: torch's runtime posts stage 1's receive of micro-batch 1 after its
     # forward of micro-batch 0, so the activation waits for that forward to end; ours posts
     # every receive at the step's start, so it follows the first activation at once.
-    def times(runtime: str) -> dict[str, tuple[float, float]]:
-        r = simulate_pipeline(
-            _profile(), stages=2, microbatches=4, schedule="1f1b", link=100.0, runtime=runtime
-        )
-        return _tasks(r)
-
-    ours, torchs = times("cadence"), times("torch")
+    ours, torchs = _1f1b_tasks("cadence"), _1f1b_tasks("torch")
     assert ours["0F1>1"][0] == pytest.approx(ours["0F0>1"][1])
     assert ours["0F1>1"][0] < ours["1F0"][1]
     assert torchs["0F1>1"][0] == pytest.approx(torchs["1F0"][1])
@@ -203,3 +205,18 @@ def test_torchs_runtime_posts_a_receive_after_the_action_before_it() -> None:
         simulate_pipeline(
             _profile(), stages=2, microbatches=4, schedule="kfkb:2", link=100.0, runtime="torch"
         )
+
+
+def test_a_receive_posted_mid_step_waits_for_the_message_queued_back_before_it() -> None:
+    # Over gloo a posted receive sends the sender a notice on their one connection, behind the
+    # messages the receiver has queued to it. 1F1B on 2 stages, messages of 4 s at 100 B/s:
+    # torch's runtime posts stage 0's receive of micro-batch 1's gradients after its forward
+    # of micro-batch 2, whose activations (their receive already posted) were queued just
+    # before, so those gradients cross only after those activations; ours posted it at the
+    # step's start, and the two cross at once, one each way.
+    ours, torchs = _1f1b_tasks("cadence"), _1f1b_tasks("torch")
+    assert ours["1B1>0"][0] < ours["0F2>1"][1]
+    assert torchs["1B1>0"][0] == pytest.approx(torchs["0F2>1"][1])
+    # Stage 0's receive of micro-batch 0's gradients is posted after its forward of 1, whose
+    # activations stage 1 is not yet receiving: the notice leaves first, nothing waits.
+    assert torchs["1B0>0"][0] < torchs["0F1>1"][1]

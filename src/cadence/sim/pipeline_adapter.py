@@ -14,6 +14,10 @@ What the graph follows (`cadence/pipeline/executor.py`, our runtime):
   every receive at the step's start; torch's runtime, which runs the schedules it supports by
   default, posts each after some earlier action of the receiver (`receives`, from
   `cadence.pipeline.receives.receive_points`), so a message can wait for its receiver;
+- a posted receive reaches the sender as a notice written on the pair's one connection behind
+  whatever the receiver has queued there: a receive posted mid-step after the receiver
+  queued a message the other way lets the sender send only once that message has crossed
+  (`_notice_after`; with every receive posted at the start, the notices leave on idle links);
 - a message is a flow over the sender's transmit link and the receiver's receive link (both
   directions of a cable are separate, as on full-duplex Ethernet), shared fairly with any
   other stage pair's message in flight there, then the link's latency; messages from one
@@ -258,33 +262,85 @@ def build_pipeline(
         for s in range(S)
     ]
     messages = 0
+    points = receives or {}
+    alpha = link.alpha_for("p2p")
+    inbound_of: dict[Action, int] = {}  # consumer -> the task its message arrives with
+    # Consumers in the order their pair's messages are sent: a pair's messages cross in turn.
+    pending = [a for acts in schedule.actions for a in acts if message_source(schedule, a)]
+    pending.sort(key=lambda a: _send_rank(schedule, a))
+
+    def pair_of(consumer: Action) -> tuple[int, int]:
+        source = message_source(schedule, consumer)
+        assert source is not None
+        return source.stage, consumer.stage
+
+    def build(consumer: Action, force: bool) -> bool:
+        """Add `consumer`'s message once it is sent and its receive posted, and the message
+        its receive's notice may queue behind is built (`_notice_after`); `force`: without
+        that one."""
+        source = message_source(schedule, consumer)
+        assert source is not None
+        after = points.get(consumer)
+        if source not in done or (after is not None and after not in done):
+            return False
+        ahead = None if after is None else _queued_behind(schedule, after, source.stage)
+        if ahead is not None and ahead not in sent and not force:
+            return False
+        notice = None
+        if after is not None and ahead is not None and ahead in sent:
+            back = Action(source.stage, ahead.kind, ahead.microbatches)  # `ahead`'s consumer
+            notice = _notice_after(
+                graph, schedule, done, sent[ahead], ahead, points.get(back), done[after], source
+            )
+        pair = pair_of(consumer)
+        nbytes = sent_bytes(plan, schedule, source, microbatch_size)
+        flow = pair_last[pair] = graph.add(
+            f"{source}>{consumer.stage}",
+            "activation" if source.kind == FORWARD else "gradient",
+            resources=(tx[source.stage], rx[consumer.stage]),
+            nbytes=nbytes,
+            deps=[
+                done[source],
+                None if after is None else done[after],
+                pair_last.get(pair),
+                notice,
+            ],
+            worker=source.stage,
+            mem_start=nbytes,  # the sender keeps the tensor until the step ends
+        )
+        sent[source] = flow
+        # Its latency runs after its bytes, so that a pair's next message need not wait
+        # for it: back-to-back messages on one connection overlap their latencies.
+        inbound_of[consumer] = flow
+        if alpha > 0:
+            inbound_of[consumer] = graph.add(
+                f"{source}>{consumer.stage} latency", LATENCY, duration_s=alpha, deps=[flow],
+                worker=source.stage,
+            )  # fmt: skip
+        return True
+
+    def build_ready() -> None:
+        """Build every message whose dependencies exist, each pair's in sending order."""
+        blocked: set[tuple[int, int]] = set()
+        for consumer in list(pending):
+            pair = pair_of(consumer)
+            if pair not in blocked and build(consumer, False):
+                pending.remove(consumer)
+            else:
+                blocked.add(pair)
+
     for action in order:
         s = action.stage
-        source = message_source(schedule, action)
         inbound = None
+        source = message_source(schedule, action)
         if source is not None:  # the message leaves once sent and its receive is posted
-            after = (receives or {}).get(action)
-            pair = (source.stage, s)
-            nbytes = sent_bytes(plan, schedule, source, microbatch_size)
-            flow = pair_last[pair] = graph.add(
-                f"{source}>{s}",
-                "activation" if source.kind == FORWARD else "gradient",
-                resources=(tx[source.stage], rx[s]),
-                nbytes=nbytes,
-                deps=[done[source], None if after is None else done[after], pair_last.get(pair)],
-                worker=source.stage,
-                mem_start=nbytes,  # the sender keeps the tensor until the step ends
-            )
-            sent[source] = flow
-            # Its latency runs after its bytes, so that a pair's next message need not wait
-            # for it: back-to-back messages on one connection overlap their latencies.
-            alpha = link.alpha_for("p2p")
-            inbound = flow
-            if alpha > 0:
-                inbound = graph.add(
-                    f"{source}>{s} latency", LATENCY, duration_s=alpha, deps=[flow],
-                    worker=source.stage,
-                )  # fmt: skip
+            build_ready()
+            while action in pending:  # its pair's earlier messages first, in sending order
+                earliest = next(c for c in pending if pair_of(c) == (source.stage, s))
+                built = build(earliest, True)
+                assert built, f"{earliest}'s message is not sent or its receive not posted"
+                pending.remove(earliest)
+            inbound = inbound_of[action]
         forward = action.kind == FORWARD
         deps: list[int | None] = [last_task[s], inbound]
         received = received_bytes(plan, schedule, action, microbatch_size)
@@ -315,6 +371,7 @@ def build_pipeline(
         computed = last_task[s]
         assert computed is not None  # every action has at least one micro-batch
         done[action] = computed
+        build_ready()
         peer = s + 1 if forward else s - 1
         if 0 <= peer < S:  # its message is added with its consumer, above
             held_sent[s] += sent_bytes(plan, schedule, action, microbatch_size)
@@ -330,6 +387,63 @@ def build_pipeline(
             mem_end=-held_sent[s],
         )
     return PipelineBuilt(graph, static, messages)
+
+
+def _queued_behind(schedule: Schedule, after: Action, peer: int) -> Action | None:
+    """The last action of `after`'s stage, up to `after`, that sends a message to `peer`.
+
+    Over gloo a posted receive tells the sender it may send (a notice), and that notice joins
+    the receiver's queue of writes to the sender on their one connection: behind any message
+    the receiver is sending back. Where every receive is posted at the step's start the notice
+    leaves on an idle link; where one is posted mid-step (torch's runtime posts each after an
+    earlier action), the message waits for the receiver's latest message the other way to
+    cross first, instead of crossing beside it in the link's other direction."""
+    actions = schedule.actions[after.stage]
+    for action in reversed(actions[: actions.index(after) + 1]):
+        to = action.stage + 1 if action.kind == FORWARD else action.stage - 1
+        if to == peer:
+            return action
+    return None
+
+
+def _notice_after(
+    graph: TaskGraph,
+    schedule: Schedule,
+    done: Mapping[Action, int],
+    back_flow: int,
+    back_source: Action,
+    back_after: Action | None,
+    posted: int,
+    source: Action,
+) -> int | None:
+    """A task that ends when a message from `source` may leave, as far as its receive's notice
+    goes (posted when task `posted` ends): at once if the receiver's message the other way
+    (`back_flow`, from `back_source`, its receive posted after `back_after`) was not yet
+    queued by then, else once that message has crossed (`_queued_behind`).
+
+    That message is queued once it is sent and its receive is posted. It is sent before the
+    notice (`back_source` runs no later than the notice is posted, its send right after it),
+    so it is queued first if its receive was posted at the step's start, or before the
+    notice. Where that receive is posted no later than `source` runs on their common stage,
+    a notice that leaves first ends by the time `source` has run, so waiting for the
+    receive to be posted costs nothing; otherwise the notice is taken to leave first
+    (None)."""
+    if back_after is None:
+        return back_flow
+    stage_actions = schedule.actions[source.stage]
+    if stage_actions.index(back_after) > stage_actions.index(source):
+        return None
+    queued = graph.add(f"{back_source} queued", "marker", deps=[done[back_after]])
+    first = graph.add(f"{back_source} after notice", "marker", deps=[queued], work_if_ended=posted)
+    return graph.add(f"{back_source} crossed", "marker", deps=[back_flow], ends_with=first)
+
+
+def _send_rank(schedule: Schedule, consumer: Action) -> tuple[int, int]:
+    """Where `consumer`'s message stands among its sender's messages: (sending stage, place
+    of the sending action in that stage's list)."""
+    source = message_source(schedule, consumer)
+    assert source is not None
+    return source.stage, schedule.actions[source.stage].index(source)
 
 
 def batch_input_s(profile: Profile, batch_size: int) -> float:
