@@ -173,6 +173,18 @@ def test_each_strategy_is_predicted_or_says_why_not() -> None:
     assert replicas.iteration_s is None and "2 pipeline replicas" in replicas.note
 
 
+def test_a_pipeline_is_priced_with_the_emulated_links_token_bucket(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each message that starts on an idle link passes the tbf's bucket at once: at 1 mbit
+    # (a 68.6 KB bucket) cnn's messages cross faster than at the cap alone.
+    config = _config(strategy="pipeline", microbatches=2, pipeline_backend="cadence")
+    with_bucket = predict(config, zoo_profile("cnn"), 1.0).iteration_s
+    monkeypatch.setattr("cadence.netem.link_bucket_bytes", lambda bps: 0)
+    without = predict(config, zoo_profile("cnn"), 1.0).iteration_s
+    assert with_bucket is not None and without is not None and with_bucket < without
+
+
 def test_profiles_are_taken_at_the_workers_batch_and_threads(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

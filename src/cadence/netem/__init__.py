@@ -6,7 +6,7 @@ capped at the requested bandwidth. Needs root and iproute2; latency cannot be em
 (no netem qdisc is assumed), only bandwidth.
 """
 
-from cadence.netem._bandwidth import format_bandwidth, parse_bandwidth
+from cadence.netem._bandwidth import format_bandwidth, link_bucket_bytes, parse_bandwidth
 from cadence.netem._iproute import NetemCommandError, NetemUnavailable, check_netem_available
 from cadence.netem._state import ClusterInfo
 from cadence.netem.cluster import EmulatedCluster, Host, TerminatedBySignal, cleanup_on_signals
@@ -26,6 +26,7 @@ __all__ = [
     "check_netem_available",
     "cleanup_on_signals",
     "format_bandwidth",
+    "link_bucket_bytes",
     "list_clusters",
     "netem_down",
     "netem_probe",

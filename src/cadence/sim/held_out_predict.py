@@ -14,11 +14,11 @@ stages, a named schedule); ps with `simulate_ps` (bsp, the plan the runtime make
 model's parameters, pushed in their gradients' arrival order, servers on the first worker's
 host). Anything else is "not predicted", with the reason. Links are the emulated cap, its
 payload share carrying data, no per-message latency unless a calibration gives the alphas
-(`cap_link`). Nothing is priced with the token bucket the emulated cluster gives every link
-(`cadence.netem._bandwidth.link_bucket_bytes`): with it, a transfer that starts on a link idle
-long enough would pass that many bytes at once, which gloo's traffic over TCP did not show,
-neither a step's first all-reduce nor a pipeline's messages (gpt_mini, 1F1B on our runtime at
-50 mbit: 274 ms predicted without it, 234 ms with it, 273-289 ms measured).
+(`cap_link`). A pipeline's messages are priced with the token bucket the emulated cluster
+gives every link (`cadence.netem.link_bucket_bytes`): a message that starts on a
+link idle long enough passes that many bytes at once (traced: gpt_mini's 262 KB messages of
+1F1B at 50 mbit each cross in 33 ms, 44 ms at the cap less the 69 KB bucket). The data-parallel
+strategies' collectives are priced without it: megabytes a step, where it is a few ms.
 """
 
 from __future__ import annotations
@@ -180,13 +180,17 @@ def _pipeline(config: TrainConfig, profile: Profile, link: AlphaBeta) -> tuple[f
         raise NotPredicted(f"schedule {p.schedule!r} is chosen at run time")
     if p.recompute:
         raise NotPredicted("recomputation is not in the held-out predictor")
+    from cadence.netem import link_bucket_bytes, parse_bandwidth
+
     microbatches = p.microbatches * c.data.grad_accum
     runtime = _pipeline_runtime(config, microbatches)
+    cap = c.cluster.emulate_bandwidth
     result = simulate_pipeline(
         profile, stages=p.stages, microbatches=microbatches, schedule=p.schedule, link=link,
         batch_size=c.data.batch_size, optimizer=c.optim.name,
         update_s_per_byte=_update_s_per_byte(c, profile),
         runtime=runtime,
+        link_bucket_bytes=link_bucket_bytes(parse_bandwidth(cap)) if cap else 0.0,
     )  # fmt: skip
     return (
         result.iteration_s,
