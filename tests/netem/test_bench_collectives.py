@@ -63,12 +63,16 @@ def test_tiny_run_writes_sane_results(tmp_path: Path) -> None:
     summary = data["accuracy"]  # gloo's 4 rows (2 collectives x 2 sizes) against the target
     assert summary["rows"] == 4 and 0 <= summary["rows_within"] <= 4
     assert f"{summary['rows_within']} of 4 rows" in proc.stdout
-    # tbf's usual bucket: priced as a token-bucket link; the serialising fit is kept beside it.
-    assert data["calibration"]["link_model"] == "token-bucket"
-    assert data["calibration"]["models"]["token-bucket"]["overlap"] is True
-    assert data["accuracy_by_link_model"]["token-bucket"] == summary
+    # tbf's usual bucket: priced as a token-bucket link where the run's timings reach both
+    # regimes (latency and bandwidth, `link_models`; on a loaded machine the small calls may
+    # not), else with the serialising fit, which is kept beside it either way.
+    models = data["calibration"]["models"]
+    kind = "token-bucket" if "token-bucket" in models else "serialising"
+    assert data["calibration"]["link_model"] == kind
+    assert kind == "serialising" or models["token-bucket"]["overlap"] is True
+    assert data["accuracy_by_link_model"][kind] == summary
     assert data["accuracy_by_link_model"]["serialising"]["rows"] == 4
-    assert "(token-bucket link model)" in proc.stdout and "(serialising link model)" in proc.stdout
+    assert f"({kind} link model)" in proc.stdout and "(serialising link model)" in proc.stdout
     assert proc.stdout.startswith("timing 6 variants x 2 sizes on 3 emulated hosts at 100mbit")
     # The hosts' TCP congestion control and port queue are said up front and kept.
     control, queue = default_congestion_control(), default_port_queue()
