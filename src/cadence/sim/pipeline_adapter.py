@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import bisect
 import statistics
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -264,35 +265,36 @@ def build_pipeline(
     messages = 0
     points = receives or {}
     alpha = link.alpha_for("p2p")
+    position = {a: i for acts in schedule.actions for i, a in enumerate(acts)}
     inbound_of: dict[Action, int] = {}  # consumer -> the task its message arrives with
-    # Consumers in the order their pair's messages are sent: a pair's messages cross in turn.
-    pending = [a for acts in schedule.actions for a in acts if message_source(schedule, a)]
-    pending.sort(key=lambda a: _send_rank(schedule, a))
-
-    def pair_of(consumer: Action) -> tuple[int, int]:
-        source = message_source(schedule, consumer)
-        assert source is not None
-        return source.stage, consumer.stage
+    # Each pair's messages not yet built, in the order they are sent: they cross in turn.
+    unbuilt: dict[tuple[int, int], deque[Action]] = {}
+    source_of: dict[Action, Action] = {}  # consumer -> the action whose message it needs
+    for sender in schedule.actions:
+        for sending in sender:
+            to = sending.stage + 1 if sending.kind == FORWARD else sending.stage - 1
+            if 0 <= to < S:
+                consumer = Action(to, sending.kind, sending.microbatches)
+                source_of[consumer] = sending
+                unbuilt.setdefault((sending.stage, to), deque()).append(consumer)
 
     def build(consumer: Action, force: bool) -> bool:
         """Add `consumer`'s message once it is sent and its receive posted, and the message
         its receive's notice may queue behind is built (`_notice_after`); `force`: without
         that one."""
-        source = message_source(schedule, consumer)
-        assert source is not None
-        after = points.get(consumer)
+        source, after = source_of[consumer], points.get(consumer)
         if source not in done or (after is not None and after not in done):
             return False
-        ahead = None if after is None else _queued_behind(schedule, after, source.stage)
+        ahead = None if after is None else _queued_behind(schedule, position, after, source.stage)
         if ahead is not None and ahead not in sent and not force:
             return False
         notice = None
         if after is not None and ahead is not None and ahead in sent:
             back = Action(source.stage, ahead.kind, ahead.microbatches)  # `ahead`'s consumer
             notice = _notice_after(
-                graph, schedule, done, sent[ahead], ahead, points.get(back), done[after], source
+                graph, position, done, sent[ahead], ahead, points.get(back), done[after], source
             )
-        pair = pair_of(consumer)
+        pair = (source.stage, consumer.stage)
         nbytes = sent_bytes(plan, schedule, source, microbatch_size)
         flow = pair_last[pair] = graph.add(
             f"{source}>{consumer.stage}",
@@ -321,25 +323,20 @@ def build_pipeline(
 
     def build_ready() -> None:
         """Build every message whose dependencies exist, each pair's in sending order."""
-        blocked: set[tuple[int, int]] = set()
-        for consumer in list(pending):
-            pair = pair_of(consumer)
-            if pair not in blocked and build(consumer, False):
-                pending.remove(consumer)
-            else:
-                blocked.add(pair)
+        for queue in unbuilt.values():
+            while queue and build(queue[0], False):
+                queue.popleft()
 
     for action in order:
         s = action.stage
         inbound = None
         source = message_source(schedule, action)
         if source is not None:  # the message leaves once sent and its receive is posted
-            build_ready()
-            while action in pending:  # its pair's earlier messages first, in sending order
-                earliest = next(c for c in pending if pair_of(c) == (source.stage, s))
-                built = build(earliest, True)
-                assert built, f"{earliest}'s message is not sent or its receive not posted"
-                pending.remove(earliest)
+            queue = unbuilt[(source.stage, s)]  # built as soon as it could be, else now
+            while action not in inbound_of:  # its pair's earlier messages first, as sent
+                built = build(queue[0], True)
+                assert built, f"{queue[0]}'s message is not sent or its receive not posted"
+                queue.popleft()
             inbound = inbound_of[action]
         forward = action.kind == FORWARD
         deps: list[int | None] = [last_task[s], inbound]
@@ -389,8 +386,11 @@ def build_pipeline(
     return PipelineBuilt(graph, static, messages)
 
 
-def _queued_behind(schedule: Schedule, after: Action, peer: int) -> Action | None:
-    """The last action of `after`'s stage, up to `after`, that sends a message to `peer`.
+def _queued_behind(
+    schedule: Schedule, position: Mapping[Action, int], after: Action, peer: int
+) -> Action | None:
+    """The last action of `after`'s stage, up to `after`, that sends a message to `peer`
+    (`position`: each action's place in its stage's list).
 
     Over gloo a posted receive tells the sender it may send (a notice), and that notice joins
     the receiver's queue of writes to the sender on their one connection: behind any message
@@ -399,16 +399,16 @@ def _queued_behind(schedule: Schedule, after: Action, peer: int) -> Action | Non
     earlier action), the message waits for the receiver's latest message the other way to
     cross first, instead of crossing beside it in the link's other direction."""
     actions = schedule.actions[after.stage]
-    for action in reversed(actions[: actions.index(after) + 1]):
-        to = action.stage + 1 if action.kind == FORWARD else action.stage - 1
-        if to == peer:
+    for i in range(position[after], -1, -1):
+        action = actions[i]
+        if (action.stage + 1 if action.kind == FORWARD else action.stage - 1) == peer:
             return action
     return None
 
 
 def _notice_after(
     graph: TaskGraph,
-    schedule: Schedule,
+    position: Mapping[Action, int],
     done: Mapping[Action, int],
     back_flow: int,
     back_source: Action,
@@ -430,20 +430,11 @@ def _notice_after(
     (None)."""
     if back_after is None:
         return back_flow
-    stage_actions = schedule.actions[source.stage]
-    if stage_actions.index(back_after) > stage_actions.index(source):
+    if position[back_after] > position[source]:  # both on the sending stage
         return None
     queued = graph.add(f"{back_source} queued", "marker", deps=[done[back_after]])
     first = graph.add(f"{back_source} after notice", "marker", deps=[queued], work_if_ended=posted)
     return graph.add(f"{back_source} crossed", "marker", deps=[back_flow], ends_with=first)
-
-
-def _send_rank(schedule: Schedule, consumer: Action) -> tuple[int, int]:
-    """Where `consumer`'s message stands among its sender's messages: (sending stage, place
-    of the sending action in that stage's list)."""
-    source = message_source(schedule, consumer)
-    assert source is not None
-    return source.stage, schedule.actions[source.stage].index(source)
 
 
 def batch_input_s(profile: Profile, batch_size: int) -> float:
