@@ -204,6 +204,32 @@ def test_gathers_are_priced_with_the_all_gathers_own_alpha() -> None:
     assert _period(1, own, 4) - _period(1, link, 4) == pytest.approx(2 * messages * 0.04)
 
 
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_the_step_waits_for_the_used_flags_all_reduce(
+    stage: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The executor's plan all-reduces one flag per parameter once every bucket is reduced,
+    # and the step waits for it: on a link of pure latency it adds one all-reduce's messages
+    # to the step (2 (p - 1) of them in a ring); 1-bit Adam exchanges no flags.
+    from cadence.sim.zero_graph import build_zero
+    from cadence.zero.plan import ZeroPlan
+
+    costs, link, p = _costs(), AlphaBeta(alpha_s=0.01, beta_s_per_byte=0.0), 4
+    plan = ZeroSimPlan(stage=stage).zero_plan(costs, p)
+    assert plan.used_flags is not None
+    names = [t.name for t in build_zero(costs, plan, p, link, 1).graph.tasks]
+    assert names.count("flags") == 2  # the warm-up iteration and the measured one
+    with_flags = simulate_zero(costs, plan, p, link).iteration_s
+    monkeypatch.setattr(ZeroPlan, "used_flags", property(lambda _plan: None))
+    messages = link.terms("allreduce", "ring", 8, p).messages
+    assert with_flags - simulate_zero(costs, plan, p, link).iteration_s == pytest.approx(
+        messages * 0.01
+    )
+    monkeypatch.undo()
+    onebit = ZeroSimPlan(stage=min(stage, 2), compression="onebit").zero_plan(costs, p)
+    assert onebit.used_flags is None
+
+
 def test_simulate_takes_the_all_gathers_alpha_from_a_calibration(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -57,6 +57,17 @@ def test_units_bytes_and_plain_collectives() -> None:
     assert half.units[1].gather is not None and half.units[1].gather.nbytes == 20 * 2
 
 
+def test_a_flag_per_parameter_is_all_reduced_except_with_onebit_or_one_rank() -> None:
+    units = describe_model(Tied())  # 6 parameters: emb (tied head), norm x2, layers 2 + 1
+    flags = build_zero_plan(units, ZeroConfig(stage=2), world_size=2).used_flags
+    assert flags is not None
+    assert (flags.collective, flags.purpose, flags.nbytes) == ("allreduce", "flags", 6 * 4)
+    assert build_zero_plan(units, ZeroConfig(stage=2, compression="onebit"), 2).used_flags is None
+    assert build_zero_plan(units, ZeroConfig(stage=2), world_size=1).used_flags is None
+    # Flags are not gradient or parameter traffic: `step_bytes` leaves them out.
+    assert build_zero_plan(units, ZeroConfig(stage=1), 2).step_bytes()["total"] == 168 * 4
+
+
 def test_stage3_holds_the_model_unit_and_the_last_one_and_gathers_the_others_twice() -> None:
     plan = build_zero_plan(describe_model(Tied()), ZeroConfig(stage=3), world_size=4)
     assert [u.held for u in plan.units] == [True, False, True]

@@ -246,7 +246,9 @@ def _pipeline(
         )
         stage_bytes = max(sum(costs.param_bytes[lo:hi]) for lo, hi in plan.ranges)
         sync = setup.link.time("allreduce", "ring", stage_bytes, replicas)
-        setting = f"{stages} stages, {pick.schedule} x {pick.microbatches}"
+        # Priced on cadence's runtime, which `cadence train` runs with --schedule auto or
+        # --pipeline-backend cadence (a named schedule alone may run on torch's runtime).
+        setting = f"{stages} stages, {pick.schedule} x {pick.microbatches}, cadence runtime"
         name = "pipeline" if replicas == 1 else "pipeline x dp"
         if replicas > 1:
             setting += f", x dp {replicas}"

@@ -11,6 +11,8 @@ runs the same program; collectives are priced for `world_size` ranks):
   soon as its block's backward ends; with `onebit` after warm-up the momentum travels as sign
   bits plus a scale per chunk (an all-to-all, and in stage 1 an all-gather of the
   re-compressed result);
+- without onebit, once every bucket is reduced, an all-reduce of one flag per parameter
+  (`ZeroPlan.used_flags`), which the step waits for;
 - each rank steps its shard (`update_s_per_byte` x the bucket bytes / p);
 - stages 1 and 2 all-gather every bucket after the step; the next forward waits for all of
   them, or with `overlap_gather` each block waits for its own;
@@ -341,6 +343,10 @@ def build_zero(
                 for b, unit in reversed(list(enumerate(units)))
                 if unit is not None
             ]
+        flags = plan.used_flags  # which parameters got a gradient, once all are reduced
+        if flags is not None:
+            op = w.collective(flags.name, flags.collective, flags.nbytes, reductions, it)
+            reductions = [t for t in (op,) if t is not None]
         stepped = sum(n if r else n / world_size for n, r in zip(pb, replicated, strict=True))
         # With early updates the step waits for the reductions and the updates are done or
         # under way on the communication thread; their processor time is charged here all

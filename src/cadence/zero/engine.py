@@ -501,7 +501,8 @@ class ZeroEngine:
 
     def finish_reductions(self) -> None:
         """Reduce buckets no hook reduced (stage 1: all of them), then wait for every one;
-        without onebit, learn which parameters got a gradient on any rank. Once per step."""
+        then the plan's `used_flags`: which parameters got a gradient on any rank. Once per
+        step."""
         if self.reductions_done:
             return
         for st in reversed(self.states):  # the order the hooks follow (`_reduce_in_order`)
@@ -513,7 +514,7 @@ class ZeroEngine:
                 fut.result()
             st.in_flight.clear()
             st.reduced = False
-        if self.config.compression != "onebit":
+        if self.plan.used_flags is not None:
             self._exchange_used()
         self.reductions_done = True
 

@@ -13,6 +13,9 @@ Per unit (a bucket of `layout`, see `cadence.zero.layout`):
 - whether the next forward gathers it after the step in forward order (`forward_gather`), and
   at stage 3 whether it stays gathered from forward to backward (`held`).
 
+Per step, once every unit is reduced (`used_flags`): without onebit, an all-reduce of one
+flag per parameter, which tells every rank which parameters got a gradient on any rank.
+
 Collective sizes (`ZeroOp.nbytes`) are the vector a collective moves, of the unit's real
 elements, as the cost model (`AlphaBeta.terms`) takes it; the executor pads each bucket to a
 multiple of `SCALE_CHUNK` x p elements (`Bucket.padded`), and `layout.comm_bytes_per_step`
@@ -52,11 +55,12 @@ class ZeroOp:
     """One collective the engine issues for a unit."""
 
     name: str
-    """Short tag for traces: rs, ar, a2a, ag1, ag-sent (gradients), g (parameters)."""
+    """Short tag for traces: rs, ar, a2a, ag1, ag-sent (gradients), g (parameters), flags."""
     collective: str
     """allreduce, reduce_scatter, all_to_all or allgather (the cost model's names)."""
     purpose: str
-    """"gradients" (gradients or 1-bit momentum) or "parameters"."""
+    """"gradients" (gradients or 1-bit momentum), "parameters" or "flags" (which parameters
+    got a gradient; not counted in `step_bytes`)."""
     wire: str
     """What travels: fp32, fp16, bf16 or onebit (sign bits plus scales)."""
     nbytes: int
@@ -138,6 +142,17 @@ class ZeroPlan:
     def prefetch(self) -> bool:
         """Stage 3: the next unit's gather is queued as a unit starts to compute."""
         return self.stage == 3 and self.config.prefetch
+
+    @property
+    def used_flags(self) -> ZeroOp | None:
+        """The step's all-reduce of one fp32 flag per parameter (max over ranks: which got a
+        gradient anywhere, so a parameter unused on every rank is left alone, as DDP and
+        torch's optimizers leave it), issued once every unit is reduced; None with onebit,
+        whose update steps every piece, or on one rank."""
+        if self.config.compression == "onebit" or self.world_size < 2:
+            return None
+        flags = sum(len(u.bucket.slots) for u in self.units)
+        return ZeroOp("flags", "allreduce", "flags", "fp32", FP32 * flags) if flags else None
 
     def by_module(self) -> dict[int, ZeroUnit]:
         """Units by their position in the model description."""
