@@ -10,7 +10,7 @@ import pytest
 
 from cadence.bench import dp
 from cadence.bench._env import child_environment
-from cadence.dp.heap import FIXED_HEAP_ENV
+from cadence.heap import FIXED_HEAP_ENV
 
 
 def test_child_environment_restores_what_was_there_even_on_failure(

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from cadence.dp.config import DPConfig, mb_to_bytes
-from cadence.dp.heap import FIXED_HEAP_ENV
 from cadence.errors import UserError
+from cadence.heap import FIXED_HEAP_ENV
 
 NO_CAP = "none"
 BALANCED = "balanced"
@@ -61,7 +61,7 @@ class DPBenchConfig:
     """cadence-dp autotuning for its runs: off, exhaustive or guided."""
     ddp_fixed_heap: bool = False
     """Also run DDP (25 MB buckets) in processes whose glibc malloc trim and mmap thresholds
-    are fixed as cadence-dp fixes its own (`cadence.dp.heap.FIXED_HEAP_ENV`): variant
+    are fixed as cadence-dp fixes its own (`cadence.heap.FIXED_HEAP_ENV`): variant
     `ddp-heap`, and `cadence_over_ddp_heap` in each row, so the table shows how much of
     cadence-dp's lead over DDP is that setting. It is not one of the "DDP tuned" buckets."""
     out: str = "bench-out/bench-dp.json"
@@ -98,7 +98,7 @@ class Variant:
     settings: dict[str, Any] = field(default_factory=dict)
     """Extra TrainConfig fields."""
     env: dict[str, str] = field(default_factory=dict)
-    """Environment settings for its processes (`cadence.dp.heap.FIXED_HEAP_ENV` for
+    """Environment settings for its processes (`cadence.heap.FIXED_HEAP_ENV` for
     `ddp-heap`)."""
 
     @property

@@ -15,12 +15,12 @@ from cadence.comm import ops as comm
 from cadence.comm.process_group import new_group_like_default
 from cadence.dp.autotune import load_result
 from cadence.dp.config import DPConfig
-from cadence.dp.heap import keep_heap
 from cadence.dp.layers import model_layout
 from cadence.dp.optimizer import ScheduledOptimizer
 from cadence.dp.runtime import SyncEngine
 from cadence.dp.tuning import attach_tuner
 from cadence.errors import UserError
+from cadence.heap import keep_heap
 
 
 def data_parallel(

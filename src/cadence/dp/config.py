@@ -69,7 +69,7 @@ class DPConfig:
     chunk, because each chunk handed to the communication thread costs a core's turn on a busy
     host. Rank 0's timings decide for every rank. 0 disables (the chunked plan from the start)."""
     keep_heap: bool = True
-    """Fix glibc's malloc trim and mmap thresholds for the process (`dp.heap.keep_heap`), so
+    """Fix glibc's malloc trim and mmap thresholds for the process (`cadence.heap.keep_heap`), so
     each iteration's activations reuse the heap's pages instead of faulting in fresh ones
     (resnet32 at no cap: 8,600 page faults and 8% of every step). Process-wide; skipped off
     glibc and when MALLOC_TRIM_THRESHOLD_, MALLOC_MMAP_THRESHOLD_ or GLIBC_TUNABLES is set."""

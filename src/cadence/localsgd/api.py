@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from cadence import heap
 from cadence.comm import ops as comm
 from cadence.comm.process_group import new_group_like_default
 from cadence.localsgd.config import LocalSGDConfig, OuterDtype
@@ -27,6 +28,7 @@ def diloco(
     fragments: int = 1,
     overlap_steps: int | None = None,
     outer_dtype: OuterDtype = "fp32",
+    keep_heap: bool = True,
 ) -> tuple[nn.Module, LocalSGDOptimizer]:
     """Train `model` with DiLoCo: every rank runs `inner_optimizer` on its own gradients (no
     per-step gradient sync); every `sync_every` steps the ranks average their pseudo-gradients
@@ -38,7 +40,8 @@ def diloco(
     and buffers. Returns the same model (with a `no_sync()` that does nothing: there is no
     per-step sync to skip) and the optimizer whose `step()` runs the inner step and the syncs
     and whose `sync()` syncs every fragment at once (call it on every rank before evaluating
-    or saving)."""
+    or saving). `keep_heap`: fix glibc's malloc thresholds for the process
+    (`cadence.heap.keep_heap`), so each step reuses the heap's pages."""
     config = LocalSGDConfig(
         sync_every=sync_every,
         outer_lr=outer_lr,
@@ -48,7 +51,7 @@ def diloco(
         overlap_steps=overlap_steps,
         outer_dtype=outer_dtype,
     )
-    return wrap(model, inner_optimizer, config)
+    return wrap(model, inner_optimizer, config, keep_heap=keep_heap)
 
 
 def local_sgd(
@@ -59,6 +62,7 @@ def local_sgd(
     fragments: int = 1,
     overlap_steps: int | None = None,
     outer_dtype: OuterDtype = "fp32",
+    keep_heap: bool = True,
 ) -> tuple[nn.Module, LocalSGDOptimizer]:
     """Local SGD: like `diloco`, but every `sync_every` steps the ranks' weights are simply
     replaced by their mean (outer lr 1, no momentum)."""
@@ -71,13 +75,20 @@ def local_sgd(
         overlap_steps=overlap_steps,
         outer_dtype=outer_dtype,
     )
-    return wrap(model, optimizer, config)
+    return wrap(model, optimizer, config, keep_heap=keep_heap)
 
 
 def wrap(
-    model: nn.Module, optimizer: torch.optim.Optimizer, config: LocalSGDConfig
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    config: LocalSGDConfig,
+    *,
+    keep_heap: bool = True,
 ) -> tuple[nn.Module, LocalSGDOptimizer]:
-    """`model` and `optimizer` set up for `config` on the current process group."""
+    """`model` and `optimizer` set up for `config` on the current process group
+    (`keep_heap`: glibc's malloc thresholds fixed for the process, `cadence.heap`)."""
+    if keep_heap:
+        heap.keep_heap()
     world = dist.get_world_size() if dist.is_initialized() else 1
     group = None
     if world > 1:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import torch.distributed as dist
 from torch import nn
 
+from cadence import heap
 from cadence.errors import UserError
 from cadence.models.blocks import BlockModel
 from cadence.pipeline.executor import LossFn, PipelineExecutor
@@ -24,6 +25,8 @@ def pipeline(
     recompute: bool = False,
     backend: str = "auto",
     data_parallel: int = 1,
+    *,
+    keep_heap: bool = True,
 ) -> PipelineExecutor:
     """Pipeline-parallel training of `model` over all ranks: rank s runs stage s (the executor
 underneath `cadence.pipeline_parallel`, which adds the ordinary training loop around it).
@@ -36,8 +39,11 @@ underneath `cadence.pipeline_parallel`, which adds the ordinary training loop ar
     `BlockModel`) or a list of modules; each keeps only its stage's blocks, `ranges[s]`
     (default: equal block counts). Call `executor.step(x, y)` every step
     (the first rank needs `x`, the last `y`), then step an optimizer over
-    `executor.module.parameters()`.
+    `executor.module.parameters()`. `keep_heap`: fix glibc's malloc thresholds for the
+    process (`cadence.heap.keep_heap`), so each step reuses the heap's pages.
     """
+    if keep_heap:
+        heap.keep_heap()
     model = as_blocks(model)
     stages = num_stages(data_parallel)
     ranges = ranges if ranges is not None else even_split(len(model.blocks()), stages)

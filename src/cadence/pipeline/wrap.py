@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from cadence import heap
 from cadence.amp import Handler, unscale_local
 from cadence.amp import register as register_scaler
 from cadence.comm import ops as comm
@@ -59,6 +60,7 @@ def pipeline_parallel(
     data_parallel: int = 1,
     recompute: bool = False,
     backend: str = "auto",
+    keep_heap: bool = True,
 ) -> PipelineParallel:
     """Wrap `model` (the same, identically initialised, on every rank) into this rank's stage.
 
@@ -66,7 +68,11 @@ def pipeline_parallel(
     tensor. The W ranks form `data_parallel` replicas of W / data_parallel stages; stage s
     begins at block `split_points[s - 1]` (default: equal block counts). Every global batch
     is split into `data_parallel` shares and each share into `microbatches` micro-batches.
+    `keep_heap`: fix glibc's malloc thresholds for the process (`cadence.heap.keep_heap`), so
+    each step reuses the heap's pages instead of faulting fresh ones in.
     """
+    if keep_heap:
+        heap.keep_heap()
     blocks = as_blocks(model)
     stages = num_stages(data_parallel)
     ranges = stage_ranges(len(blocks), stages, split_points)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-from cadence.dp.heap import keep_heap
 from cadence.errors import UserError
+from cadence.heap import keep_heap
 from cadence.models import get_model_spec
 from cadence.placement import place_worker, visible_gpus
 from cadence.profile.facts import zoo_facts
@@ -98,7 +98,7 @@ def profile_command(
     is in-iteration, separate or auto (in-iteration on CUDA; see `profile_model`).
     `iterations` is the most it times: it stops once the medians are known to within
     `tolerance` (None: all of them). A progress bar shows on stderr where that is a terminal.
-    The process's glibc heap thresholds are fixed first (`cadence.dp.heap.keep_heap`, as in
+    The process's glibc heap thresholds are fixed first (`cadence.heap.keep_heap`, as in
     cadence-dp's training processes), so that the blocks and the optimizer step are timed in
     the steady state of a training process, not in a fresh process's faulting heap.
     The profile carries the model's layout, buffers and gradient arrival order

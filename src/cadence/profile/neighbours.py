@@ -180,7 +180,7 @@ def _train(model: str, dataset: str | None, batch: int, threads: int) -> None:
     answered with its time, until standard input closes."""
     import torch
 
-    from cadence.dp.heap import keep_heap
+    from cadence.heap import keep_heap
     from cadence.models.refs import is_ref
     from cadence.models.user import build_user_model, model_and_data
 

@@ -42,6 +42,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
+from cadence import heap
 from cadence.amp import install as install_scaler_hook
 from cadence.comm import ops as comm
 from cadence.errors import UserError
@@ -54,11 +55,19 @@ _UNSUPPORTED = ("amsgrad", "maximize", "differentiable")
 
 
 def parameter_server(
-    model: nn.Module, optimizer: Optimizer, config: PSConfig | None = None
+    model: nn.Module,
+    optimizer: Optimizer,
+    config: PSConfig | None = None,
+    *,
+    keep_heap: bool = True,
 ) -> tuple[nn.Module, PSOptimizer]:
     """Make this rank a parameter-server worker for `model` (the same on every rank) trained
     with `optimizer` (SGD, Adam or AdamW over `model.parameters()`). Returns the same model,
-    hooked, and the optimizer the loop steps; call `optimizer.close()` on every rank at the end."""
+    hooked, and the optimizer the loop steps; call `optimizer.close()` on every rank at the end.
+    `keep_heap`: fix glibc's malloc thresholds for the process (`cadence.heap.keep_heap`), so
+    each step reuses the heap's pages instead of faulting fresh ones in."""
+    if keep_heap:
+        heap.keep_heap()
     world = dist.get_world_size() if dist.is_initialized() else 1
     rank = dist.get_rank() if dist.is_initialized() else 0
     base = config or PSConfig(priority="layer")

@@ -36,7 +36,7 @@ def profile_user_model(
     intra-op threads (restored afterwards), heap thresholds fixed as in training processes,
     with `neighbours` processes training it beside (`cadence.profile.neighbours`), at the
     pace of iterations they all start together."""
-    from cadence.dp.heap import keep_heap
+    from cadence.heap import keep_heap
     from cadence.models.blocks import BlockModel
     from cadence.models.user import build_user_model, model_and_data
     from cadence.pipeline.sequential import as_blocks

@@ -41,7 +41,7 @@ def step_s_per_byte(model_name: str, optimizer: str, repeats: int = 5) -> float:
         return 0.0
     import torch
 
-    from cadence.dp.heap import keep_heap
+    from cadence.heap import keep_heap
     from cadence.models import get_model_spec
     from cadence.profile.optimizer_step import optimizer_step_s
 
