@@ -272,7 +272,7 @@ def build_pipeline(
     source_of: dict[Action, Action] = {}  # consumer -> the action whose message it needs
     for sender in schedule.actions:
         for sending in sender:
-            to = sending.stage + 1 if sending.kind == FORWARD else sending.stage - 1
+            to = _sends_to(sending)
             if 0 <= to < S:
                 consumer = Action(to, sending.kind, sending.microbatches)
                 source_of[consumer] = sending
@@ -386,6 +386,12 @@ def build_pipeline(
     return PipelineBuilt(graph, static, messages)
 
 
+def _sends_to(action: Action) -> int:
+    """The stage `action`'s output goes to: the next one after a forward, the previous one
+    after a backward (out of range at the ends: no message)."""
+    return action.stage + 1 if action.kind == FORWARD else action.stage - 1
+
+
 def _queued_behind(
     schedule: Schedule, position: Mapping[Action, int], after: Action, peer: int
 ) -> Action | None:
@@ -401,7 +407,7 @@ def _queued_behind(
     actions = schedule.actions[after.stage]
     for i in range(position[after], -1, -1):
         action = actions[i]
-        if (action.stage + 1 if action.kind == FORWARD else action.stage - 1) == peer:
+        if _sends_to(action) == peer:
             return action
     return None
 
