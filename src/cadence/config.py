@@ -189,6 +189,10 @@ class ClusterSection:
     """A rank that waits this long for a peer (rendezvous or collective, e.g. across a link
     that is down) fails and the job stops naming the timeout; a peer that dies is noticed at
     once (its connections close)."""
+    keep_heap: bool = True
+    """Fix glibc's malloc thresholds in every worker, whatever the strategy (`cadence.heap`), so
+    each step reuses the heap's pages, as profiles and the simulator assume; off: glibc's own,
+    as a plain torch script runs (under DDP, GPT-2 faulted 2,000-2,400 pages a step back in)."""
 
     def __post_init__(self) -> None:
         if self.workers < 1:

@@ -11,10 +11,11 @@ DDP 480 and 202 ms (in another run of the same, DDP 6,000 and 229 ms); with the 
 fixed, none for either, 203 ms each.
 
 Every cadence executor fixes them when it is set up (`keep_heap=True`, the default: cadence-dp,
-ZeRO, the pipeline, the parameter server's workers, local SGD / DiLoCo), and profiles are taken
-with them fixed (`cadence.profile`), so the simulator's compute times are those executors'
-steady state. torch's DDP (and the other peers) run with glibc's own thresholds: GPT-2 on two
-workers sharing two cores faulted 2,000-2,400 pages a step under DDP.
+ZeRO, the pipeline, the parameter server's workers, local SGD / DiLoCo), `cadence train` fixes
+them in every worker whatever the strategy (`--no-keep-heap` leaves glibc's own), and profiles
+are taken with them fixed (`cadence.profile`), so the simulator's compute times are the
+steady state of what `cadence train` runs. A plain torch script keeps glibc's thresholds: GPT-2
+on two workers sharing two cores faulted 2,000-2,400 pages a step under DDP.
 """
 
 from __future__ import annotations

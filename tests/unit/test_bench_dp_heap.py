@@ -1,5 +1,6 @@
 """`cadence bench dp --ddp-fixed-heap`: DDP's processes get cadence-dp's heap thresholds
-through their environment, and only for the run they belong to."""
+through their environment, and only for the run they belong to; the other DDP runs keep
+glibc's own (`cadence train --no-keep-heap`)."""
 
 from __future__ import annotations
 
@@ -33,11 +34,13 @@ def test_only_the_heap_variants_runs_start_with_the_fixed_thresholds(
     for key in FIXED_HEAP_ENV:
         monkeypatch.delenv(key, raising=False)
     seen: dict[str, dict[str, str | None]] = {}
+    kept: dict[float | None, bool] = {}
 
     def fake_train(config: Any) -> dict[str, Any]:  # what the spawned workers would inherit
         seen[f"{config.job.strategy} {config.dp.bucket_mb}"] = {
             key: os.environ.get(key) for key in FIXED_HEAP_ENV
         }
+        kept[config.dp.bucket_mb] = config.cluster.keep_heap  # what `cadence train` would do
         return {}
 
     monkeypatch.setattr("cadence.bench._train.train_for_bench", fake_train)
@@ -50,6 +53,9 @@ def test_only_the_heap_variants_runs_start_with_the_fixed_thresholds(
         dp.train_variant("mlp", "none", variant, 2, config)
         (env,) = seen.values()
         assert env == (FIXED_HEAP_ENV if variant.name == "ddp-heap" else dict.fromkeys(env))
+        # The peer runs as torch runs it: `cadence train` must not fix the thresholds itself.
+        assert kept == {variant.settings["bucket_mb"]: variant.name == "ddp-heap"}
+        kept.clear()
     assert all(key not in os.environ for key in FIXED_HEAP_ENV)  # restored after the run
     assert "ddp-heap" not in [v.name for v in dp.variants(dp.DPBenchConfig())]
 

@@ -108,14 +108,17 @@ class Variant:
         return self.strategy == "cadence-dp" or self.env == FIXED_HEAP_ENV
 
 
-COMPUTE_ONLY = Variant("compute", "ddp")
+TORCH_HEAP = {"keep_heap": False}
+"""DDP's processes keep glibc's own malloc thresholds, as a plain torch script runs (`cadence
+train` fixes them for every strategy unless told not to)."""
+COMPUTE_ONLY = Variant("compute", "ddp", TORCH_HEAP)
 """Compute alone: DDP's training run on one worker, so nothing is sent."""
 
 
 def variants(config: DPBenchConfig) -> list[Variant]:
-    ddp = [Variant("ddp", "ddp", {"bucket_mb": 25.0})]
+    ddp = [Variant("ddp", "ddp", {"bucket_mb": 25.0, **TORCH_HEAP})]
     ddp += [
-        Variant(f"ddp-{mb:g}mb", "ddp", {"bucket_mb": mb})
+        Variant(f"ddp-{mb:g}mb", "ddp", {"bucket_mb": mb, **TORCH_HEAP})
         for mb in config.ddp_buckets_mb
         if mb != 25.0
     ]

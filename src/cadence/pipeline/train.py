@@ -227,6 +227,7 @@ def pipeline_wrap_for(
             config.pipeline.recompute,
             backend=backend,
             data_parallel=replicas,
+            keep_heap=config.cluster.keep_heap,
         )
         trainer = PipelineTrainer(model, executor, ranges)
         trainer.plan_record = record

@@ -22,10 +22,12 @@ def ps_wrap(
     model: nn.Module, optimizer: Optimizer, rank: int, world_size: int, train: TrainConfig
 ) -> tuple[nn.Module, Optimizer]:
     """Wrap for the training loop; the optimizer stays the user's (the servers rebuild it).
-    glibc's malloc thresholds are fixed for the worker (`cadence.heap.keep_heap`)."""
+    glibc's malloc thresholds are fixed for the worker (`cadence.heap.keep_heap`) unless
+    `train.cluster.keep_heap` is off."""
     from cadence.heap import keep_heap
 
-    keep_heap()
+    if train.cluster.keep_heap:
+        keep_heap()
     from cadence.models.user import load_loss, model_and_data
     from cadence.ps.runtime import PSTrainer
     from cadence.train.sharding import steps_per_epoch

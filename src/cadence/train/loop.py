@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from cadence import heap
 from cadence.comm import DistContext, all_reduce_sum, broadcast_object
 from cadence.comm.cost import ring_allreduce_wire_s
 from cadence.config import TrainConfig
@@ -77,6 +78,8 @@ def run_training(
     bandwidth_bps: float | None = None,
 ) -> dict[str, Any]:
     """Train as configured; rank 0 writes outputs into `run_dir`. Returns the metrics summary."""
+    if config.cluster.keep_heap:  # before anything is allocated: every strategy, DDP too
+        heap.keep_heap()
     torch.manual_seed(config.job.seed)
     spec, data = model_and_data(config.model.name, config.data.dataset, config.job.seed)
     train_loss = load_loss(config.model.loss)

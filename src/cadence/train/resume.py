@@ -40,7 +40,8 @@ FREE_KEYS = frozenset(
     {
         "epochs", "steps", "out", "name", "eval_every_epoch", "checkpoint_every", "resume",
         "workers", "threads", "device", "emulate_bandwidth", "master_port", "autotune_file",
-        "ps_checkpoint_dir", "ps_checkpoint_every", "ps_dead_after", "straggler",
+        "ps_checkpoint_dir", "ps_checkpoint_every", "ps_dead_after", "straggler", "timeout",
+        "keep_heap",
     }
 )  # fmt: skip
 """Settings that may change on resume: how long to train, where outputs go, how the workers

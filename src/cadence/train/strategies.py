@@ -139,6 +139,7 @@ def _cadence_dp_for(config: TrainConfig) -> Wrap:
             compression=config.dp.compression,
             powersgd_rank=config.dp.powersgd_rank,
             powersgd_start_step=config.dp.powersgd_start_step,
+            keep_heap=config.cluster.keep_heap,
         )
         profile = None
         if config.dp.autotune == "guided":
@@ -167,7 +168,9 @@ def _zero_for(config: TrainConfig) -> Wrap:
         zero_config = ZeroConfig.from_train_settings(config.to_flat())
         # The loop built the optimizer from the config; ZeRO builds its own over the shards.
         kwargs = {k: v for k, v in optimizer.defaults.items() if k in _ZERO_KWARGS}
-        return zero_from_config(model, zero_config, **kwargs)
+        return zero_from_config(
+            model, zero_config, keep_heap=config.cluster.keep_heap, **kwargs
+        )
 
     return wrap
 
@@ -214,7 +217,12 @@ def _localsgd_for(config: TrainConfig) -> Wrap:
         from cadence.localsgd.api import wrap as localsgd_wrap
 
         averaging = config.job.strategy == "local-sgd"
-        return localsgd_wrap(model, optimizer, config.localsgd.to_config(averaging))
+        return localsgd_wrap(
+            model,
+            optimizer,
+            config.localsgd.to_config(averaging),
+            keep_heap=config.cluster.keep_heap,
+        )
 
     return wrap
 
