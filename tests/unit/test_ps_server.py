@@ -133,7 +133,9 @@ def test_bsp_averages_all_workers_and_holds_pulls_until_then():
     header, payload = fake.recv(0)
     assert header.kind == Kind.PARAM and header.step == 1
     np.testing.assert_allclose(np.frombuffer(payload, np.float32), [0.0, 0.0])  # 1 - 0.5 * 2
-    assert fake.stop()["applied"] == 1
+    stats = fake.stop()
+    assert stats["applied"] == 1
+    assert stats["cpu_s"] > 0  # processor time spent serving, in the final counters
 
 
 def test_backup_applies_the_first_k_and_drops_late_gradients():

@@ -84,7 +84,7 @@ class WorkerChannels:
         self._lock = threading.Lock()  # pending counts and flags
         self._send_lock = threading.Lock()  # the pair socket (separate: a full send must not
         # block the communication thread's bookkeeping)
-        self._stats: queue.SimpleQueue[dict[str, int]] = queue.SimpleQueue()
+        self._stats: queue.SimpleQueue[dict[str, float]] = queue.SimpleQueue()
         self.states: queue.SimpleQueue[tuple[int, bytes]] = queue.SimpleQueue()
         """Answers to STATE requests: (slice key, the optimizer state's float32 bytes)."""
         self.error: BaseException | None = None
@@ -154,7 +154,7 @@ class WorkerChannels:
         for block in range(len(self.ready)):
             self.wait_block(block)
 
-    def stop(self, servers: int) -> list[dict[str, int]]:
+    def stop(self, servers: int) -> list[dict[str, float]]:
         """Say STOP to every server on every channel, collect the servers' final statistics
         (sent once all workers stopped), end the thread."""
         for server in range(servers):
