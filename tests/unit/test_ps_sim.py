@@ -156,3 +156,23 @@ def test_folding_is_refused_where_it_does_not_apply() -> None:
         simulate_ps(_profile(), workers=3, link=100.0, fold=True)
     with pytest.raises(UserError, match="one server per worker host"):
         simulate_ps(_profile(), workers=3, servers=2, link=100.0, shared_hosts=True, fold=True)
+
+
+def test_a_servers_measured_serving_delays_each_answer_by_its_slice() -> None:
+    # As in the runtime-order case (8 s a step with free updates), but serving a slice costs
+    # its server 1 s (2 workers x 4 messages x 0.125 s): each answer leaves 1 s after its
+    # push, so block 0's arrives at 9.
+    from cadence.ps.serving_cost import ServingCost
+
+    serving = ServingCost(s_per_message=0.125, s_per_byte=0.0)
+    assert serving.slice_s(100, workers=2) == pytest.approx(1.0)
+    free = simulate_ps(_profile(), workers=2, link=100.0, priority="layer", colocated=False)
+    served = simulate_ps(
+        _profile(), workers=2, link=100.0, priority="layer", colocated=False, serving=serving
+    )
+    assert free.iteration_s == pytest.approx(8.0)
+    assert served.iteration_s == pytest.approx(9.0)
+    # Without a measured cost a slice costs the optimizer's arithmetic on its bytes.
+    arithmetic = ps_adapter.serving_s(None, update_s_per_byte=0.01, workers=2)
+    assert arithmetic(100) == pytest.approx(1.0)
+    assert ps_adapter.serving_s(serving, update_s_per_byte=0.01, workers=2)(100) == 1.0

@@ -18,6 +18,7 @@ from cadence.profile.measure import profile_zoo_model
 from cadence.profile.neighbours import iteration_of, paced
 from cadence.profile.neighbours import neighbours as beside
 from cadence.profile.record import DEFAULT_BLOCK_TIMING, Profile
+from cadence.ps.serving_cost import time_serving
 
 SETTLED_WITHIN = 0.01
 """`profile_command` times iterations until the medians are known to within 1% of themselves
@@ -71,6 +72,12 @@ def format_table(profile: Profile) -> str:
         lines.append(
             f"1-bit Adam's codec per million elements: encode {codec['encode'] * 1e9:.2f} ms, "
             f"decode {codec['decode'] * 1e9:.2f} ms"
+        )
+    if profile.ps_serving_s:
+        serving = profile.ps_serving_s
+        lines.append(
+            f"parameter server's processor per message {serving['message'] * 1e6:.0f} us, "
+            f"per MB of slices per worker {serving['byte'] * 1e9:.2f} ms"
         )
     return "\n".join(lines)
 
@@ -138,6 +145,8 @@ def profile_command(
         profile = paced(profile, pace)
     finally:
         torch.set_num_threads(previous)
+    # Parameter servers run on the workers' hosts' processors: what serving costs here.
+    profile = dataclasses.replace(profile, ps_serving_s=time_serving().as_dict())
     echo(format_table(profile))
     if out is not None:
         try:

@@ -119,6 +119,13 @@ class Profile:
     error feedback, "decode": into a running sum; `cadence.zero.codec_cost`), which the
     simulator's ZeRO adapter charges; None in profiles made before it was recorded (the
     simulator then times it on its own CPU)."""
+    ps_serving_s: dict[str, float] | None = None
+    """Processor seconds a parameter server spends serving BSP steps, per message it takes or
+    sends ("message") and per slice byte per worker ("byte"), on the machine the profile was
+    made on (`cadence.ps.serving_cost`): the simulator's parameter-server adapter charges each
+    slice's serving to the processor of its server's host. None in profiles made without it:
+    the held-out benchmark then measures it where it predicts, `cadence simulate` and `cadence
+    plan` charge the optimizer's arithmetic only."""
     model_facts: ModelFacts | None = None
     """The zoo model's parameter layout, buffers and gradient arrival order, which the
     simulator reads instead of building the model (`cadence.profile.facts`); None for a model
@@ -181,6 +188,9 @@ class Profile:
         codec = profile.codec_s_per_element
         if codec is not None and sorted(codec) != ["decode", "encode"]:
             raise ValueError(f"codec_s_per_element needs encode and decode, got {sorted(codec)}")
+        serving = profile.ps_serving_s
+        if serving is not None and sorted(serving) != ["byte", "message"]:
+            raise ValueError(f"ps_serving_s needs message and byte, got {sorted(serving)}")
         return profile
 
     def save(self, path: str | Path) -> None:

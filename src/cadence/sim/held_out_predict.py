@@ -227,6 +227,7 @@ def _has_batchnorm(config: TrainConfig) -> bool:
 
 def _ps(config: TrainConfig, profile: Profile, link: AlphaBeta) -> tuple[float, str]:
     from cadence.ps.config import parse_consistency
+    from cadence.ps.serving_cost import profile_serving
     from cadence.sim.ps_adapter import simulate_ps
 
     c = config
@@ -236,10 +237,12 @@ def _ps(config: TrainConfig, profile: Profile, link: AlphaBeta) -> tuple[float, 
         raise NotPredicted("the parameter-server model has no gradient accumulation")
     options = dataclasses.replace(SimOptions(), update_s_per_byte=_update_s_per_byte(c, profile))
     facts = _facts(config, profile)
+    # Each slice's serving as the runtime costs it on this machine, on the server's processor.
     result = simulate_ps(
         profile, workers=c.cluster.workers, servers=c.ps.servers, link=link,
         priority=c.ps.priority, options=options,
         params=facts.params, arrival_order=facts.arrival_order,
+        serving=profile_serving(profile),
     )  # fmt: skip
     return result.iteration_s, f"ps bsp, {c.ps.servers} server(s), {c.ps.priority} order"
 

@@ -9,7 +9,9 @@ by step, per worker and iteration:
   ready: a block's parameters in the order their gradients arrive, `PSPlan.slice_transfers`);
 - a server applies a slice once every worker's gradient for it is in (its CPU, one update at
   a time), so a block's first slices come back while its last are still being pushed; the
-  cost per byte is `SimOptions.update_s_per_byte`;
+  cost of a slice is what the runtime's server measured (`serving`: its messages, their
+  bytes and the update, `cadence.ps.serving_cost`), or without it the optimizer's arithmetic
+  (`SimOptions.update_s_per_byte` per byte);
 - the parameters of the next iteration come back on the worker's downlink, one transfer at a
   time, **most urgent first** among those ready (the servers' send window and priority queue):
   by the slices' priorities (`layer` / `graph`: block order on the zoo's chains of blocks), in
@@ -58,7 +60,7 @@ simulation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cadence.comm.cost import AlphaBeta
@@ -68,6 +70,7 @@ from cadence.profile import Profile
 from cadence.ps import plan as ps_plan
 from cadence.ps.config import PSConfig, parse_consistency
 from cadence.ps.plan import PSPlan, Transfer, chain_plan
+from cadence.ps.serving_cost import ServingCost
 from cadence.sim.compute import (
     BlockCosts,
     add_compute_iteration,
@@ -104,14 +107,18 @@ def build_ps(
     shared_hosts: bool = False,
     fold: bool = False,
     arrival_order: Sequence[int] | None = None,
+    serving: ServingCost | None = None,
 ) -> Built:
     """Graph of `options.warmup_iterations + iterations` BSP iterations of `plan` (its
     parameters pushed in `arrival_order`, `PSPlan.slice_transfers`); with `shared_hosts` and
-    `fold`, of the folded cluster (module doc)."""
+    `fold`, of the folded cluster (module doc). Each slice's update costs its server what
+    `serving` measured (`serving_s`)."""
+    serve_s = serving_s(serving, options.update_s_per_byte, workers)
     if shared_hosts:
         return _build_shared(
             profile, workers=workers, plan=plan, link=link, iterations=iterations,
             options=options, name=name, fold=fold, arrival_order=arrival_order,
+            serve_s=serve_s,
         )  # fmt: skip
     costs = block_costs(profile, options.calibrate_compute)
     nb = len(costs.forward_s)
@@ -155,7 +162,7 @@ def build_ps(
         for b in reversed(blocks):
             for i, t in enumerate(by_block[b]):
                 update = graph.add_work(
-                    f"update {b}", "update", cpus[t.server], t.nbytes * options.update_s_per_byte,
+                    f"update {b}", "update", cpus[t.server], serve_s(t.nbytes),
                     deps=[pushes[w, b, i] for w in range(workers)], iteration=it,
                 )  # fmt: skip
                 for w in range(workers):
@@ -236,11 +243,22 @@ class Leg:
     """The server's update of it."""
 
 
+def serving_s(
+    serving: ServingCost | None, update_s_per_byte: float, workers: int
+) -> Callable[[float], float]:
+    """Seconds a server's processor spends on a slice of `nbytes` per step of `workers`
+    workers: what `serving` measured on the runtime (its messages, their bytes and the
+    update, `cadence.ps.serving_cost`), or without it the optimizer's arithmetic alone."""
+    if serving is None:
+        return lambda nbytes: nbytes * update_s_per_byte
+    return lambda nbytes: serving.slice_s(nbytes, workers)
+
+
 def plan_legs(
     plan: PSPlan,
     workers: int,
     link: AlphaBeta,
-    update_s_per_byte: float,
+    serve_s: Callable[[float], float],
     arrival_order: Sequence[int] | None = None,
 ) -> dict[int, list[Leg]]:
     """Per block, the plan's slices (`PSPlan.slice_transfers`) with the servers on the
@@ -249,9 +267,7 @@ def plan_legs(
     legs: dict[int, list[Leg]] = {}
     for t in plan.slice_transfers(arrival_order):
         seconds = t.messages * link.alpha_for("p2p") + t.nbytes * link.beta_s_per_byte
-        leg = Leg(
-            t.block, host[t.server], t.priority, seconds, seconds, 0.0, t.nbytes * update_s_per_byte
-        )
+        leg = Leg(t.block, host[t.server], t.priority, seconds, seconds, 0.0, serve_s(t.nbytes))
         legs.setdefault(t.block, []).append(leg)
     return legs
 
@@ -273,7 +289,7 @@ def folded_legs(
     plan: PSPlan,
     workers: int,
     link: AlphaBeta,
-    update_s_per_byte: float,
+    serve_s: Callable[[float], float],
     arrival_order: Sequence[int] | None = None,
 ) -> tuple[int, dict[int, list[Leg]]]:
     """The hosts of the folded cluster (`folded`, module doc) and, per block, their legs.
@@ -312,7 +328,7 @@ def folded_legs(
         one = seconds / size
         leg = Leg(
             block, h, priority, seconds, fan * one, (size - 1) * one,
-            nbytes / size * update_s_per_byte,
+            serve_s(nbytes / size),
         )  # fmt: skip
         legs.setdefault(block, []).append(leg)
     return hosts, legs
@@ -329,6 +345,7 @@ def _build_shared(
     name: str,
     fold: bool = False,
     arrival_order: Sequence[int] | None = None,
+    serve_s: Callable[[float], float],
 ) -> Built:
     """`build_ps` with the servers on the workers' hosts (`shared_hosts`, module doc); with
     `fold`, the folded cluster standing for them."""
@@ -337,11 +354,9 @@ def _build_shared(
     steps = backward_steps(nb)
     _by_block(plan.transfers(), nb)  # checks the plan's blocks
     if fold:
-        workers, by_block = folded_legs(
-            plan, workers, link, options.update_s_per_byte, arrival_order
-        )
+        workers, by_block = folded_legs(plan, workers, link, serve_s, arrival_order)
     else:
-        by_block = plan_legs(plan, workers, link, options.update_s_per_byte, arrival_order)
+        by_block = plan_legs(plan, workers, link, serve_s, arrival_order)
     blocks = sorted(by_block)
     graph = TaskGraph()
     compute = [graph.resource(f"w{w}.compute", STREAM, worker=w) for w in range(workers)]
@@ -430,6 +445,7 @@ def simulate_ps(
     fold: bool = False,
     params: Sequence[ParamInfo] | None = None,
     arrival_order: Sequence[int] | None = None,
+    serving: ServingCost | None = None,
 ) -> SimResult:
     """Predict BSP parameter-server training of `profile`'s model: `workers` workers and
     `servers` servers joined by `link` (an `AlphaBeta`, or bytes/s), transfers in `priority`
@@ -444,7 +460,9 @@ def simulate_ps(
     `colocated` is then implied). `iteration_s` is the mean period of `iterations` iterations
     after the warm-up ones. `fold` (with `shared_hosts`): simulate one host per group of
     alike servers, standing for all (folded, module doc): an estimate of `iteration_s`; the
-    other figures are the folded cluster's."""
+    other figures are the folded cluster's. `serving`: what a server's processor spends per
+    message and byte (`cadence.ps.serving_cost`, `Profile.ps_serving_s`), charged per slice
+    and step on its host; None: the optimizer's arithmetic alone (`options.update_s_per_byte`)."""
     order = priority.removesuffix("+net")
     if order not in ORDERS:
         raise UserError(f"unknown priority '{priority}': choose one of {', '.join(ORDERS)}")
@@ -469,7 +487,7 @@ def simulate_ps(
     built = build_ps(
         profile, workers=workers, plan=plan, link=link_model(link), iterations=iterations,
         colocated=colocated, options=options, name=f"ps-{order}", shared_hosts=shared_hosts,
-        fold=fold, arrival_order=arrival_order,
+        fold=fold, arrival_order=arrival_order, serving=serving,
     )  # fmt: skip
     return analyse(built, run(built.graph), sum(costs.param_bytes))
 

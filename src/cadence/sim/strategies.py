@@ -159,6 +159,7 @@ def _ps(setup: Setup, costs: BlockCosts, options: SimOptions) -> list[Candidate]
     (`cadence.sim.ps_adapter`, `shared_hosts`); above `PS_FULL_WORKERS` workers, folded
     (one host per group of alike servers, at least `FOLD_HOSTS`)."""
     from cadence.ps.config import PSConfig
+    from cadence.ps.serving_cost import recorded_serving
     from cadence.sim.ps_adapter import host_bytes, runtime_plan, simulate_ps
 
     n, p = setup.world_size, sum(costs.param_bytes)
@@ -169,6 +170,7 @@ def _ps(setup: Setup, costs: BlockCosts, options: SimOptions) -> list[Candidate]
     result = simulate_ps(
         setup.profile, workers=n, link=setup.link, iterations=3, options=options, plan=plan,
         shared_hosts=True, fold=fold, arrival_order=setup.arrival_order,
+        serving=recorded_serving(setup.profile),
     )  # fmt: skip
     wire = max(host_bytes(plan, n))  # worker 0's busier direction
     setting = f"{n} servers, one per worker host, bsp"
