@@ -79,8 +79,8 @@ def _lm_loss(logits: Tensor, y: Tensor) -> Tensor:
 def _bert() -> nn.Module:
     from transformers import BertConfig, BertForSequenceClassification
 
-    # num_labels reaches PretrainedConfig through kwargs that the typed signature does not list.
-    config = BertConfig(  # type: ignore[call-arg]
+    # num_labels reaches PretrainedConfig through kwargs.
+    config = BertConfig(
         vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
         intermediate_size=64, max_position_embeddings=CONTEXT, hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0, num_labels=3,
@@ -91,7 +91,7 @@ def _bert() -> nn.Module:
 def _resnet() -> nn.Module:
     from transformers import ResNetConfig, ResNetForImageClassification
 
-    config = ResNetConfig(  # type: ignore[call-arg]  # num_labels, as above
+    config = ResNetConfig(  # num_labels, as above
         num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
         layer_type="basic", num_labels=5,
     )  # fmt: skip
