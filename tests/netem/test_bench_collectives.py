@@ -21,7 +21,7 @@ def test_tiny_run_writes_sane_results(tmp_path: Path) -> None:
     # 3 hosts (not a power of two) at 100mbit: 512KB all-reduces take ~56 ms on the wire.
     proc = run_cadence(
         "bench", "collectives", "--sizes", "4KB,512KB", "--collectives",
-        "all_reduce,reduce_scatter", "--workers", "3", "--caps", "100mbit", "--repeats", "1",
+        "all_reduce,reduce_scatter", "--workers", "3", "--caps", "100mbit", "--repeats", "2",
         "--warmup", "0", "--out", "out/b.json",
         cwd=tmp_path, timeout=240,
     )  # fmt: skip
