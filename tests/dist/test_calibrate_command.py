@@ -86,8 +86,8 @@ def test_bad_input_is_one_line(tmp_path: Path, args: list[str], needle: str) -> 
 def test_defaults_time_1kb_to_64mb_and_announce_the_links_floor() -> None:
     from cadence.bench.collectives import parse_sizes
     from cadence.cli import build_parser
-    from cadence.comm.calibrate import DEFAULT_SIZES
     from cadence.comm.calibrate_command import CalibrateConfig
+    from cadence.comm.calibrate_plan import DEFAULT_SIZES
     from cadence.config_flags import resolve_flags
 
     args = build_parser().parse_args(["calibrate"])

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from cadence.comm.calibrate_plan import DEFAULT_SIZES
 from cadence.comm.cost import GLOO_ALGORITHMS, AlphaBeta
 from cadence.comm.local_copy import LocalCopyTimes
 from cadence.errors import UserError
@@ -27,7 +28,6 @@ from cadence.netem._bandwidth import link_bucket_bytes
 
 SUPPORTED = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
 DEFAULT_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
-DEFAULT_SIZES: tuple[int, ...] = tuple(1024 * 4**i for i in range(9))  # 1 KB .. 64 MB
 MAX_BYTES = 1 << 30
 LATENCY_SIZES: tuple[int, ...] = (2048, 8192)
 """Sizes at which the calibration times all-gather and broadcast for their own alpha

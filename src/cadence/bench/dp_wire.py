@@ -18,7 +18,7 @@ def measure_wire(gradient_bytes: int, workers: int, cap: str) -> float:
     """Median seconds of one all-reduce of `gradient_bytes` (float32) over `workers` emulated
     hosts whose links are capped at `cap` (tc syntax). Needs root, like every capped run."""
     from cadence.bench._launch import run_workers
-    from cadence.comm.calibrate import calls_per_round
+    from cadence.comm.calibrate_plan import calls_per_round
     from cadence.comm.cost import ring_allreduce_wire_s
     from cadence.netem import EmulatedCluster, cleanup_on_signals, parse_bandwidth
 

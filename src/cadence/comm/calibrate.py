@@ -26,26 +26,17 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from cadence.comm.cost import GLOO_ALGORITHMS, AlphaBeta
+from cadence.comm.calibrate_plan import DEFAULT_SIZES, MODEL_OF, calls_per_round
+from cadence.comm.cost import AlphaBeta
 from cadence.errors import UserError
 
-DEFAULT_SIZES: tuple[int, ...] = tuple(1024 * 4**i for i in range(9))  # 1 KB .. 64 MB
-"""Message sizes in bytes: 1 KB to 64 MB, a factor of 4 apart."""
 FITTED = "all_reduce"
 OBJECTIVES = ("regimes", "minimax", "relative_ls")
 LATENCIES = ("by-size", "fitted")
 """How a simulator prices all-reduce's per-message latency from a calibration: at each
 message's own size (`Calibration.sized_model`) or with the one fitted alpha."""
-# The collectives `calibrate` times -> (cost-model collective, gloo's CPU algorithm).
-MODEL_OF: dict[str, tuple[str, str]] = {
-    c: GLOO_ALGORITHMS[c] for c in ("all_reduce", "broadcast", "all_gather")
-}
 # torch 2.13 deprecates all_gather_into_tensor for all_gather_single and warns on every call.
 _gloo_all_gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
-# Calls per size per round: ~16 MB of traffic, 3..64 calls. Each call is timed on its own: on a
-# loaded machine some calls wait a scheduler tick (ms), and a median of single calls drops them
-# where a burst average would not.
-_BYTES_PER_ROUND = 16 << 20
 # A size whose time is this many times the smallest's counts as bandwidth-bound (as "regimes").
 _BANDWIDTH_BOUND = 8.0
 
@@ -185,12 +176,6 @@ def _op(collective: str, buf: torch.Tensor, world_size: int):  # noqa: ANN202 - 
         mine = torch.zeros(buf.numel() // world_size)
         return lambda: _gloo_all_gather(buf[: mine.numel() * world_size], mine)
     raise ValueError(f"unknown collective {collective!r}; accepted: {', '.join(MODEL_OF)}")
-
-
-def calls_per_round(nbytes: int) -> int:
-    """Calls of one size `measure_s` times back to back in each round: enough to fill
-    `_BYTES_PER_ROUND` (small messages are too short for the clock alone), 3 to 64."""
-    return max(3, min(64, _BYTES_PER_ROUND // nbytes))
 
 
 def bucket_drain(drain_bytes: int) -> Callable[[], None]:

@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from cadence.comm.calibrate import DEFAULT_SIZES, MODEL_OF, calls_per_round
+from cadence.comm.calibrate_plan import DEFAULT_SIZES, MODEL_OF, calls_per_round
 from cadence.errors import UserError
 
 DEFAULT_COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "broadcast")
