@@ -192,14 +192,14 @@ def balanced_cap(compute_s: float, gradient_bytes: int, workers: int) -> str:
 def measure_case(
     model: str,
     cap: str,
-    model_compute_s: float,
-    grad_bytes: int,
+    model_compute: tuple[float, int] | None,
     config: DPBenchConfig,
     echo: Callable[[str], None],
 ) -> dict[str, Any]:
     """All variants of one (model, cap), alternating, with compute alone and the wire time
-    (capped links only) measured once per round; returns the row. `model_compute_s` is the
-    model's compute measured before its first case, kept in the row beside this case's."""
+    (capped links only) measured once per round; returns the row. `model_compute`: the
+    model's compute and gradient bytes measured before its first case (`measure_compute`),
+    kept in the row beside this case's; None takes them from this case's first round."""
     from cadence.bench.dp_wire import measure_wire
     from cadence.comm.cost import ring_allreduce_wire_s
     from cadence.netem import parse_bandwidth
@@ -215,6 +215,9 @@ def measure_case(
         echo(f"  {model} @ {cap}: compute only (run {repeat + 1})")
         compute = train_variant(model, NO_CAP, COMPUTE_ONLY, 1, config)
         compute_runs.append(compute["median_iteration_s"])
+        if model_compute is None:
+            model_compute = compute["median_iteration_s"], compute["gradient_bytes"]
+        model_compute_s, grad_bytes = model_compute
         if cap != NO_CAP:
             echo(f"  {model} @ {cap}: one all-reduce of all gradients (run {repeat + 1})")
             wire_runs.append(measure_wire(grad_bytes, config.workers, cap))
@@ -356,13 +359,16 @@ def run_dp_bench(
         "rows": rows,
     }
     for model in config.models:
-        compute_s, grad_bytes = measure_compute(model, config, echo)
+        # Only a balanced cap needs the compute before any case; otherwise the first case's
+        # first round measures it.
+        first = measure_compute(model, config, echo) if BALANCED in config.caps else None
         for rule in config.caps:
             cap = rule
-            if rule == BALANCED:
-                cap = balanced_cap(compute_s, grad_bytes, config.workers)
+            if rule == BALANCED and first is not None:
+                cap = balanced_cap(*first, config.workers)
             echo(f"{model} @ {cap}" + (" (balanced: wire = compute)" if rule == BALANCED else ""))
-            row = measure_case(model, cap, compute_s, grad_bytes, config, echo)
+            row = measure_case(model, cap, first, config, echo)
+            first = first or (row["model_compute_s"], row["gradient_bytes"])
             rows.append({**row, "cap_rule": rule})
             report["seconds"] = time.time() - started
             # Written after every case: an interrupted benchmark keeps what it measured.
