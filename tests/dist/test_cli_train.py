@@ -175,32 +175,3 @@ def test_trains_a_users_own_model_from_the_current_directory(tmp_path, strategy,
 def test_a_users_model_that_cannot_train_is_one_line(tmp_path, args, needle):
     (tmp_path / "mynet.py").write_text(_USER_MODULE)
     assert_one_line_error(run_cadence("train", *args, cwd=tmp_path, timeout=60), needle)
-
-
-def test_a_users_sequential_in_a_pipeline_trains_as_in_one_process(tmp_path):
-    # 2 stages, --grad-accum 2 x --microbatches 2 and --loss, against one ddp worker.
-    (tmp_path / "mynet.py").write_text(_USER_MODULE)
-    common = (
-        "train", "--model", "mynet:build", "--dataset", "mynet:data", "--loss", "mynet:smooth",
-        "--steps", "10", "--batch-size", "32", "--grad-accum", "2", "--optimizer", "sgd",
-        "--lr", "0.1", "--out", "out",
-    )  # fmt: skip
-    runs = {
-        "pipe": ("--strategy", "pipeline", "--workers", "2", "--stages", "2",
-                 "--microbatches", "2"),
-        "one": ("--strategy", "ddp", "--workers", "1"),
-    }  # fmt: skip
-    for name, args in runs.items():
-        proc = run_cadence(*common, *args, "--name", name, cwd=tmp_path, timeout=240)
-        assert proc.returncode == 0, proc.stderr
-    run = {name: tmp_path / "out" / name for name in runs}
-    metrics = {n: json.loads((d / "metrics.json").read_text()) for n, d in run.items()}
-    torch.testing.assert_close(
-        metrics["pipe"]["step_loss"], metrics["one"]["step_loss"], rtol=1e-5, atol=1e-6
-    )
-    expected = torch.load(run["one"] / "checkpoint.pt")["model"]
-    got = torch.load(run["pipe"] / "checkpoint.pt")["model"]
-    assert got.keys() == expected.keys() == {"0.weight", "0.bias", "2.weight", "2.bias"}
-    for key in expected:
-        torch.testing.assert_close(got[key], expected[key], rtol=1e-4, atol=1e-5, msg=key)
-    assert metrics["pipe"]["step_loss"][-1] < metrics["pipe"]["step_loss"][0]
