@@ -1,3 +1,4 @@
+import compileall
 import fcntl
 import functools
 import os
@@ -48,6 +49,15 @@ def _one_emulated_cluster_at_a_time(request: pytest.FixtureRequest) -> Iterator[
 
 TESTS = Path(__file__).resolve().parent
 NETEM_SCOPE = "emulated clusters"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile the package and the tests to bytecode once, before any worker starts: the
+    suite starts hundreds of processes that import them, and where PYTHONDONTWRITEBYTECODE is
+    set (as on CI's machines) none of them would keep what it compiled."""
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
+        for tree in (TESTS.parent / "src", TESTS):
+            compileall.compile_dir(tree, quiet=1)
 
 
 @functools.cache
