@@ -250,3 +250,25 @@ def test_simulate_takes_the_all_gathers_alpha_from_a_calibration(
         times.append(json.loads(out.read_text())["iteration_time_s"])
     assert "allgather alpha 5000 us" in capsys.readouterr().out
     assert times[1] > times[0]  # stage 3 gathers every block: each pays the larger alpha
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_the_first_forward_waits_for_the_buffers_one_broadcast_per_dtype(stage: int) -> None:
+    # The executor broadcasts rank 0's buffers before each step's first forward, one message
+    # per dtype; on a link of pure latency they add that many broadcasts to the step.
+    from cadence.sim.zero_graph import build_zero
+
+    costs, link, p = _costs(), AlphaBeta(alpha_s=0.01, beta_s_per_byte=0.0), 2
+    plan = ZeroSimPlan(stage=stage).zero_plan(costs, p)
+    graph = build_zero(costs, plan, p, link, 1, buffer_bytes=4096, buffer_broadcasts=2).graph
+    names = [t.name for t in graph.tasks]
+    # The warm-up step's, the measured one's and the next one's (which the measured one
+    # ends with).
+    assert names.count("buffers0") == names.count("buffers1") == 3
+    first = next(t for t in graph.tasks if t.name == "F0" and t.iteration == 1)
+    sent = {i for i, t in enumerate(graph.tasks) if t.name.startswith("buffers")}
+    assert sent & set(first.deps)
+    without = simulate_zero(costs, plan, p, link).iteration_s
+    with_buffers = simulate_zero(costs, plan, p, link, buffer_bytes=4096, buffer_broadcasts=2)
+    messages = link.terms("broadcast", "binomial", 2048, p).messages
+    assert with_buffers.iteration_s - without == pytest.approx(2 * messages * 0.01)

@@ -258,6 +258,8 @@ def run_strategy(
             profile_codec(setup.profile) if zero.compression == "onebit" else None,
             options.grad_accum,
             options.clip,
+            setup.buffer_bytes,
+            setup.buffer_broadcasts,
         )
         return zero_result, None
     if strategy == "ddp":

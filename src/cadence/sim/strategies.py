@@ -130,8 +130,9 @@ def _zero(
         plan = knobs.zero_plan(costs, n)  # what the executor would do, unit by unit
         # (the adapter prices the codec only where a plan has one: onebit)
         result = simulate_zero(
-            costs, plan, n, setup.link, 3, setup.update_s_per_byte, codec, grad_accum, clip
-        )
+            costs, plan, n, setup.link, 3, setup.update_s_per_byte, codec, grad_accum, clip,
+            setup.buffer_bytes, setup.buffer_broadcasts,
+        )  # fmt: skip
         memory = state_bytes(p, 2, f"zero{stage}", n) + _activations(costs)
         if stage == 3:
             memory += 2 * largest  # a block gathered plus the next one prefetched

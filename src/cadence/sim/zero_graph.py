@@ -7,6 +7,8 @@ runs the same program; collectives are priced for `world_size` ranks):
 
 - one bucket per block (`zero.layout`), each rank owning 1/p of every bucket;
 - one communication thread runs every collective in submission order (a FIFO chain);
+- before each step's first forward, rank 0's buffers are broadcast, one message per dtype,
+  and the forward waits for them (as under DDP);
 - stage 1 all-reduces the buckets after backward; stages 2 and 3 reduce-scatter a bucket as
   soon as its block's backward ends; with `onebit` after warm-up the momentum travels as sign
   bits plus a scale per chunk (an all-to-all, and in stage 1 an all-gather of the
@@ -168,7 +170,7 @@ class _Worker:
         for 0 bytes: the executor skips blocks without parameters)."""
         if nbytes == 0:
             return None
-        algorithm = {"all_to_all": "pairwise"}.get(collective, "ring")
+        algorithm = {"all_to_all": "pairwise", "broadcast": "binomial"}.get(collective, "ring")
         terms = self.link.terms(collective, algorithm, nbytes, self.p)
         latency = self.link.alpha_for(collective, nbytes) * terms.messages + (
             self.link.gamma_s_per_byte * terms.reduce_bytes
@@ -184,6 +186,17 @@ class _Worker:
             iteration=it,
         )
         return self.last[lane]
+
+    def buffers(self, nbytes: int, messages: int, it: int) -> list[int | None]:
+        """The broadcast of the model's buffers (`nbytes` in `messages`, one per dtype) after
+        the compute so far, on the communication thread (none without buffers)."""
+        if nbytes <= 0:
+            return []
+        messages = max(messages, 1)
+        return [
+            self.collective(f"buffers{i}", "broadcast", nbytes // messages, [self.last_compute], it)
+            for i in range(messages)
+        ]
 
     def codec(
         self, name: str, elements: tuple[float, float], deps: Sequence[int | None], it: int
@@ -272,6 +285,8 @@ def build_zero(
     codec: CodecCost | None = None,
     grad_accum: int = 1,
     clip: bool = False,
+    buffer_bytes: int = 0,
+    buffer_broadcasts: int = 1,
 ) -> Built:
     """Graph of `warmup_iterations + iterations` ZeRO iterations on worker 0; `codec` prices
     1-bit Adam's encoding and decoding (None: free); `grad_accum` micro-batches per
@@ -279,7 +294,8 @@ def build_zero(
     block's parameters for every micro-batch). `clip`: a global-norm clip before the step, as
     sharded optimizers do it: each rank's norm over its shard of the gradients (a memory-bound
     pass, `CLIP_SHARE_OF_STEP` of its step), one scalar all-reduce of the squared norms, then
-    the step (early updates, onebit at stages 1-2, are not held back for it)."""
+    the step (early updates, onebit at stages 1-2, are not held back for it). The model's
+    `buffer_bytes` travel in `buffer_broadcasts` messages (one per dtype) before each step."""
     graph = TaskGraph()
     w = _Worker(graph, link, world_size, codec)
     nb = len(costs.forward_s)
@@ -300,6 +316,8 @@ def build_zero(
             sync = micro == grad_accum - 1
             holds = gates if micro == 0 else [[] for _ in range(nb)]
             fwd_gather: list[int | None] = [None] * nb
+            # The step's first forward waits for the buffers.
+            buffers = w.buffers(buffer_bytes, buffer_broadcasts, it) if micro == 0 else []
             if plan.stage == 3:
                 fwd_gather[0] = w.collective("g0", "allgather", gather[0], holds[0], it)
             if costs.input_s > 0:
@@ -309,7 +327,7 @@ def build_zero(
                 if plan.stage == 3 and b + 1 < nb:
                     nxt = gather[b + 1]
                     fwd_gather[b + 1] = w.collective(f"g{b + 1}", "allgather", nxt, [before], it)
-                deps = [fwd_gather[b], *holds[b]]
+                deps = [fwd_gather[b], *holds[b], *(buffers if b == 0 else [])]
                 mem = costs.activation_bytes[b]
                 task = w.work(f"F{b}", "forward", costs.forward_s[b], deps, it, mem)
                 if b == 0 and micro == 0:
@@ -373,11 +391,12 @@ def build_zero(
         own = [[t] if t is not None else [] for t in waits]
         gates = own if plan.config.overlap_gather else [every] * nb
     total = warmup_iterations + iterations
+    buffers = w.buffers(buffer_bytes, buffer_broadcasts, total)  # so does the next step's
     if plan.stage == 3:  # the next step's first forward waits for its block's gather
         gates[0] = [g for g in [w.collective("g0", "allgather", gather[0], [], total)] if g]
     if costs.input_s > 0:
         w.work("input", "input", costs.input_s, [], total)
-    ends = [w.last_compute, *w.last.values(), *(g for gate in gates for g in gate)]
+    ends = [w.last_compute, *w.last.values(), *(g for gate in gates for g in gate), *buffers]
     starts.append(graph.add("next", "marker", resources=(w.compute,), deps=ends, iteration=total))
     return Built(graph, tuple(starts), warmup_iterations, f"zero{plan.stage}", world_size)
 
@@ -392,12 +411,16 @@ def simulate_zero(
     codec: CodecCost | None = None,
     grad_accum: int = 1,
     clip: bool = False,
+    buffer_bytes: int = 0,
+    buffer_broadcasts: int = 1,
 ) -> SimResult:
     """Predict ZeRO `plan` (the executor's `ZeroPlan` over the profile's blocks, or the
     `ZeroSimPlan` to make it from) on `world_size` ranks joined by `link` (an `AlphaBeta`, or
     bytes/s), from a profile or its block costs; `update_s_per_byte` prices the step,
     `codec` 1-bit Adam's encoding and decoding (None: free), `grad_accum` the micro-batches
-    of gradient accumulation per step, `clip` a global-norm clip before the step."""
+    of gradient accumulation per step, `clip` a global-norm clip before the step,
+    `buffer_bytes` the model's buffers broadcast before each step in `buffer_broadcasts`
+    messages."""
     if world_size < 1:
         raise UserError(f"workers must be >= 1, got {world_size}")
     if isinstance(costs, Profile):
@@ -410,7 +433,8 @@ def simulate_zero(
         raise UserError(f"the ZeRO plan is for {plan.world_size} ranks, not {world_size}")
     built = build_zero(
         costs, plan, world_size, link_model(link), iterations, update_s_per_byte, codec=codec,
-        grad_accum=grad_accum, clip=clip,
+        grad_accum=grad_accum, clip=clip, buffer_bytes=buffer_bytes,
+        buffer_broadcasts=buffer_broadcasts,
     )  # fmt: skip
     base = state_bytes(sum(costs.param_bytes), 2, f"zero{plan.stage}", world_size)
     return analyse(built, run(built.graph), base)
