@@ -9,7 +9,7 @@ no-ops in a world of one (no process group, or one rank).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -104,6 +104,23 @@ def broadcast_tensors(tensors: Sequence[torch.Tensor], src: int = 0, group: Grou
         size += _nbytes(tensor)
     if run:
         _broadcast_flat(run, src, group)
+
+
+@torch.no_grad()
+def broadcast_by_dtype(
+    tensors: Sequence[torch.Tensor], send: Callable[[torch.Tensor], None]
+) -> None:
+    """Rank 0's values of `tensors` into every rank's (every rank passes them in the same
+    order) in one flat message per dtype and device, as DDP sends a model's buffers: `send`
+    broadcasts one flat tensor in place from rank 0 (over the caller's group and transport)."""
+    groups: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
+    for tensor in tensors:
+        groups.setdefault((tensor.dtype, tensor.device), []).append(tensor)
+    for same in groups.values():
+        flat = torch.cat([t.reshape(-1) for t in same])
+        send(flat)
+        for tensor, value in zip(same, flat.split([t.numel() for t in same]), strict=True):
+            tensor.copy_(value.view_as(tensor))
 
 
 def _nbytes(tensor: torch.Tensor) -> int:

@@ -55,7 +55,8 @@ class ForwardSide:
             return
         self.engine.before_forward(module.training)
         if self._buffers and self._sync_buffers:
-            _broadcast_from_rank0(self._buffers)
+            # One broadcast per dtype and device of rank 0's values (main thread, default group).
+            comm.broadcast_by_dtype(self._buffers, lambda flat: comm.broadcast(flat, src=0))
         if self._recorder is not None:
             self.engine.flush()  # no gates yet: every update lands first
             self._recorder.start()
@@ -86,18 +87,3 @@ class ForwardSide:
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
-
-
-@torch.no_grad()
-def _broadcast_from_rank0(tensors: list[torch.Tensor]) -> None:
-    """One broadcast per dtype and device of rank 0's values (main thread, default group)."""
-    groups: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
-    for tensor in tensors:
-        groups.setdefault((tensor.dtype, tensor.device), []).append(tensor)
-    for same in groups.values():
-        flat = torch.cat([t.reshape(-1) for t in same])
-        comm.broadcast(flat, src=0)
-        offset = 0
-        for tensor in same:
-            tensor.copy_(flat[offset : offset + tensor.numel()].view_as(tensor))
-            offset += tensor.numel()

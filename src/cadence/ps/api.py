@@ -139,8 +139,7 @@ class _Worker(PSTrainer):
         # DDP's rule: a forward broadcasts worker 0's buffers when the forward before it
         # (if any) ran with gradients and outside no_sync.
         if self._sync_next_forward:
-            with torch.no_grad():  # one message per dtype, as DDP sends them
-                comm.broadcast_tensors(self._model_buffers, src=0)
+            comm.broadcast_by_dtype(self._model_buffers, lambda flat: comm.broadcast(flat, 0))
 
     def _after_forward(self, module: nn.Module, args: Any, out: Any) -> None:
         # Every parameter of the new step is here once a training forward is done: the step

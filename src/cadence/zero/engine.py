@@ -25,6 +25,7 @@ import torch.distributed as dist
 from torch import nn
 
 from cadence.comm import collectives
+from cadence.comm.ops import broadcast_by_dtype
 from cadence.comm.process_group import leave_groups
 from cadence.errors import UserError
 from cadence.zero.compress import decode, encode
@@ -99,19 +100,6 @@ class BucketState:
 def beta1_of(engine: ZeroEngine) -> float:
     """Adam's momentum decay, read when used (a scheduler may change it)."""
     return float(engine.inner.param_groups[0]["betas"][0])
-
-
-@torch.no_grad()
-def _broadcast_by_dtype(tensors: list[torch.Tensor], group: dist.ProcessGroup | None) -> None:
-    """Rank 0's values of `tensors` into every rank's, one flat message per dtype."""
-    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
-    for t in tensors:
-        by_dtype.setdefault(t.dtype, []).append(t)
-    for same in by_dtype.values():
-        flat = torch.cat([t.reshape(-1) for t in same])
-        collectives.broadcast(flat, src=0, group=group)
-        for t, value in zip(same, flat.split([t.numel() for t in same]), strict=True):
-            t.copy_(value.view_as(t))
 
 
 class ZeroEngine:
@@ -330,7 +318,10 @@ class ZeroEngine:
         if buffers:
             # One message per dtype, as DDP sends them: resnet32's 93 BatchNorm buffers took
             # 67 ms a step one by one at 50 mbit, the forward waiting.
-            self.submit(lambda: _broadcast_by_dtype(buffers, self.group), None).result()
+            def send(flat: torch.Tensor) -> None:
+                collectives.broadcast(flat, src=0, group=self.group)
+
+            self.submit(lambda: broadcast_by_dtype(buffers, send), None).result()
 
     def _after_forward(self, _module: nn.Module, _args: Any, _output: Any) -> None:
         self._buffers_due = torch.is_grad_enabled() and self.syncing
