@@ -8,6 +8,9 @@ import sys
 from pathlib import Path
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
+WORKER_COMMAND = "cadence.launch.(worker|fork_server)"
+"""`pgrep -f` pattern of a local run's workers: forked from `cadence.launch.fork_server`, whose
+command line they share (and the server's), or started as `cadence.launch.worker`."""
 
 
 def run_cadence(

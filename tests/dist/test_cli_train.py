@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from tests.cli_helpers import SRC, assert_one_line_error, run_cadence
+from tests.cli_helpers import SRC, WORKER_COMMAND, assert_one_line_error, run_cadence
 
 
 def test_train_writes_metrics_plot_checkpoint_and_json(tmp_path):
@@ -85,7 +85,7 @@ def test_crashing_worker_stops_everyone_and_names_the_rank(tmp_path):
     assert "Traceback" not in proc.stderr
     assert elapsed < 60, f"took {elapsed:.0f} s to stop"
     leftover = subprocess.run(
-        ["pgrep", "-f", f"cadence.launch.worker .*{tmp_path}"], capture_output=True, text=True
+        ["pgrep", "-f", f"{WORKER_COMMAND} .*{tmp_path}"], capture_output=True, text=True
     )
     assert leftover.stdout.strip() == ""
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from cadence.ps.checkpoint import checkpoint_path
-from tests.cli_helpers import SRC, run_cadence
+from tests.cli_helpers import SRC, WORKER_COMMAND, run_cadence
 
 # A hang-detection deadline, not a timing: start-up plus the supervisor's 0.2 s poll and its
 # 5 s grace before SIGKILL take seconds; a survivor stuck in a collective would take minutes.
@@ -25,7 +25,7 @@ STOP_BOUND_S = 90
 
 def _leftover_workers(run_dir: Path) -> str:
     found = subprocess.run(
-        ["pgrep", "-f", f"cadence.launch.worker .*{run_dir}"], capture_output=True, text=True
+        ["pgrep", "-f", f"{WORKER_COMMAND} .*{run_dir}"], capture_output=True, text=True
     )
     return found.stdout.strip()
 
@@ -65,7 +65,7 @@ def test_a_worker_dying_mid_step_stops_everyone_naming_it(tmp_path, spec, args, 
 def _server_of(run_dir: Path) -> int | None:
     """The pid of parameter server 0 (started by rank 0's worker) of the run in `run_dir`."""
     workers = subprocess.run(
-        ["pgrep", "-f", f"cadence.launch.worker .*{run_dir}"], capture_output=True, text=True
+        ["pgrep", "-f", f"{WORKER_COMMAND} .*{run_dir}"], capture_output=True, text=True
     )
     for worker in workers.stdout.split():
         children = subprocess.run(["pgrep", "-P", worker], capture_output=True, text=True)

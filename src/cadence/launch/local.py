@@ -1,6 +1,7 @@
-"""Spawn one subprocess per rank on this machine and supervise them.
+"""Start one process per rank on this machine and supervise them.
 
-Workers are subprocesses (not multiprocessing) so each one can be started inside an emulated
+Workers of a plain local run are forked from a server that imported torch once
+(`cadence.launch.forked`); inside emulated hosts they are subprocesses, each started in its
 host's network namespace with `ip netns exec`. The supervisor stops every worker as soon as one
 fails and reports the rank whose failure came first, with its cause.
 """
@@ -22,9 +23,13 @@ from cadence.config import TrainConfig
 from cadence.errors import UserError, WorkerFailed
 from cadence.launch.env import BANDWIDTH_ENV, ERROR_FILE_ENV, LOG_FILE_ENV, THREADS_ENV
 from cadence.launch.errors import RankError, read_error
+from cadence.launch.forked import ForkedWorker, WorkerServer, start_server
 from cadence.placement import check_strategy, place_worker
 from cadence.ps.auth import SECRET_ENV, new_secret
 from cadence.ps.config import survives_dead_workers
+
+Worker = subprocess.Popen[bytes] | ForkedWorker
+"""A running worker: forked locally, or a subprocess inside an emulated host."""
 
 POLL_S = 0.2
 GRACE_S = 5.0
@@ -111,7 +116,7 @@ def log_file(logs: Path, rank: int) -> Path:
     return logs / f"rank{rank}.log"
 
 
-def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+def stop_all(procs: Sequence[Worker]) -> None:
     for proc in procs:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -125,7 +130,7 @@ def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
 
 
 def failure_cause(
-    procs: list[subprocess.Popen[bytes]],
+    procs: Sequence[Worker],
     logs: Path,
     dead: list[int],
     timeout_s: float | None = None,
@@ -191,18 +196,24 @@ def launch_local(
     # This job's parameter servers take messages only from its own workers: the secret they
     # sign with lives in the workers' environment, never in a file or a log.
     secret = new_secret().hex()
-    procs: list[subprocess.Popen[bytes]] = []
+    procs: list[Worker] = []
+    server: WorkerServer | None = None
     try:
         for rank in range(config.cluster.workers):
-            cmd = [sys.executable, "-m", "cadence.launch.worker", str(config_path), str(run_dir)]
-            if cluster is not None:
-                cmd = cluster.exec_prefix(rank) + cmd
+            argv = [str(config_path), str(run_dir)]
+            env = {**_worker_env(rank, config, port, logs, cluster), SECRET_ENV: secret}
             # Rank 0 owns the terminal (progress bar); the others write to their log files.
-            stream = open(log_file(logs, rank), "ab") if rank else None  # noqa: SIM115
+            log = log_file(logs, rank) if rank else None
+            if cluster is None:  # forked from a server that imported torch once
+                server = server or start_server(argv)
+                procs.append(server.start(argv, env, log))
+                continue
+            cmd = [*cluster.exec_prefix(rank), sys.executable, "-m", "cadence.launch.worker", *argv]
+            stream = open(log, "ab") if log else None  # noqa: SIM115
             procs.append(
                 subprocess.Popen(
                     cmd,
-                    env={**_worker_env(rank, config, port, logs, cluster), SECRET_ENV: secret},
+                    env=env,
                     stdout=subprocess.DEVNULL if stream else None,
                     stderr=stream,
                 )
@@ -241,4 +252,6 @@ def launch_local(
             time.sleep(POLL_S)
     finally:
         stop_all(procs)
+        if server is not None:
+            server.close()
     return json.loads((run_dir / "metrics.json").read_text())
