@@ -9,6 +9,7 @@ Single-threaded, so forking it is safe.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import select
@@ -25,6 +26,11 @@ def _serve(requests: int, replies: IO[str]) -> None:
     `requests`, report each start and exit on `replies`; no threads."""
     for module in PRELOADED:
         __import__(module)
+    # Keep the imported objects out of the workers' garbage collections: a collection writes
+    # to every object it tracks, which copies every page a worker shares with the server
+    # (rank 0's plot after training took 3 s instead of 1.5).
+    gc.collect()
+    gc.freeze()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
@@ -105,3 +111,4 @@ def _become_worker(request: dict[str, Any]) -> None:
 
 if __name__ == "__main__":
     _serve(sys.stdin.fileno(), os.fdopen(int(sys.argv[1]), "w", encoding="utf-8"))
+    os._exit(0)  # every worker reaped, every reply sent: no interpreter teardown to wait for
