@@ -54,6 +54,7 @@ def test_ddp_fp16_hook_equals_cadence_dp_fp16_and_counts_its_bytes(tmp_path: Pat
     grad_bytes = hook[0]["metrics"]["gradient_bytes"]
     assert hook[0]["metrics"]["wire_bytes_total"] == STEPS * grad_bytes // 2
     assert "wire_bytes_total" not in plain[0]["metrics"]
+    assert "iface_tx_bytes" not in plain[0]["metrics"]  # the loopback's count is everyone's
 
 
 def test_ddp_powersgd_hook_trains_and_sends_fewer_bytes(tmp_path: Path) -> None:

@@ -36,6 +36,11 @@ def test_iterations_respect_the_wire_bound_and_clean_up(tmp_path):
     # Faster than the wire is impossible; far slower would mean the run did not use the link.
     assert 0.9 * bound <= metrics["median_iteration_s"] <= 3 * bound
     assert "wire bound" in proc.stdout
+    # The host's interface counted what crossed it: at least the ring all-reduce's payload
+    # (each rank sends its gradients' bytes a step at 2 ranks), headers on top, not far more.
+    payload = metrics["steps"] * metrics["gradient_bytes"]
+    assert metrics["iface"] == "cad0"  # the emulated host's end of its link
+    assert payload <= metrics["iface_tx_bytes"] <= 1.2 * payload
     assert _cadence_namespaces() == before
 
 

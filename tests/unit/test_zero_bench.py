@@ -5,9 +5,10 @@ import socket
 import pytest
 
 from cadence.errors import UserError
+from cadence.netem.counters import read_iface_bytes
 from cadence.zero.bench import ALL_JOBS, job_spec, payload_bytes
 from cadence.zero.bench_report import table_lines, targets
-from cadence.zero.bench_worker import JobSpec, read_iface_bytes
+from cadence.zero.bench_worker import JobSpec
 
 BASE = JobSpec(name="", kind="ddp", model="mlp", steps=20, window_start=6, freeze_steps=4)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import os
 import statistics
 import sys
 import time
@@ -69,6 +70,34 @@ def evaluate(
     model.train(was_training)
     count = max(totals[2].item(), 1.0)
     return totals[0].item() / count, totals[1].item() / count
+
+
+class _IfaceCounter:
+    """The kernel's byte counts of the interface the collectives use (`GLOO_SOCKET_IFNAME`,
+    which an emulated host's workers are given) over the training loop: what this rank put on
+    the wire and took off it, headers and retransmissions included. Not the loopback's, which
+    counts every local process's traffic."""
+
+    def __init__(self, name: str, rx: int, tx: int) -> None:
+        self.name, self.rx, self.tx = name, rx, tx
+
+    @classmethod
+    def start(cls) -> _IfaceCounter | None:
+        from cadence.netem.counters import read_iface_bytes
+
+        name = os.environ.get("GLOO_SOCKET_IFNAME")
+        if not name or name == "lo":
+            return None
+        try:
+            return cls(name, *read_iface_bytes(name))
+        except (OSError, RuntimeError):  # a name gloo resolves otherwise: nothing to count
+            return None
+
+    def stop(self) -> dict[str, Any]:
+        from cadence.netem.counters import read_iface_bytes
+
+        rx, tx = read_iface_bytes(self.name)
+        return {"iface": self.name, "iface_tx_bytes": tx - self.tx, "iface_rx_bytes": rx - self.rx}
 
 
 def run_training(
@@ -233,6 +262,7 @@ def run_training(
     # ZeRO reports the bytes it sent in each step: their sum is the run's.
     counts_steps = hasattr(type(optimizer), "bytes_sent_last_step")
     zero_sent = 0
+    iface = _IfaceCounter.start()
     t_start = time.perf_counter()
     for epoch in range(first_epoch, epochs_needed + 1):
         if epoch != first_epoch or not skip:
@@ -374,6 +404,8 @@ def run_training(
     report = getattr(owner, "run_report", None)
     if callable(report):  # counters the strategy kept (e.g. the parameter server's traffic)
         metrics.update(report())
+    if iface is not None:
+        metrics.update(iface.stop())
     _summarise(metrics, time.perf_counter() - t_start)
     if ctx.is_main and run_dir is not None:
         write_json(run_dir / "metrics.json", metrics)

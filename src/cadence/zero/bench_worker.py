@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cadence.comm import ops as comm
+from cadence.netem.counters import read_iface_bytes
 from cadence.zero.config import DEFAULT_FORWARD_GATHER_SHARE, ZeroConfig
 
 JOB_KINDS = ("ddp", "fsdp2", "deepspeed", "zero")
@@ -83,16 +84,6 @@ class JobSpec:
             replicated_update=self.replicated_update,
             replicated_share=self.replicated_share,
         )
-
-
-def read_iface_bytes(iface: str) -> tuple[int, int]:
-    """(rx, tx) bytes of `iface` in this process's network namespace, from /proc/net/dev."""
-    for line in Path("/proc/self/net/dev").read_text().splitlines()[2:]:
-        name, _, fields = line.partition(":")
-        if name.strip() == iface:
-            values = fields.split()
-            return int(values[0]), int(values[8])
-    raise RuntimeError(f"no interface {iface} in this network namespace")
 
 
 def _build_job(spec: JobSpec, model: Any, world_size: int) -> Any:
