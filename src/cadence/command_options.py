@@ -143,9 +143,12 @@ class PlanOptions:
     tta: ddp must be among them, its final test loss is the target)."""
     target_loss: float | None = opt(None, metavar="LOSS")
     """plan tta: the loss to reach; none: the pilot's target."""
+    target_steps: int | None = opt(None, metavar="N")
+    """plan tta: the target is the loss ddp reaches in N steps, from the same samples; a
+    pilot that stops short of N has its curves forecast to it from their pace against ddp's."""
     pilot: str | None = opt(None, metavar="FILE")
-    """plan tta: JSON of a pilot run (`cadence bench tta` writes one): per method, steps to
-    the target or a curve of (step, loss)."""
+    """plan tta: JSON of a pilot run (`cadence bench tta` writes one per model and host count):
+    per method, steps to the target or a curve of (step, loss)."""
     steps_to_target: str | None = opt(None, metavar="METHOD=N,...")
     """plan tta: the user's steps to the target per method, e.g. ddp=400,diloco:H16=520."""
     loop_costs: str | None = opt(None, metavar="FILE")
@@ -198,6 +201,16 @@ class BenchOptions:
     """sim with --run, soak: strategies to train, comma-separated."""
     start_step: int = 100
     """soak: step of the start sample (one-off allocations come before it)."""
+    pilot_steps: int | None = opt(None, metavar="N")
+    """tta: steps of the pilot every method first trains on the loopback per model and host
+    count, from which `cadence plan tta` forecasts the cells; none: a quarter of --steps."""
+    pilot_only: bool = False
+    """tta: run the pilots only, every method --pilot-steps steps on the loopback per model
+    and host count (no caps, no root), for `cadence plan tta --pilot` on your own cluster."""
+    rescore: str | None = opt(None, metavar="FILES")
+    """tta: plan earlier runs' cells again (the JSONs they wrote, comma-separated) from new
+    pilots, calibrations and profiles, scoring the plans against their measured runs without
+    training them again; their models, caps, host counts, methods and steps are used."""
     every: int = opt(20, metavar="STEPS")
     """soak: steps between samples (the PNG)."""
     time_limit: float = opt(900.0, metavar="SECONDS")

@@ -4,6 +4,7 @@ table, the JSON, the PNG and the pilot files `cadence plan tta` reads (mock runs
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +17,16 @@ from cadence.bench.tta import (
     pilot,
     plan_cell,
     plan_score,
+    read_reports,
+    rescore_config,
     run_tta_bench,
+    scored,
     table_lines,
     time_to_target,
     wire_bytes,
 )
 from cadence.errors import UserError
-from cadence.sim.tta import PILOT, Steps, read_pilot
+from cadence.sim.tta import FORECAST, PILOT, Steps, read_pilot
 from tests.cli_helpers import assert_one_line_error, run_cadence
 
 
@@ -68,6 +72,7 @@ def test_cell_rows_compare_every_method_with_ddps_final_loss() -> None:
     assert target == 1.5
     by = {r["method"]: r for r in rows}
     assert by["ddp"]["time_to_target_s"] == 30.0 and by["ddp"]["ratio_to_ddp"] == 1.0
+    assert by["ddp"]["steps_to_target"] == 30 and by["diloco:H16"]["steps_to_target"] == 20
     assert by["diloco:H16"]["ratio_to_ddp"] == pytest.approx(1 / 3)
     assert by["cadence-dp+sign"]["time_to_target_s"] is None
     assert by["ddp"]["wire_bytes"] == 30 * 1000  # every gradient byte in each of 30 steps
@@ -81,23 +86,28 @@ def test_cell_rows_compare_every_method_with_ddps_final_loss() -> None:
     assert sign.split()[1:3] == ["-", "-"]  # no time to target, no ratio
     with pytest.raises(ValueError):
         wire_bytes("zero+onebit", _metrics([1.0], 1.0))
-    _, read = read_pilot(pilot(target, rows), None)
+    written = pilot(runs, 30, 64)
+    assert written["failed"] == {"zero+onebit": "boom"} and written["steps"] == 30
+    assert written["methods"]["diloco:H16"]["curve"] == [[10, 2.5], [20, 1.4], [30, 1.2]]
+    _, read = read_pilot(written, None, 30)  # the pilot reaches ddp's 30 steps: read, not forecast
     assert read["diloco:H16"] == Steps(20, PILOT) and read["ddp"] == Steps(30, PILOT)
+    assert scored(target, rows) == rows  # the rows' curves give the same scores again
     with pytest.raises(UserError, match="no target"):
         cell_rows({"ddp": {"error": "x"}})
 
 
 def test_run_writes_json_png_and_pilots(tmp_path: Path) -> None:
-    seen: list[tuple[str, str, int, str]] = []
+    seen: list[tuple[str, str, int, str, int]] = []
 
     def fake(model: str, cap: str, hosts: int, method: str, config: TTABenchConfig) -> Any:
-        seen.append((model, cap, hosts, method))
+        seen.append((model, cap, hosts, method, config.steps))
         if method == "local-sgd:H4":
             raise RuntimeError("no luck\nmore")
-        return _metrics([3.0, 2.0, 1.0 if method == "ddp" else 0.9], 1.0 / hosts,
-                        wire_bytes_total=10)  # fmt: skip
+        losses = [3.0, 2.0, 1.0 if method == "ddp" else 0.9][: config.steps // 10]
+        return _metrics(losses, 1.0 / hosts, wire_bytes_total=10)
 
     calibrated: list[tuple[str, int, str]] = []
+    stem = ["tta"]
 
     def calibrate(cap: str, hosts: int, path: Path) -> Path:
         calibrated.append((cap, hosts, path.name))
@@ -105,35 +115,88 @@ def test_run_writes_json_png_and_pilots(tmp_path: Path) -> None:
 
     def plan(model: str, cap: str, hosts: int, pilot_path: Path, config: TTABenchConfig,
              calibration: Path | None, loop_costs: Path | None,
-             profile: Path | None) -> list[str]:  # fmt: skip
-        assert calibration == tmp_path / f"tta.{cap}.{hosts}h.calibration.json"
-        assert loop_costs == tmp_path / f"tta.{model}.{hosts}h.loop-costs.json"
-        assert profile == tmp_path / f"tta.{model}.{hosts}h.profile.json"
+             profile: Path | None) -> list[dict[str, Any]]:  # fmt: skip
+        assert pilot_path == tmp_path / f"{stem[0]}.{model}.{hosts}h.pilot.json"
+        assert calibration == tmp_path / f"{stem[0]}.{cap}.{hosts}h.calibration.json"
+        assert loop_costs == tmp_path / f"{stem[0]}.{model}.{hosts}h.loop-costs.json"
+        assert profile == tmp_path / f"{stem[0]}.{model}.{hosts}h.profile.json"
         if hosts == 4:
             raise RuntimeError("no plan\nmore")
-        return ["ddp", "local-sgd:H4"]
+        return [{"method": "ddp", "steps": 30, "source": "x", "ranked": True},
+                {"method": "local-sgd:H4", "steps": None, "source": "y", "ranked": False}]
 
     out = tmp_path / "tta.json"
     methods = ("local-sgd:H4", "ddp")
     config = TTABenchConfig(models=("cnn", "mlp"), caps=("none",), hosts=(2, 4), steps=30,
                             eval_every=10, methods=methods, out=str(out))  # fmt: skip
+    assert config.pilot_length == 20  # a quarter of 30 steps holds fewer than 2 evaluations
     report = run_tta_bench(config, "cadence bench tta", echo=lambda _: None, train=fake,
                            plan=plan, calibrate=calibrate)  # fmt: skip
     # Each link is calibrated once, for every model's cell on it; the loopback's too.
     assert calibrated == [("none", 2, "tta.none.2h.calibration.json"),
                           ("none", 4, "tta.none.4h.calibration.json")]  # fmt: skip
-    assert report["cells"][0]["plan"]["pick"] == "ddp"
+    score = report["cells"][0]["plan"]
+    assert score["pick"] == "ddp" and score["order"] == ["ddp"]
+    assert score["steps"]["ddp"] == {"forecast": 30, "source": "x", "measured": 30,
+                                     "predicted_step_s": None, "predicted_s": None}  # fmt: skip
     assert report["cells"][1]["plan"] == {"error": "no plan"}  # one cell's failure, kept
-    report["cells"] = report["cells"][:2]  # the cnn cells below
-    assert [s[3] for s in seen[:4]] == ["ddp", "local-sgd:H4"] * 2  # ddp first: the target
+    # The pilot's short runs on the loopback come first, ddp first (the target), then the cell.
+    assert seen[:4] == [("cnn", "none", 2, "ddp", 20), ("cnn", "none", 2, "local-sgd:H4", 20),
+                        ("cnn", "none", 2, "ddp", 30), ("cnn", "none", 2, "local-sgd:H4", 30)]
     data = json.loads(out.read_text())
-    data["cells"] = data["cells"][:2]
     assert data == json.loads(json.dumps(report))
-    assert [(c["hosts"], c["target_loss"]) for c in data["cells"]] == [(2, 1.0), (4, 1.0)]
+    assert [(c["hosts"], c["target_loss"]) for c in data["cells"][:2]] == [(2, 1.0), (4, 1.0)]
     assert data["cells"][0]["rows"][1]["error"] == "no luck"
     assert out.with_suffix(".png").stat().st_size > 0
-    pilot_file = tmp_path / "tta.cnn.none.4h.pilot.json"
-    assert json.loads(pilot_file.read_text())["methods"]["ddp"]["curve"][-1] == [30, 1.0]
+    pilot_file = json.loads((tmp_path / "tta.cnn.4h.pilot.json").read_text())
+    assert pilot_file["methods"]["ddp"]["curve"] == [[10, 3.0], [20, 2.0]]
+    assert pilot_file["failed"] == {"local-sgd:H4": "no luck"} and pilot_file["steps"] == 20
+
+    # Rescored: the same cells planned again from new pilots, their runs not trained again.
+    seen.clear()
+    again = tmp_path / "again.json"
+    merged = read_reports([str(out), str(out)])
+    assert len(merged["cells"]) == 8 and merged["config"]["hosts"] == [2, 4]
+    rescored = rescore_config(merged["config"], replace(config, out=str(again), models=("mlp",)))
+    assert rescored.models == ("cnn", "mlp") and rescored.out == str(again)
+    stem[0] = "again"
+    report = run_tta_bench(rescored, "again", echo=lambda _: None, train=fake, plan=plan,
+                           calibrate=calibrate, measured=merged)  # fmt: skip
+    assert {s[4] for s in seen} == {20}  # pilots only
+    seen.clear()
+    run_tta_bench(rescored, "again", echo=lambda _: None, train=fake, plan=plan,
+                  calibrate=calibrate, measured=merged)  # fmt: skip
+    assert seen == []  # the pilots it ran are kept: nothing trains
+    assert report["cells"][0]["plan"]["pick"] == "ddp" and len(report["cells"]) == 8
+    assert report["measured"][0]["command"] == "cadence bench tta"
+    with pytest.raises(UserError, match="differ in steps"):
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps({**data, "config": {**data["config"], "steps": 40}}))
+        read_reports([str(out), str(bad)])
+    with pytest.raises(UserError, match="not a `cadence bench tta` JSON"):
+        read_reports([str(tmp_path / "tta.cnn.4h.pilot.json")])
+
+
+def test_pilot_only_runs_the_pilots_and_nothing_else(tmp_path: Path) -> None:
+    seen: list[tuple[str, int, str, int]] = []
+
+    def fake(model: str, cap: str, hosts: int, method: str, config: TTABenchConfig) -> Any:
+        seen.append((cap, hosts, method, config.steps))
+        return _metrics([3.0, 2.0, 1.0, 0.9][: config.steps // 10], 0.1)
+
+    def never(*args: Any) -> Any:
+        raise AssertionError("a pilot-only run calibrates and plans nothing")
+
+    out = str(tmp_path / "p.json")
+    config = TTABenchConfig(models=("mlp",), caps=("20mbit",), hosts=(2,), steps=400,
+                            eval_every=10, pilot_steps=40, pilot_only=True,
+                            methods=("ddp", "local-sgd:H4"), out=out)  # fmt: skip
+    report = run_tta_bench(config, "pilot", echo=lambda _: None, train=fake, plan=never,
+                           calibrate=never)  # fmt: skip
+    assert report["cells"] == []
+    assert seen == [("none", 2, "ddp", 40), ("none", 2, "local-sgd:H4", 40)]
+    written = json.loads((tmp_path / "p.mlp.2h.pilot.json").read_text())
+    assert written["steps"] == 40 and set(written["methods"]) == {"ddp", "local-sgd:H4"}
 
 
 def test_bad_settings_are_refused_in_one_line(tmp_path: Path) -> None:
@@ -141,6 +204,10 @@ def test_bad_settings_are_refused_in_one_line(tmp_path: Path) -> None:
         TTABenchConfig(methods=("diloco:H16",))
     with pytest.raises(UserError, match="divide"):
         TTABenchConfig(batch_size=6, hosts=(4,))
+    with pytest.raises(UserError, match="--pilot-steps must be between"):
+        TTABenchConfig(steps=100, pilot_steps=200)
+    with pytest.raises(UserError, match="evaluates fewer than twice"):
+        TTABenchConfig(steps=100, pilot_steps=30, eval_every=20)
     proc = run_cadence("bench", "tta", "--methods", "ddp,warp", cwd=tmp_path)
     assert_one_line_error(proc, "unknown method 'warp'")
     proc = run_cadence("bench", "tta", "--workers", "2,x", cwd=tmp_path)
@@ -155,12 +222,17 @@ def test_plan_score_compares_the_pick_with_the_fastest_measured() -> None:
         "zero+onebit": {"error": "boom"},
     }
     _, rows = cell_rows(runs)
-    score = plan_score(["ddp+fp16", "diloco:H16", "ddp"], rows)
+    def planned(*names: str) -> list[dict[str, Any]]:
+        return [{"method": n, "steps": 10, "source": "s", "ranked": True} for n in names]
+
+    score = plan_score(planned("ddp+fp16", "diloco:H16", "ddp"), rows)
     assert score["pick"] == "ddp+fp16" and score["fastest"] == "diloco:H16"
     assert score["pick_over_fastest"] == pytest.approx(1.2)
-    assert plan_score(["diloco:H16"], rows)["pick_over_fastest"] == 1.0
+    assert score["steps"]["diloco:H16"]["forecast"] == 10
+    assert score["steps"]["diloco:H16"]["measured"] == 20
+    assert plan_score(planned("diloco:H16"), rows)["pick_over_fastest"] == 1.0
     # A pick that failed or never reached the target has no ratio: never a silent pass.
-    assert plan_score(["zero+onebit"], rows)["pick_over_fastest"] is None
+    assert plan_score(planned("zero+onebit"), rows)["pick_over_fastest"] is None
     lines = table_lines([{"model": "m", "cap": "100mbit", "hosts": 2, "target_loss": 1.5,
                           "rows": rows, "plan": score}])  # fmt: skip
     assert lines[-1].split() == ["plan", "tta", "picks", "ddp+fp16;", "fastest", "measured",
@@ -168,17 +240,20 @@ def test_plan_score_compares_the_pick_with_the_fastest_measured() -> None:
 
 
 def test_plan_cell_ranks_the_cells_methods_from_its_pilot(tmp_path: Path) -> None:
-    # The pilot says local SGD needs as many steps as ddp: its far cheaper step must win.
+    # A 30-step pilot of a 60-step cell says local SGD keeps ddp's pace: its far cheaper
+    # step must win, at ddp's 60 steps, forecast.
     runs = {
         "ddp": _metrics([3.0, 2.0, 1.5], 1.0),
         "local-sgd:H4": _metrics([3.0, 2.0, 1.5], 1.0, wire_bytes_total=1),
     }
-    target, rows = cell_rows(runs)
     path = tmp_path / "pilot.json"
-    path.write_text(json.dumps(pilot(target, rows, 64)))
-    config = TTABenchConfig(models=("mlp",), caps=("20mbit",), hosts=(2,), steps=30,
+    path.write_text(json.dumps(pilot(runs, 30, 64)))
+    config = TTABenchConfig(models=("mlp",), caps=("20mbit",), hosts=(2,), steps=60,
                             eval_every=10, methods=("ddp", "local-sgd:H4"))  # fmt: skip
-    assert plan_cell("mlp", "20mbit", 2, path, config) == ["local-sgd:H4", "ddp"]
+    rows = plan_cell("mlp", "20mbit", 2, path, config)
+    assert [(r["method"], r["steps"], r["ranked"]) for r in rows] == [
+        ("local-sgd:H4", 60, True), ("ddp", 60, True)]  # fmt: skip
+    assert rows[0]["source"] == FORECAST
 
 
 def test_plan_cell_prices_the_links_a_calibration_measured(

@@ -4,6 +4,8 @@ predicted time to a target loss (`cadence.sim.tta`)."""
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -22,12 +24,18 @@ from cadence.sim.methods import (
 )
 from cadence.sim.tta import (
     AS_DDP,
+    BEYOND_TARGET,
+    FORECAST,
     NEEDS_PILOT,
     NOT_REACHED,
     PILOT,
+    PILOT_TOO_SHORT,
+    TARGET_STEPS,
+    UNRESOLVED,
     USER,
     Steps,
     convergence,
+    forecast,
     parse_steps,
     rank,
     read_pilot,
@@ -135,6 +143,56 @@ def test_steps_to_target_reads_curves_and_user_figures() -> None:
         read_pilot({"methods": {"ddp": {"curve": curve}}}, None)
 
 
+def _log_curve(pace: float, steps: Sequence[int], noise: float = 0.0) -> list[list[float]]:
+    """(step, loss) of a run whose loss at step s is ddp's at pace x s (ddp: 4 - 0.5 ln s)."""
+    return [[s, (4.0 - 0.5 * math.log(pace * s)) * (1 + noise * (-1) ** i)]
+            for i, s in enumerate(steps)]  # fmt: skip
+
+
+def test_a_short_pilot_is_forecast_by_each_methods_pace_against_ddps() -> None:
+    evals = range(10, 101, 10)  # a 100-step pilot of a 400-step target
+    curves = {
+        "ddp": _log_curve(1.0, evals),
+        "local-sgd:H16": _log_curve(2.0, range(16, 97, 16)),  # twice ddp's pace
+        "ddp+fp16": _log_curve(1.05, evals),  # 381 steps
+        "ddp+powersgd": _log_curve(0.995, evals),  # 402 steps: ddp's, as far as one can tell
+        "cadence-dp": _log_curve(0.5, evals),  # ddp's update: ddp's steps, whatever its noise
+        "cadence-dp+sign": _log_curve(0.5, evals),  # half the pace: 800 steps
+        "diloco:H64": _log_curve(2.0, [40]),  # nothing in the pilot's second half
+    }
+    target, steps = forecast(curves, 400)
+    assert target is None  # beyond the pilot: only forecast
+    assert steps["ddp"] == Steps(400, TARGET_STEPS)
+    assert steps["local-sgd:H16"] == Steps(200, FORECAST)
+    assert steps["ddp+fp16"] == Steps(381, FORECAST)
+    assert steps["ddp+powersgd"] == Steps(400, FORECAST)
+    assert steps["cadence-dp"] == Steps(400, AS_DDP)
+    # A noisy ddp (its evaluations 2% about its fit): paces within that are not resolved.
+    noisy = {**curves, "ddp": _log_curve(1.0, evals, noise=0.02)}
+    _, steps = forecast(noisy, 400)
+    assert steps["ddp+fp16"] == Steps(None, UNRESOLVED)
+    fast = steps["local-sgd:H16"]  # twice the pace: well outside it (the fit moved with it)
+    assert fast.source == FORECAST and fast.steps is not None and fast.steps < 250
+    assert steps["cadence-dp+sign"] == Steps(None, BEYOND_TARGET)  # not in ddp's samples
+    assert steps["diloco:H64"] == Steps(None, PILOT_TOO_SHORT)
+    # A pilot that gets to the target's steps is read at ddp's loss there, not forecast.
+    target, steps = forecast(curves, 80)
+    assert target == pytest.approx(4.0 - 0.5 * math.log(80))
+    assert steps["ddp"] == Steps(80, PILOT) and steps["local-sgd:H16"] == Steps(48, PILOT)
+    assert steps["cadence-dp+sign"] == Steps(None, NOT_REACHED)
+    flat = {"ddp": [[10, 3.0], [60, 2.0], [80, 2.0], [100, 2.1]]}
+    with pytest.raises(UserError, match="too short to forecast"):
+        forecast(flat, 400)
+    with pytest.raises(UserError, match="needs a ddp curve"):
+        forecast({"local-sgd:H16": curves["local-sgd:H16"]}, 400)
+    pilot = {"methods": {k: {"curve": v} for k, v in curves.items()}}
+    assert read_pilot(pilot, None, 400)[1]["local-sgd:H16"] == Steps(200, FORECAST)
+    with pytest.raises(UserError, match="not both"):
+        read_pilot(pilot, 2.0, 400)
+    with pytest.raises(UserError, match="reads curves"):
+        read_pilot({"methods": {"ddp": {"steps_to_target": 9}}}, None, 400)
+
+
 def _est(name: str, step_s: float, wire: float = MB) -> StepEstimate:
     return StepEstimate(name, step_s, wire, "test")
 
@@ -203,13 +261,13 @@ def test_plan_tta_ranks_from_a_pilot_file(
     curve = [[0, 2.3], [40, 1.0], [80, 0.5]]
     pilot.write_text(json.dumps({"target_loss": 0.6, "global_batch": 64, "methods": {
         "ddp": {"curve": curve}, "cadence-dp+powersgd": {"curve": curve},
-        "diloco:H8": {"curve": [[0, 2.3], [40, 0.55]]}}}))  # fmt: skip
+        "diloco:H8": {"curve": [[0, 2.3], [40, 0.55]]}, "diloco:H64": {"curve": curve}}}))
     out = tmp_path / "tta.json"
-    methods = "ddp,cadence-dp,cadence-dp+powersgd,local-sgd:H4"
+    methods = "ddp,cadence-dp,cadence-dp+powersgd,local-sgd:H4,diloco:H8"
     argv = [*_args(cnn_profile), "--pilot", str(pilot), "--methods", methods]
     assert main([*argv, "--json", str(out)]) == 0
     data = json.loads(out.read_text())
-    by = {r["method"]: r for r in data["rows"]}
+    by = {r["method"]: r for r in data["rows"]}  # the methods asked for: not the pilot's H64
     assert set(by) == {"ddp", "cadence-dp", "cadence-dp+powersgd", "local-sgd:H4", "diloco:H8"}
     assert by["ddp"]["steps_to_target"] == 80 and by["diloco:H8"]["steps_to_target"] == 40
     assert by["local-sgd:H4"]["steps_source"] == NEEDS_PILOT
@@ -221,6 +279,29 @@ def test_plan_tta_ranks_from_a_pilot_file(
     argv[argv.index("--workers") + 1] = "4"  # 4 x 32: not the pilot's batch, and said so
     assert main(argv) == 0
     assert "pilot ran a global batch of 64, this prediction is for 128" in capsys.readouterr().out
+
+
+def test_plan_tta_forecasts_a_short_pilot_to_ddps_steps(
+    cnn_profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pilot = tmp_path / "short.json"
+    curves = {"ddp": _log_curve(1.0, range(10, 101, 10)),
+              "local-sgd:H4": _log_curve(1.5, range(12, 101, 12))}  # fmt: skip
+    methods = {k: {"curve": v} for k, v in curves.items()}
+    pilot.write_text(json.dumps({"steps": 100, "global_batch": 64, "methods": methods}))
+    out = tmp_path / "tta.json"
+    argv = [*_args(cnn_profile), "--pilot", str(pilot), "--methods", "ddp,local-sgd:H4"]
+    assert main([*argv, "--target-steps", "400", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "target: ddp's loss after 400 steps" in printed
+    rows = {r["method"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["local-sgd:H4"]["steps_source"] == FORECAST
+    assert rows["local-sgd:H4"]["steps_to_target"] == pytest.approx(267, abs=1)
+    assert rows["ddp"]["steps_to_target"] == 400
+    proc = run_cadence(*argv[:-4], "--target-steps", "400", cwd=tmp_path)
+    assert_one_line_error(proc, "--target-steps reads ddp's curve from a pilot")
+    proc = run_cadence(*argv, "--target-steps", "400", "--target-loss", "2", cwd=tmp_path)
+    assert_one_line_error(proc, "not both")
 
 
 def test_plan_tta_prices_the_loop_costs_a_file_holds(cnn_profile: Path, tmp_path: Path) -> None:

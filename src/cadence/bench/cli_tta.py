@@ -10,7 +10,13 @@ from cadence.bench.cli_args import add_common, command_line, names
 
 
 def _cmd_tta(args: argparse.Namespace) -> int:
-    from cadence.bench.tta import BENCH_METHODS, TTABenchConfig, run_tta_bench
+    from cadence.bench.tta import (
+        BENCH_METHODS,
+        TTABenchConfig,
+        read_reports,
+        rescore_config,
+        run_tta_bench,
+    )
     from cadence.errors import UserError
     from cadence.sim.methods import parse_methods
 
@@ -29,9 +35,15 @@ def _cmd_tta(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         steps=args.steps,
         eval_every=args.eval_every_steps,
+        pilot_steps=args.pilot_steps,
+        pilot_only=args.pilot_only,
         out=args.out,
     )
-    run_tta_bench(config, command_line())
+    measured = None
+    if args.rescore:
+        measured = read_reports(names(args.rescore))
+        config = rescore_config(measured["config"], config)
+    run_tta_bench(config, command_line(), measured=measured)
     return 0
 
 
@@ -47,6 +59,7 @@ def add_tta(bsub: Any) -> None:
         p, models="gpt_mini,cnn", caps="20mbit,100mbit,400mbit", workers=None, batch_size=64,
         steps=400, repeats=None, out="bench-out/bench-tta.json",
         defaults={"eval_every_steps": 20, "worker_counts": "2,4"},
+        options=("pilot_steps", "pilot_only", "rescore"),
         tables=[("job", ("eval_every_steps",)), ("plan", ("methods", "worker_counts"))],
     )  # fmt: skip
     p.set_defaults(func=_cmd_tta)

@@ -170,7 +170,7 @@ def _add_plan_tta(psub: Any) -> None:
     sets = _sets(
         dp=("powersgd_rank", "powersgd_start_step"),
         simulate=("optimizer_step", "replicas", "clip", "json"),
-        plan=("methods", "target_loss", "pilot", "steps_to_target", "loop_costs"),
+        plan=("methods", "target_loss", "target_steps", "pilot", "steps_to_target", "loop_costs"),
     )
     sets.insert(-2, FlagSet("zero", ZeroSection, only=("freeze_steps",)))
     sets.insert(-2, FlagSet("localsgd", LocalSGDSection, only=("overlap_steps", "outer_dtype")))

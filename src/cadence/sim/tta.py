@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +63,127 @@ def steps_to_target(curve: Sequence[Sequence[float]], target: float) -> int | No
     return None if i is None else int(curve[i][0])
 
 
+FORECAST = "forecast from pilot"
+TARGET_STEPS = "ddp (--target-steps)"
+BEYOND_TARGET = "forecast past ddp's"
+UNRESOLVED = "within the pilot's noise"
+PILOT_TOO_SHORT = "pilot too short for it"
+
+
+def forecast(
+    curves: Mapping[str, Sequence[Sequence[float]]], target_steps: int
+) -> tuple[float | None, dict[str, Steps]]:
+    """Each method's steps to the loss DDP reaches in `target_steps` steps, from a pilot's
+    curves ((step, loss) in step order, DDP's among them) that may stop short of it; and that
+    loss where the pilot shows it (None where it is forecast).
+
+    Where DDP's curve gets to `target_steps`, the target is its loss at its first evaluation
+    there or after and every curve up to `target_steps` is read at it (`steps_to_target`).
+    Otherwise each method's steps are forecast from its pace against DDP's at the pilot's end,
+    where it is nearest the target. Over the pilot's second half, past the first steps'
+    transients, each curve is fitted as a + b ln(step) (the least curve that bends as a falling
+    loss slows; the fit averages the evaluations' noise); a method's pace is DDP's step at
+    which DDP's fit reaches the method's fitted loss at the pilot's last step, over that step;
+    it needs `target_steps` / pace steps (a method with one evaluation there: that one). A
+    forecast within `HOLD_WITHIN` past `target_steps` is `target_steps`. One further past is
+    not ranked: the target is DDP's loss from the same samples, and the pilot says nothing of
+    the steps after them. Nor is one the pilot cannot tell from that: DDP's evaluations
+    scatter about their fit (the root mean square of their relative residuals, the pilot's
+    noise), and a method whose fitted loss raised by that share would need more steps has a
+    pace the pilot did not resolve (`UNRESOLVED`). A method with DDP's update (`SAME_AS_DDP`)
+    takes DDP's steps."""
+    if "ddp" not in curves or not curves["ddp"]:
+        raise UserError("--target-steps counts to ddp's loss: the pilot needs a ddp curve")
+    ddp = [(float(s), float(loss)) for s, loss in curves["ddp"]]
+    length = ddp[-1][0]
+    if length >= target_steps:
+        return _read_at_steps(curves, ddp, target_steps)
+    late_ddp = [(s, loss) for s, loss in ddp if s >= length / 2]
+    fit = _log_fit(late_ddp)
+    if fit is None or fit[1] >= 0:
+        raise UserError(
+            f"the pilot is too short to forecast from: ddp's test loss must fall over its second "
+            f"half (steps {length / 2:g}-{length:g}, two evaluations or more); run a longer "
+            "pilot, or give --steps-to-target"
+        )
+    noise = _scatter(late_ddp, *fit)
+    out: dict[str, Steps] = {}
+    for name, curve in curves.items():
+        if name == "ddp":
+            out[name] = Steps(target_steps, TARGET_STEPS)
+        elif name in SAME_AS_DDP:
+            out[name] = Steps(target_steps, AS_DDP)
+        else:
+            late = [(float(s), float(loss)) for s, loss in curve if length / 2 <= s <= length]
+            out[name] = _forecast_one(late, fit, noise, target_steps)
+    return None, out
+
+
+def _read_at_steps(
+    curves: Mapping[str, Sequence[Sequence[float]]],
+    ddp: Sequence[tuple[float, float]],
+    target_steps: int,
+) -> tuple[float, dict[str, Steps]]:
+    """A pilot that gets to `target_steps`: DDP's loss at its first evaluation there or after,
+    and each curve up to `target_steps` read at it."""
+    target = next(loss for s, loss in ddp if s >= target_steps)
+    out = {}
+    for name, curve in curves.items():
+        n = steps_to_target([p for p in curve if p[0] <= target_steps], target)
+        out[name] = Steps(n, PILOT if n is not None else NOT_REACHED)
+    return target, out
+
+
+def _forecast_one(
+    late: Sequence[tuple[float, float]],
+    ddp_fit: tuple[float, float],
+    noise: float,
+    target_steps: int,
+) -> Steps:
+    """One method's forecast from its evaluations in the pilot's second half (`forecast`)."""
+    if not late:
+        return Steps(None, PILOT_TOO_SHORT)
+    a, b = ddp_fit
+    end = late[-1][0]
+    own = _log_fit(late)
+    loss = own[0] + own[1] * math.log(end) if own is not None else late[-1][1]
+
+    def steps_at(loss: float) -> float:  # DDP's step at that loss, over `end`: the pace
+        pace = math.exp(min((loss - a) / b, 700.0)) / end
+        return target_steps / pace if pace > 0 else math.inf
+
+    allowed = target_steps * (1 + HOLD_WITHIN)
+    n = steps_at(loss)
+    if n > allowed:
+        return Steps(None, BEYOND_TARGET)
+    if steps_at(loss * (1 + noise)) > allowed:
+        return Steps(None, UNRESOLVED)
+    return Steps(min(math.ceil(n), target_steps), FORECAST)
+
+
+def _scatter(points: Sequence[tuple[float, float]], a: float, b: float) -> float:
+    """Root mean square of `points`' losses relative to the fit a + b ln(step), over their
+    degrees of freedom (0 where the fit's two parameters leave none)."""
+    if len(points) <= 2:
+        return 0.0
+    squares = [((loss - (a + b * math.log(s))) / (a + b * math.log(s))) ** 2 for s, loss in points]
+    return math.sqrt(sum(squares) / (len(points) - 2))
+
+
+def _log_fit(points: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+    """(a, b) of the least-squares loss = a + b ln(step) through `points`; None with fewer
+    than two distinct steps."""
+    xs = [math.log(s) for s, _ in points if s > 0]
+    ys = [loss for s, loss in points if s > 0]
+    if len(set(xs)) < 2:
+        return None
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mx) ** 2 for x in xs
+    )
+    return my - b * mx, b
+
+
 def parse_steps(text: str) -> dict[str, int]:
     """`ddp=400,diloco:H16=520` as {method name: steps}; bad entries: a one-line UserError."""
     out: dict[str, int] = {}
@@ -77,18 +199,31 @@ def parse_steps(text: str) -> dict[str, int]:
     return out
 
 
-def read_pilot(data: Mapping[str, Any], target: float | None) -> tuple[float, dict[str, Steps]]:
+def read_pilot(
+    data: Mapping[str, Any], target: float | None, target_steps: int | None = None
+) -> tuple[float | None, dict[str, Steps]]:
     """The target and each method's steps from a pilot's JSON: `{"target_loss": L, "methods":
     {name: {"steps_to_target": N} or {"curve": [[step, loss], ...]}}}` (what `cadence bench
     tta` writes). `target` (the user's) overrides the pilot's; a count measured for another
-    target is then refused, a curve is read at the new one."""
+    target is then refused, a curve is read at the new one. With `target_steps` the target is
+    DDP's loss after that many steps, and the curves are read or forecast to it (`forecast`;
+    the target is then None where the pilot stops short of it)."""
     methods = data.get("methods")
     if not isinstance(methods, Mapping) or not methods:
         raise UserError('the pilot names no methods: expected {"methods": {name: {...}}}')
+    if target_steps is not None:
+        if target is not None:
+            raise UserError("give --target-loss or --target-steps, not both")
+        curves = {}
+        for name, entry in methods.items():
+            if "curve" not in entry:
+                raise UserError(f"--target-steps reads curves: the pilot's {name} has none")
+            curves[parse_method(name).name] = entry["curve"]
+        return forecast(curves, target_steps)
     own = data.get("target_loss")
     if target is None:
         if own is None:
-            raise UserError("give --target-loss: the pilot states no target_loss")
+            raise UserError("give --target-loss or --target-steps: the pilot states no target")
         target = float(own)
     out: dict[str, Steps] = {}
     for name, entry in methods.items():
@@ -109,7 +244,9 @@ def read_pilot(data: Mapping[str, Any], target: float | None) -> tuple[float, di
     return target, out
 
 
-def load_pilot(path: str, target: float | None) -> tuple[float, dict[str, Steps], int | None]:
+def load_pilot(
+    path: str, target: float | None, target_steps: int | None = None
+) -> tuple[float | None, dict[str, Steps], int | None]:
     """`read_pilot` of the JSON file at `path` (unreadable: a one-line UserError), and the
     global batch the pilot ran at where it says (`global_batch`)."""
     try:
@@ -120,7 +257,7 @@ def load_pilot(path: str, target: float | None) -> tuple[float, dict[str, Steps]
     if not isinstance(data, Mapping):
         raise UserError(f"the pilot {path} is not a JSON object")
     batch = data.get("global_batch")
-    return (*read_pilot(data, target), None if batch is None else int(batch))
+    return (*read_pilot(data, target, target_steps), None if batch is None else int(batch))
 
 
 def convergence(
@@ -194,8 +331,15 @@ def _within_margin(ddp: Row, fastest: Row) -> bool:
     return ddp.seconds <= fastest.seconds * (1 + KEEP_DDP_WITHIN)
 
 
-def why(rows: Sequence[Row], target: float) -> str:
-    """One line on the pick."""
+def goal(target: float | None, target_steps: int | None = None) -> str:
+    """The target in words: a loss, or DDP's loss after `target_steps` steps."""
+    if target is not None:
+        return f"loss {target:g}"
+    return f"ddp's loss after {target_steps} steps"
+
+
+def why(rows: Sequence[Row], target: float | str) -> str:
+    """One line on the pick; `target` a loss or `goal`'s words."""
     known = [r for r in rows if r.seconds is not None]
     if not known:
         return (
@@ -206,7 +350,8 @@ def why(rows: Sequence[Row], target: float) -> str:
     assert best.seconds is not None and best.steps.steps is not None
     text = (
         f"pick {best.estimate.method}: {best.steps.steps} steps x "
-        f"{best.estimate.step_s * 1e3:.1f} ms = {best.seconds:.1f} s to loss {target:g}"
+        f"{best.estimate.step_s * 1e3:.1f} ms = {best.seconds:.1f} s to "
+        f"{goal(target) if isinstance(target, float | int) else target}"
     )
     ddp = next((r for r in known if r.estimate.method == "ddp"), None)
     if ddp is not None and ddp is not best:

@@ -21,6 +21,7 @@ from cadence.sim.tta import (
     Row,
     Steps,
     convergence,
+    goal,
     load_pilot,
     parse_steps,
     rank,
@@ -30,10 +31,11 @@ from cadence.sim.tta import (
 
 
 def _methods(args: Any, data: dict[str, Steps], user: dict[str, int]) -> list[Method]:
-    """The methods asked for, then any other one the pilot or the user has figures for."""
+    """The methods asked for (--methods), else the defaults and any other one the pilot has
+    figures for; and any the user gave steps for."""
     methods = list(parse_methods(args.methods or ",".join(DEFAULT_METHODS)))
     named = {m.name for m in methods}
-    for name in [*data, *user]:
+    for name in [*([] if args.methods else data), *user]:
         if name not in named:
             methods.append(parse_method(name))
             named.add(name)
@@ -44,8 +46,11 @@ def _methods(args: Any, data: dict[str, Steps], user: dict[str, int]) -> list[Me
 class TTAPlan:
     """`cadence plan tta`'s answer."""
 
-    target: float
-    """The loss the steps are counted to."""
+    target: float | None
+    """The loss the steps are counted to; None where it is DDP's after --target-steps steps,
+    beyond the pilot."""
+    goal: str
+    """The target in words."""
     rows: list[Row]
     """Methods, fastest predicted time to the target first; unranked ones last."""
     why: str
@@ -60,6 +65,11 @@ class TTAPlan:
 
 def plan_tta(args: Any) -> TTAPlan:
     """Rank the methods by steps to the target x predicted seconds per step."""
+    target_steps = getattr(args, "target_steps", None)
+    if target_steps is not None and target_steps < 1:
+        raise UserError(f"--target-steps must be at least 1, got {target_steps}")
+    if target_steps is not None and args.pilot is None:
+        raise UserError("--target-steps reads ddp's curve from a pilot: give --pilot FILE")
     if args.pilot is None and args.steps_to_target is None:
         raise UserError(
             "plan tta needs convergence data: --pilot FILE (`cadence bench tta` writes one) "
@@ -67,9 +77,11 @@ def plan_tta(args: Any) -> TTAPlan:
         )
     user = parse_steps(args.steps_to_target) if args.steps_to_target else {}
     target, pilot, batch = (
-        load_pilot(args.pilot, args.target_loss) if args.pilot else (args.target_loss, {}, None)
+        load_pilot(args.pilot, args.target_loss, target_steps)
+        if args.pilot
+        else (args.target_loss, {}, None)
     )
-    if target is None:
+    if target is None and target_steps is None:
         raise UserError("give --target-loss: the loss the steps to target are counted to")
     methods = _methods(args, pilot, user)
     options = sim_options(args)
@@ -103,7 +115,8 @@ def plan_tta(args: Any) -> TTAPlan:
         pairs = zip(estimates, methods, strict=True)
         estimates = [with_floor(e, m, costs, per_host) for e, m in pairs]
     rows = rank(estimates, convergence([m.name for m in methods], pilot, user))
-    return TTAPlan(target, rows, why(rows, target), setup, options, batch)
+    words = goal(target, target_steps)
+    return TTAPlan(target, words, rows, why(rows, words), setup, options, batch)
 
 
 def plan_tta_command(args: Any) -> int:
@@ -113,7 +126,7 @@ def plan_tta_command(args: Any) -> int:
     print(setup.description + accumulation_note(options))
     print(f"assumed: {setup.assumed}")
     planned = setup.profile.batch_size * setup.world_size * options.grad_accum
-    print(f"target loss {target:g}; steps at the pilot's / user's global batch")
+    print(f"target: {plan.goal}; steps at the pilot's / user's global batch")
     if batch is not None and batch != planned:
         print(
             f"note: the pilot ran a global batch of {batch}, this prediction is for {planned} "
