@@ -464,8 +464,7 @@ def run_pilot(
         echo(f"{model}, {hosts} hosts: the pilot in {path} ran these methods; kept")
         return path
     short = replace(config, steps=length, pilot_steps=length)
-    runs = _train_cell(model, f"{NO_CAP} (pilot, {length} steps)", hosts, short,
-                       lambda m, _, h, method, c: train(m, NO_CAP, h, method, c), echo)  # fmt: skip
+    runs = _train_cell(model, NO_CAP, hosts, short, train, echo, f"pilot, {length} steps")
     path.write_text(json.dumps(pilot(runs, length, config.batch_size), indent=2) + "\n")
     return path
 
@@ -487,11 +486,13 @@ def _train_cell(
     config: TTABenchConfig,
     train: Callable[[str, str, int, str, TTABenchConfig], Any],
     echo: Callable[[str], None],
+    what: str = "",
 ) -> dict[str, Any]:
-    """Each method's metrics in one cell (ddp first: the target), or {"error": line}."""
+    """Each method's metrics in one cell (ddp first: the target), or {"error": line}; `what`
+    names the runs in the progress lines (a pilot's)."""
     runs: dict[str, Any] = {}
     for method in ("ddp", *(m for m in config.methods if m != "ddp")):
-        echo(f"{model} @ {cap}, {hosts} hosts: {method}")
+        echo(f"{model} @ {cap}, {hosts} hosts{f' ({what})' if what else ''}: {method}")
         try:
             runs[method] = train(model, cap, hosts, method, config)
         except Exception as exc:  # noqa: BLE001 - one failed method, not the bench
@@ -567,7 +568,8 @@ def run_tta_bench(
                 raise RuntimeError(pilot_path)
             if (cap, hosts) not in links:
                 where = out.parent / f"{out.stem}.{cap}.{hosts}h.calibration.json"
-                echo(f"calibrating the links at {cap}, {hosts} hosts")
+                if not where.exists():
+                    echo(f"calibrating the links at {cap}, {hosts} hosts")
                 links[cap, hosts] = calibrate(cap, hosts, where)
             costs = out.parent / f"{out.stem}.{model}.{hosts}h.loop-costs.json"
             profile = out.parent / f"{out.stem}.{model}.{hosts}h.profile.json"
