@@ -111,20 +111,21 @@ class TTABenchConfig:
 
 
 # --- pure: results of one cell -----------------------------------------------------------
-def reached(evals: Sequence[Mapping[str, Any]], target: float) -> Mapping[str, Any] | None:
-    """The first evaluation at or below `target` after which the test loss stays within 1%
-    above it to the end (`cadence.sim.tta.reached_at`); None if none is."""
+def time_to_target(evals: Sequence[Mapping[str, Any]], target: float) -> float | None:
+    """Training seconds of the first evaluation at or below `target` after which the test loss
+    stays within 1% above it to the end (`cadence.sim.tta.reached_at`); None if none is."""
+    curve = [(e.get("step"), e["seconds"], e.get("test_loss")) for e in evals]
+    at = _reached(curve, target)
+    return None if at is None else float(at[1])
+
+
+def _reached(curve: Sequence[Sequence[Any]], target: float) -> Sequence[Any] | None:
+    """The (step, seconds, loss) of `curve` where it reaches `target` (`reached_at`)."""
     from cadence.sim.tta import reached_at
 
-    losses = [math.nan if e.get("test_loss") is None else float(e["test_loss"]) for e in evals]
+    losses = [math.nan if loss is None else float(loss) for _, _, loss in curve]
     i = reached_at(losses, target)
-    return None if i is None else evals[i]
-
-
-def time_to_target(evals: Sequence[Mapping[str, Any]], target: float) -> float | None:
-    """Training seconds of `reached`'s evaluation; None if the run does not reach `target`."""
-    at = reached(evals, target)
-    return None if at is None else float(at["seconds"])
+    return None if i is None else curve[i]
 
 
 def wire_bytes(method: str, metrics: Mapping[str, Any]) -> int:
@@ -170,10 +171,9 @@ def scored(target: float, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, A
     for r in rows:
         row = dict(r)
         if "error" not in r:
-            at = reached([{"step": n, "seconds": sec, "test_loss": loss}
-                          for n, sec, loss in r["curve"]], target)  # fmt: skip
-            row["steps_to_target"] = None if at is None else int(at["step"])
-            row["time_to_target_s"] = None if at is None else float(at["seconds"])
+            at = _reached(r["curve"], target)
+            row["steps_to_target"] = None if at is None else int(at[0])
+            row["time_to_target_s"] = None if at is None else float(at[1])
         out.append(row)
     ddp_s = next((r["time_to_target_s"] for r in out if r["method"] == "ddp"), None)
     for row in out:
