@@ -41,7 +41,8 @@ class NetworkModel:
     calibration: str | None = opt(None, metavar="FILE")
     """`cadence calibrate` JSON: the links' measured alpha-beta, each collective's own alpha
     included (replaces bandwidth, latency and payload fraction; bench sim: the alphas only,
-    beta from each run's cap)."""
+    beta from each run's cap, for every row of --held-out instead of calibrating each
+    cluster)."""
     calibration_latency: Literal["by-size", "fitted"] = "by-size"
     """With calibration: price each all-reduce's per-message latency as measured at its own
     size (by-size) or with the calibration's one fitted alpha (fitted)."""
@@ -222,10 +223,12 @@ class BenchOptions:
     """sim: saved profiles, one per model (several after one --profile, or --profile
     repeated); none: profile now."""
     held_out: str | None = opt(None, metavar="FILE")
-    """sim: train every row of a held-out set (benchmarks/held_out.toml) on the emulated
-    cluster --repeats times, rows alternating, and print each row's error beside its
+    """sim: calibrate the links of each emulated cluster a held-out set
+    (benchmarks/held_out.toml) trains on (`<out>.<cap>.<n>w.calibration.json`, kept), train
+    every row there --repeats times, rows alternating, and print each row's error beside its
     run-to-run spread (a profile per round, at each row's per-worker batch and threads, taken
-    before the round's first run that uses it; the prediction is their median)."""
+    before the round's first run that uses it; the prediction is their median), and what the
+    caps alone predict."""
     measured: str | None = opt(None, metavar="FILE")
     """sim with --held-out: each row's runs from this earlier --held-out JSON of the same set
     instead of training them again; the profiles (--repeats of them) and predictions are made

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from cadence.comm.calibrate import Calibration
+from cadence.comm.cost import AlphaBeta
 from cadence.config import TrainConfig
 from cadence.errors import UserError
 from cadence.models import get_model_spec
@@ -232,9 +234,24 @@ def test_the_command_writes_json_png_and_the_table(
         return dataclasses.replace(zoo_profile(key[0]), iteration_s=len(profiled))
 
     monkeypatch.setattr("cadence.sim.held_out_command.take_profile", take)
+    calibrated: list[tuple[str, int]] = []
+    trained_before: list[int] = []
+
+    def calibrate(cap: str, hosts: int, where: Path) -> Path:
+        calibrated.append((cap, hosts))
+        trained_before.append(len(runs))
+        Calibration(
+            model=AlphaBeta(alpha_s=2e-3, beta_s_per_byte=1e-9), world_size=hosts,
+            backend="gloo", repeats=3, objective="regimes", rows=(), torch_version="x",
+        ).save(where)  # fmt: skip
+        return where
+
+    monkeypatch.setattr("cadence.comm.calibrate_command.calibrate_cluster", calibrate)
     out = tmp_path / "out" / "held.json"
     assert main(["bench", "sim", "--held-out", path, "--repeats", "2", "--out", str(out)]) == 0
     assert runs == ["dp", "ps", "dp", "ps"]
+    assert calibrated == [("1mbit", 2)]  # one cluster: both rows train on it
+    assert trained_before == [0]  # its links timed before any training
     # A profile per round for the rows' one profile key, taken before the round's first run.
     model = "cnn"
     assert profiled == [f"{model} before -", f"{model} before ps"]
@@ -251,11 +268,19 @@ def test_the_command_writes_json_png_and_the_table(
     printed = capsys.readouterr().out
     assert "ps: not predicted: the simulator models bsp only, not asp" in printed
     assert "mean |error|" in printed
+    # Each message priced with the cluster's calibrated latency; the cap alone beside it.
+    where = out.with_name("held.1mbit.2w.calibration.json")
+    assert first["calibration"] == str(where) and where.exists()
+    assert first["predicted_at_cap_s"] < first["predicted_s"]
+    assert first["error_at_cap"] == pytest.approx(first["predicted_at_cap_s"] / 1.005 - 1)
+    assert "on the caps alone (no calibration): mean |error|" in printed
     # --measured re-scores those runs with profiles and predictions made now: no training.
     again = tmp_path / "again.json"
     args = ["bench", "sim", "--held-out", path, "--measured", str(out), "--out", str(again)]
     assert main(args) == 0
     assert runs == ["dp", "ps", "dp", "ps"] and len(profiled) == 2 + 3  # a profile a round
+    assert calibrated == [("1mbit", 2)] * 2  # its own, beside its --out
+    assert main(args) == 0 and len(calibrated) == 2  # and kept there
     assert json.loads(again.read_text())["rows"][0]["runs_s"] == [1.0, 1.01]
     other = write_set(tmp_path / "o.toml", ("zz", "ddp", ""))
     capsys.readouterr()

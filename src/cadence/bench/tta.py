@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from cadence.comm.calibrate_command import calibrate_cluster
 from cadence.errors import UserError
 
 NO_CAP = "none"
@@ -302,28 +303,6 @@ def plan_score(
             "steps": steps}  # fmt: skip
 
 
-CALIBRATION_SIZES = (1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
-"""Message sizes each cell's links are calibrated at: from one latency-bound all-reduce to
-past the largest gradient bucket or outer sync of the bundled models."""
-
-
-def calibrate_link(cap: str, hosts: int, path: Path) -> Path:
-    """`cadence calibrate` on the cell's links (emulated at `cap`, or the loopback for none),
-    as a user calibrates theirs before planning: all-reduce and all-gather, 3 timed rounds.
-    A calibration already at `path` is kept."""
-    from cadence.comm.calibrate_command import CalibrateConfig, run_calibration
-
-    if path.exists():
-        return path
-
-    config = CalibrateConfig(
-        out=str(path), workers=hosts, bandwidth=cap, collectives=("all_reduce", "all_gather"),
-        sizes=CALIBRATION_SIZES, repeats=3, warmup=1,
-    )  # fmt: skip
-    run_calibration(config, path)
-    return path
-
-
 def plan_cell(
     model: str,
     cap: str,
@@ -507,7 +486,7 @@ def run_tta_bench(
     echo: Callable[[str], None] = print,
     train: Callable[[str, str, int, str, TTABenchConfig], Any] = train_method,
     plan: Callable[..., Any] = plan_cell,
-    calibrate: Callable[[str, int, Path], Path | None] = calibrate_link,
+    calibrate: Callable[[str, int, Path], Path | None] = calibrate_cluster,
     measured: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Every cell, written after each one (an interrupted benchmark keeps what it measured).

@@ -166,3 +166,20 @@ def run_calibration(config: CalibrateConfig, out: Path) -> int:
     print(f"wrote {out}")
     return 0
 
+
+CLUSTER_SIZES = (1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
+"""Message sizes `calibrate_cluster` times: from a latency-bound all-reduce to past the largest
+gradient bucket or outer sync of the bundled models."""
+
+
+def calibrate_cluster(cap: str, hosts: int, path: Path) -> Path:
+    """`cadence calibrate` on the links a benchmark's job runs on (`hosts` emulated at `cap`,
+    or the loopback for "none"), as a user calibrates theirs before planning: every default
+    collective, 3 timed rounds. A calibration already at `path` is kept."""
+    if path.exists():
+        return path
+    config = CalibrateConfig(
+        out=str(path), workers=hosts, bandwidth=cap, sizes=CLUSTER_SIZES, repeats=3, warmup=1
+    )
+    run_calibration(config, path)
+    return path

@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
+from cadence.comm.cost import AlphaBeta
 from cadence.errors import UserError
 from cadence.profile import Profile
 from cadence.sim.held_out import HeldOutRow, load_held_out, measure, plot, score_row, summary
@@ -101,9 +103,67 @@ def measured_before(
     return figures, failed
 
 
+Cluster = tuple[str, int]
+"""(emulated cap, hosts) a row trains on."""
+
+
+def cluster_of(row: HeldOutRow) -> Cluster | None:
+    """The emulated links a row's job runs on (None without a cap: it is not predicted)."""
+    cap = row.config.cluster.emulate_bandwidth
+    return None if cap is None else (cap, row.config.cluster.workers)
+
+
+def calibration_path(out: Path, cluster: Cluster) -> Path:
+    cap, hosts = cluster
+    return out.with_name(f"{out.stem}.{cap}.{hosts}w.calibration.json")
+
+
+def cluster_links(
+    rows: list[HeldOutRow], out: Path, calibration: str | None, latency: str
+) -> dict[Cluster, tuple[str, AlphaBeta]]:
+    """Each row cluster's calibration file and link: `calibration` for all of them where given, else
+    `cadence calibrate` on each cluster now, before any run (as a user calibrates before
+    planning), kept beside `out` (`calibration_path`) and reused from there."""
+    from cadence.comm.calibrate import calibrated_link
+    from cadence.comm.calibrate_command import calibrate_cluster
+
+    clusters = sorted({c for c in map(cluster_of, rows) if c is not None})
+    links: dict[Cluster, tuple[str, AlphaBeta]] = {}
+    for cluster in clusters:
+        if calibration is not None:
+            path = Path(calibration)
+        else:
+            path = calibration_path(out, cluster)
+            if not path.exists():
+                print(f"calibrating the links of {cluster[1]} hosts at {cluster[0]}", flush=True)
+                calibrate_cluster(*cluster, path)
+        links[cluster] = (str(path), calibrated_link(path, latency))
+    return links
+
+
+def median_or_none(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def at_cap_line(rows: list[dict[str, Any]], rankings: list[dict[str, Any]]) -> str:
+    """What the same profiles predict on the caps alone, without the calibrations."""
+    counted = [
+        abs(r["error_at_cap"]) for r in rows if r["scored"] and r["error_at_cap"] is not None
+    ]
+    errors = (
+        f"mean |error| {statistics.fmean(counted):.1%}, worst {max(counted):.1%} over the same "
+        f"{len(counted)} rows" if counted else "no scored rows"
+    )  # fmt: skip
+    cases = "; ".join(
+        f"{c['case']} tau {c['kendall_tau']:.2f}, pick / best {c['pick_over_best']:.3f} "
+        f"({c['verdict']})"
+        for c in rankings
+    )
+    return f"on the caps alone (no calibration): {errors}" + (f"; {cases}" if cases else "")
+
+
 def held_out_command(args: Any) -> int:
     """Run the held-out set `args.held_out`, `args.repeats` times; write `args.out` (+ .png)."""
-    from cadence.comm.calibrate import calibrated_link
     from cadence.train.run import validate
 
     path = args.held_out
@@ -120,12 +180,12 @@ def held_out_command(args: Any) -> int:
         runs_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"cannot make {runs_dir}: {exc.strerror or exc}") from None
-    calibration = args.calibration
-    calibrated = calibrated_link(calibration, args.calibration_latency) if calibration else None
+    earlier = measured_before(args.measured, rows) if args.measured else None
+    links = cluster_links(rows, out, args.calibration, args.calibration_latency)
     profiles = RoundProfiles()
     load_before = os.getloadavg()
-    if args.measured:
-        figures, failed = measured_before(args.measured, rows)
+    if earlier is not None:
+        figures, failed = earlier
         for repeat in range(args.repeats):  # a profile per round, taken now
             for row in rows:
                 profiles.before(row, repeat)
@@ -135,9 +195,15 @@ def held_out_command(args: Any) -> int:
     scored = []
     for row in rows:
         taken = profiles.of(row)
-        guesses = [predict(row.config, p, args.payload_fraction, calibrated) for p in taken]
+        cluster = cluster_of(row)
+        calibration, link = links[cluster] if cluster is not None else (None, None)
+        guesses = [predict(row.config, p, args.payload_fraction, link) for p in taken]
         guess = guesses[0]
         predicted = [g.iteration_s for g in guesses if g.iteration_s is not None]
+        # The same profiles on the cap alone, no per-message latency: what the calibration
+        # changed, row by row.
+        at_cap = [predict(row.config, p, args.payload_fraction).iteration_s for p in taken]
+        at_cap_s = median_or_none([s for s in at_cap if s is not None])
         more: dict[str, Any] = {
             "note": guess.note, "conditions": guess.conditions,
             "profile_batch": taken[0].batch_size, "profile_threads": taken[0].threads,
@@ -148,13 +214,21 @@ def held_out_command(args: Any) -> int:
             "profile_iteration_s": [p.iteration_s for p in taken],
             "profile_pace_factor": [p.pace_factor for p in taken],
             "config": row.config.to_flat(),
+            "calibration": calibration,
+            "predicted_at_cap_s": at_cap_s,
+            "error_at_cap": None if at_cap_s is None or not figures[row.name]
+            else at_cap_s / statistics.median(figures[row.name]) - 1,
         }  # fmt: skip
         if row.name in failed:
             more["failed"] = failed[row.name]
         scored.append(score_row(row.name, figures[row.name], predicted or None, **more))
-    rankings = rank_cases({r.name: r.case for r in rows if r.case}, scored)
+    cases = {r.name: r.case for r in rows if r.case}
+    rankings = rank_cases(cases, scored)
+    uncalibrated = [{**r, "predicted_s": r["predicted_at_cap_s"]} for r in scored]
+    rankings_at_cap = rank_cases(cases, uncalibrated)
     for line in [*held_out_table(scored), *ranking_lines(rankings)]:
         print(line)
+    print(at_cap_line(scored, rankings_at_cap))
     data = {
         "command": "cadence " + shlex.join(sys.argv[1:]),
         "held_out": str(path),
@@ -163,9 +237,9 @@ def held_out_command(args: Any) -> int:
         "rows": scored,
         **summary(scored),
         "rankings": rankings,
-        "link": "emulated cap x payload fraction, no per-message latency"
-        if calibration is None
-        else f"cap with the alphas of {calibration}",
+        "rankings_at_cap": rankings_at_cap,
+        "link": "emulated cap x payload fraction, each message's latency from the row's "
+        "calibration (`calibration`); `predicted_at_cap_s`: the cap alone",
         "payload_fraction": args.payload_fraction,
         "load_average_1m_before_after": [load_before[0], os.getloadavg()[0]],
         "cpu_count": os.cpu_count(),
