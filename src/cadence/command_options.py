@@ -179,7 +179,8 @@ class BenchOptions:
     """Comma-separated message sizes (bench collectives, none: 1KB to 64MB, x4)."""
     collectives: str = opt("all_reduce,reduce_scatter,all_gather,broadcast", metavar="NAMES")
     """Collectives to time, comma-separated, from all_reduce, reduce_scatter, all_gather,
-    broadcast, all_to_all (calibrate: all-reduce is always timed)."""
+    broadcast, all_to_all (calibrate: all-reduce is always timed; also cadence's own
+    ring_all_reduce, ring_reduce_scatter, ring_all_gather)."""
     ddp_buckets_mb: str = opt("5,100", metavar="MBS")
     """dp: DDP bucket sizes tried for the tuned DDP row, comma-separated."""
     ddp_fixed_heap: bool = False

@@ -118,6 +118,46 @@ def test_other_collectives_get_alphas_of_their_own_from_their_latency_bound_size
     assert got.time("allgather", "ring", 1 << 10, 4) == pytest.approx(gather[0])
 
 
+def test_cadences_own_collectives_get_p2p_alphas_and_are_timed_at_small_sizes():
+    from cadence.comm.calibrate import predicted_s
+    from cadence.comm.calibrate_plan import P2P_MAX_BYTES, sizes_for
+
+    base = AlphaBeta(50e-6, 20e-9)
+    sizes = [1 << 10, 1 << 12]
+    ring = [AlphaBeta(400e-6, 20e-9).time("reduce_scatter", "ring", n, 4) for n in sizes]
+    gloo = [AlphaBeta(150e-6, 20e-9).time("allgather", "ring", n, 4) for n in sizes]
+    timed = {"ring_reduce_scatter": list(zip(sizes, ring, strict=True)),
+             "all_gather": list(zip(sizes, gloo, strict=True))}  # fmt: skip
+    got = with_collective_alphas(base, timed, 4)
+    assert dict(got.collective_alphas) == {"allgather": pytest.approx(150e-6)}
+    assert dict(got.p2p_alphas) == {"reduce_scatter": pytest.approx(400e-6)}
+    assert predicted_s(got, "ring_reduce_scatter", 1 << 10, 4) == pytest.approx(ring[0])
+    assert predicted_s(got, "all_gather", 1 << 10, 4) == pytest.approx(gloo[0])
+    # gloo's collectives at every size, cadence's up to P2P_MAX_BYTES (at least two sizes).
+    every = [1 << 10, 1 << 16, 1 << 20, 64 << 20]
+    assert sizes_for("all_gather", every) == every
+    assert sizes_for("ring_all_reduce", every) == [n for n in every if n <= P2P_MAX_BYTES]
+    assert sizes_for("ring_all_reduce", [1 << 22, 1 << 20, 1 << 24]) == [1 << 20, 1 << 22]
+
+
+def _calibrate_ring(rank, world_size, sizes):
+    ring = ("ring_all_reduce", "ring_reduce_scatter")
+    return calibrate(sizes=sizes, repeats=2, warmup=1, collectives=("all_reduce", *ring))
+
+
+def test_live_ring_collectives_are_timed_and_priced_with_their_own_alphas():
+    cal, cal1 = run_ranks(_calibrate_ring, 2, [1 << 10, 1 << 12, 1 << 20], timeout=60)
+    assert cal == cal1
+    assert cal.collectives() == ["all_reduce", "ring_all_reduce", "ring_reduce_scatter"]
+    assert [r.nbytes for r in cal.rows if r.collective.startswith("ring_")] == [1024, 4096] * 2
+    assert dict(cal.model.p2p_alphas).keys() == {"allreduce", "reduce_scatter"}
+    own = cal.model.p2p()
+    for row in cal.rows:
+        if row.collective == "ring_all_reduce":
+            assert row.predicted_s == own.time("allreduce", "ring", row.nbytes, 2)
+    assert "cadence allreduce alpha" in cal.table().splitlines()[0]
+
+
 def _calibrate(rank, world_size, sizes):
     return calibrate(sizes=sizes, repeats=5, warmup=1)
 

@@ -22,12 +22,15 @@ SIZES = "1KB,4KB,1MB,4MB"
 def _check(path: Path, world_size: int) -> Calibration:
     cal = Calibration.load(path)
     assert cal.world_size == world_size and cal.backend == "gloo"
-    assert cal.collectives() == ["all_reduce", "all_gather", "broadcast"]
-    assert [r.nbytes for r in cal.rows] == [1024, 4096, 1 << 20, 4 << 20] * 3
+    ring = ["ring_all_reduce", "ring_reduce_scatter", "ring_all_gather"]
+    assert cal.collectives() == ["all_reduce", "all_gather", "broadcast", *ring]
+    # cadence's own collectives only at the sizes up to 64 KB.
+    assert [r.nbytes for r in cal.rows] == [1024, 4096, 1 << 20, 4 << 20] * 3 + [1024, 4096] * 3
     assert all(r.measured_s > 0 and r.predicted_s > 0 for r in cal.rows)
     assert cal.model.beta_s_per_byte > 0
-    # 1 KB on the loopback is latency-bound: both other collectives get an alpha of their own.
+    # 1 KB on the loopback is latency-bound: every other collective gets an alpha of its own.
     assert {c for c, _ in cal.model.collective_alphas} == {"allgather", "broadcast"}
+    assert {c for c, _ in cal.model.p2p_alphas} == {"allreduce", "reduce_scatter", "allgather"}
     return cal
 
 

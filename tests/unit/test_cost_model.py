@@ -207,6 +207,30 @@ def test_collective_alphas_come_back_from_json_lists_and_are_checked():
         AlphaBeta(A, B, collective_alphas=(("allgather", -1.0),))
 
 
+def test_p2p_alphas_price_cadences_own_collectives_and_leave_gloos_alone():
+    # gloo's all-reduce is priced by size and its all-gather by its own alpha; cadence's ring
+    # all-reduce and reduce-scatter have alphas of their own, its all-gather none.
+    sized = ((1024.0, 1e-3), (4096.0, 1e-5))
+    link = AlphaBeta(A, B, collective_alphas=(("allgather", 2 * A),), allreduce_alphas=sized,
+                     p2p_alphas=[["allreduce", 5 * A], ["reduce_scatter", 4 * A]])  # type: ignore[arg-type]  # fmt: skip
+    hash(link)
+    assert link.alpha_for("allreduce", 1024) == 1e-3  # gloo's calls are not touched
+    assert link.alpha_for("reduce_scatter") == A
+    own = link.p2p()
+    assert own.p2p_alphas == () and own.allreduce_alphas == ()
+    assert own.alpha_for("allreduce", 1024) == own.alpha_for("allreduce", 1 << 30) == 5 * A
+    assert own.alpha_for("reduce_scatter") == 4 * A
+    assert own.alpha_for("allgather") == 2 * A  # no own alpha: priced as gloo's
+    t = own.terms("reduce_scatter", "ring", N, 4)
+    assert close(own.time("reduce_scatter", "ring", N, 4), 4 * A * t.messages + B * t.wire_bytes)
+    # Without an all-reduce of its own, cadence's all-reduce keeps gloo's latency by size.
+    gather_only = AlphaBeta(A, B, allreduce_alphas=sized, p2p_alphas=(("allgather", 3 * A),))
+    assert gather_only.p2p().allreduce_alphas == sized
+    assert MODEL.p2p() is MODEL
+    with pytest.raises(ValueError, match="accepted: .*allgather"):
+        AlphaBeta(A, B, p2p_alphas=(("ring_all_gather", 2e-4),))
+
+
 def test_allreduce_alphas_price_each_all_reduce_at_its_own_size():
     sized = AlphaBeta(A, B, allreduce_alphas=((1024, 1e-3), (4096, 1e-5)))
     assert sized.alpha_for("allreduce", 1024) == 1e-3

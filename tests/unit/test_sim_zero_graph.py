@@ -205,6 +205,18 @@ def test_gathers_are_priced_with_the_all_gathers_own_alpha() -> None:
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3])
+def test_zeros_collectives_are_priced_with_cadences_own_alphas(stage: int) -> None:
+    # The executor runs cadence's ring collectives: a calibration's p2p alphas price every one
+    # of them as if they were the link's alphas for those collectives, and gloo's do not.
+    names = ("allreduce", "reduce_scatter", "allgather")
+    gloo = AlphaBeta(alpha_s=1e-3, beta_s_per_byte=1e-6)
+    ring = AlphaBeta(1e-3, 1e-6, collective_alphas=tuple((c, 4e-3) for c in names))
+    calibrated = AlphaBeta(1e-3, 1e-6, p2p_alphas=tuple((c, 4e-3) for c in names))
+    assert _period(stage, calibrated, 4) == pytest.approx(_period(stage, ring, 4))
+    assert _period(stage, calibrated, 4) > _period(stage, gloo, 4)
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
 def test_the_step_waits_for_the_used_flags_all_reduce(
     stage: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -26,7 +26,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from cadence.comm.calibrate_plan import DEFAULT_SIZES, MODEL_OF, calls_per_round
+from cadence.comm import collectives as cadence_collectives
+from cadence.comm.calibrate_plan import (
+    DEFAULT_SIZES,
+    MODEL_OF,
+    P2P_MODEL_OF,
+    calls_per_round,
+    sizes_for,
+)
 from cadence.comm.cost import AlphaBeta
 from cadence.errors import UserError
 
@@ -98,7 +105,8 @@ class Calibration:
             f"world {self.world_size}, {self.backend}"
             + "".join(
                 f"; {c} alpha {a * 1e6:.2f} us" for c, a in self.model.collective_alphas
-            ),
+            )
+            + "".join(f"; cadence {c} alpha {a * 1e6:.2f} us" for c, a in self.model.p2p_alphas),
             f"{'collective':<11}{'bytes':>10}{'measured ms':>13}{'predicted ms':>14}{'error':>8}",
         ]
         for r in self.rows:
@@ -170,11 +178,18 @@ def _op(collective: str, buf: torch.Tensor, world_size: int):  # noqa: ANN202 - 
         return lambda: dist.all_reduce(buf)
     if collective == "broadcast":
         return lambda: dist.broadcast(buf, src=0)
-    if collective == "all_gather":
-        # The flat form `cadence bench collectives` and ZeRO call; the list form copies
+    if collective in ("all_gather", "ring_all_gather", "ring_reduce_scatter"):
+        # The flat forms `cadence bench collectives` and ZeRO call; the list forms copy
         # differently. The input must not alias the output.
         mine = torch.zeros(buf.numel() // world_size)
-        return lambda: _gloo_all_gather(buf[: mine.numel() * world_size], mine)
+        whole = buf[: mine.numel() * world_size]
+        if collective == "all_gather":
+            return lambda: _gloo_all_gather(whole, mine)
+        if collective == "ring_all_gather":
+            return lambda: cadence_collectives.all_gather_into_tensor(whole, mine)
+        return lambda: cadence_collectives.reduce_scatter_tensor(mine, whole)
+    if collective == "ring_all_reduce":
+        return lambda: cadence_collectives.all_reduce(buf)
     raise ValueError(f"unknown collective {collective!r}; accepted: {', '.join(MODEL_OF)}")
 
 
@@ -397,11 +412,11 @@ def fit_latency(
 def with_collective_alphas(
     model: AlphaBeta, timed: Mapping[str, Sequence[tuple[int, float]]], world_size: int
 ) -> AlphaBeta:
-    """`model` with an alpha of their own (`AlphaBeta.collective_alphas`) for the collectives
-    in `timed` (torch.distributed name -> (bytes, seconds) of its calls), each fitted by
-    `fit_latency`; one with no latency-bound size keeps the model's alpha. All-reduce's own
-    alpha stays `alpha_s`."""
-    pairs = []
+    """`model` with an alpha of their own for the collectives in `timed` (name as `MODEL_OF`
+    -> (bytes, seconds) of its calls), each fitted by `fit_latency`: gloo's in
+    `AlphaBeta.collective_alphas`, cadence's own ("ring_*") in `AlphaBeta.p2p_alphas`. One with
+    no latency-bound size keeps the model's alpha. All-reduce's own alpha stays `alpha_s`."""
+    pairs: dict[bool, list[tuple[str, float]]] = {False: [], True: []}
     for collective, points in timed.items():
         if collective == FITTED:
             continue
@@ -411,8 +426,16 @@ def with_collective_alphas(
             own = fit_latency(model, name, algorithm, sizes, seconds, world_size)
         except ValueError:
             continue
-        pairs.append((name, own.alpha_s))
-    return replace(model, collective_alphas=tuple(pairs))
+        pairs[collective in P2P_MODEL_OF].append((name, own.alpha_s))
+    return replace(model, collective_alphas=tuple(pairs[False]), p2p_alphas=tuple(pairs[True]))
+
+
+def predicted_s(model: AlphaBeta, collective: str, nbytes: int, world_size: int) -> float:
+    """What `model` predicts for one call of `collective` (name as `MODEL_OF`): cadence's own
+    collectives priced by `AlphaBeta.p2p`."""
+    name, algorithm = MODEL_OF[collective]
+    priced = model.p2p() if collective in P2P_MODEL_OF else model
+    return priced.time(name, algorithm, nbytes, world_size)
 
 
 def calibrate(
@@ -431,6 +454,8 @@ def calibrate(
     (`fit_latency` on its latency-bound sizes, beta kept; `AlphaBeta.collective_alphas`), which
     the simulator then uses for that collective; a collective with no latency-bound size keeps
     all-reduce's. Without it, rows of other collectives show how far all-reduce's fit carries.
+    cadence's own collectives ("ring_*" in `MODEL_OF`) are timed at the small sizes only
+    (`calibrate_plan.sizes_for`) and their alphas go to `AlphaBeta.p2p_alphas`.
 
     `drain_bytes`: on links shaped by a token bucket (the emulated cluster's tbf), run an
     untimed all-reduce of this many bytes (twice the bucket: every rank sends at least the
@@ -449,17 +474,15 @@ def calibrate(
         )
     world_size = dist.get_world_size()
     order = [FITTED] + [c for c in collectives if c != FITTED]
-    seconds = [t for c in order for t in measure_s(c, sizes, repeats, warmup, drain_bytes)]
-    model = fit(sizes, seconds[: len(sizes)], world_size, objective)
+    timed = {c: list(zip(sizes_for(c, sizes),
+                         measure_s(c, sizes_for(c, sizes), repeats, warmup, drain_bytes),
+                         strict=True))
+             for c in order}  # fmt: skip
+    model = fit(sizes, [t for _, t in timed[FITTED]], world_size, objective)
     if alpha_per_collective:
-        timed = {c: list(zip(sizes, seconds[i * len(sizes) : (i + 1) * len(sizes)], strict=True))
-                 for i, c in enumerate(order)}  # fmt: skip
         model = with_collective_alphas(model, timed, world_size)
-    rows = []
-    for i, (collective, nbytes) in enumerate((c, n) for c in order for n in sizes):
-        name, algorithm = MODEL_OF[collective]
-        predicted = model.time(name, algorithm, nbytes, world_size)
-        rows.append(CalibrationRow(collective, nbytes, seconds[i], predicted))
+    rows = [CalibrationRow(c, n, t, predicted_s(model, c, n, world_size))
+            for c in order for n, t in timed[c]]  # fmt: skip
     return Calibration(
         model=model,
         world_size=world_size,

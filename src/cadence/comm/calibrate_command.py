@@ -1,4 +1,4 @@
-"""`cadence calibrate`: time gloo's collectives on real or emulated links and save the fitted
+"""`cadence calibrate`: time collectives on real or emulated links and save the fitted
 alpha-beta model that `cadence simulate --calibration FILE` and `cadence plan` read.
 
 Three ways to run it:
@@ -19,10 +19,16 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from cadence.comm.calibrate_plan import DEFAULT_SIZES, MODEL_OF, calls_per_round
+from cadence.comm.calibrate_plan import (
+    DEFAULT_SIZES,
+    MODEL_OF,
+    P2P_MODEL_OF,
+    calls_per_round,
+    sizes_for,
+)
 from cadence.errors import UserError
 
-DEFAULT_COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "broadcast")
+DEFAULT_COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "broadcast", *P2P_MODEL_OF)
 
 
 @dataclass(frozen=True)
@@ -36,8 +42,10 @@ class CalibrateConfig:
     bandwidth: str = "none"
     """Emulated link cap (e.g. 400mbit, needs root); "none": this machine's loopback."""
     collectives: tuple[str, ...] = DEFAULT_COLLECTIVES
-    """torch.distributed collectives to time; all-reduce is always timed (beta and the base
-    alpha are fitted to it) and every other one gets an alpha of its own."""
+    """Collectives to time (`calibrate_plan.MODEL_OF`): gloo's all_reduce, all_gather and
+    broadcast, and cadence's own ring_all_reduce, ring_reduce_scatter and ring_all_gather that
+    the ZeRO executor runs. All-reduce is always timed (beta and the base alpha are fitted to
+    it) and every other one gets an alpha of its own."""
     sizes: tuple[int, ...] = DEFAULT_SIZES
     """Message sizes in bytes (at least two: one latency-bound, one bandwidth-bound)."""
     repeats: int = 5
@@ -87,7 +95,7 @@ class CalibrateConfig:
         per_round = sum(
             calls_per_round(n) * wire.time(*MODEL_OF[c], n, self.workers)
             for c in self.collectives
-            for n in self.sizes
+            for n in sizes_for(c, self.sizes)
         )
         return per_round * (self.warmup + self.repeats)
 

@@ -142,6 +142,13 @@ class AlphaBeta:
     for every size: on shared cores gloo's small calls wait on its polling I/O thread, so the
     latency fitted on them does not carry to the large messages training sends. Empty: one
     alpha (`alpha_for`)."""
+    p2p_alphas: tuple[tuple[str, float], ...] = ()
+    """(collective, alpha in seconds) pairs for cadence's own collectives
+    (`cadence.comm.collectives`, which the ZeRO executor runs): ring steps of gloo sends and
+    receives driven from Python, whose fixed cost per message is not a gloo built-in call's
+    (on the loopback a 1 KB all-reduce took 2.6 ms against gloo's 0.73). `calibrate()` fits
+    them when it times the "ring_*" collectives; `p2p()` prices with them. Empty: cadence's
+    collectives are priced as gloo's."""
 
     def __post_init__(self) -> None:
         fields = ("alpha_s", "beta_s_per_byte", "gamma_s_per_byte", "burst_bytes", "cpu_s_per_byte")
@@ -154,14 +161,15 @@ class AlphaBeta:
         if self.cpu_s_per_byte and not self.overlap:
             raise ValueError("cpu_s_per_byte needs overlap=True: a serialising beta holds it")
         # Saved models come back from JSON as lists: keep the field hashable either way.
-        pairs = tuple((str(c), float(a)) for c, a in self.collective_alphas)
-        object.__setattr__(self, "collective_alphas", pairs)
-        for collective, alpha in pairs:
-            if collective not in ALGORITHMS:
-                accepted = ", ".join(ALGORITHMS)
-                raise ValueError(f"unknown collective {collective!r}; accepted: {accepted}")
-            if not (math.isfinite(alpha) and alpha >= 0):
-                raise ValueError(f"alpha of {collective} must be finite and >= 0, got {alpha}")
+        for field in ("collective_alphas", "p2p_alphas"):
+            pairs = tuple((str(c), float(a)) for c, a in getattr(self, field))
+            object.__setattr__(self, field, pairs)
+            for collective, alpha in pairs:
+                if collective not in ALGORITHMS:
+                    accepted = ", ".join(ALGORITHMS)
+                    raise ValueError(f"unknown collective {collective!r}; accepted: {accepted}")
+                if not (math.isfinite(alpha) and alpha >= 0):
+                    raise ValueError(f"alpha of {collective} must be finite and >= 0, got {alpha}")
         points = tuple((float(n), float(a)) for n, a in self.allreduce_alphas)
         object.__setattr__(self, "allreduce_alphas", points)
         sizes = [n for n, _ in points]
@@ -177,6 +185,17 @@ class AlphaBeta:
         if collective == "allreduce" and nbytes is not None and self.allreduce_alphas:
             return _interpolate_log(self.allreduce_alphas, nbytes)
         return dict(self.collective_alphas).get(collective, self.alpha_s)
+
+    def p2p(self) -> AlphaBeta:
+        """This link as cadence's own collectives see it: their `p2p_alphas` in place of gloo's
+        alphas for those collectives (an all-reduce one also replaces `allreduce_alphas`);
+        itself when it has none."""
+        if not self.p2p_alphas:
+            return self
+        own = dict(self.p2p_alphas)
+        sized = () if "allreduce" in own else self.allreduce_alphas
+        merged = tuple((dict(self.collective_alphas) | own).items())
+        return replace(self, collective_alphas=merged, allreduce_alphas=sized, p2p_alphas=())
 
     def for_collective(self, collective: str) -> AlphaBeta:
         """This model with `collective`'s alpha as `alpha_s` (itself when it has none)."""

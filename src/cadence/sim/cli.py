@@ -204,8 +204,9 @@ def add_calibrate(sub: Any) -> None:
     """Register `cadence calibrate`."""
     p = sub.add_parser(
         "calibrate",
-        help="time gloo collectives on real or emulated links; save alpha-beta for simulate",
-        description="Time gloo's collectives at message sizes from 1 KB to 64 MB and fit the "
+        help="time collectives on real or emulated links; save alpha-beta for simulate",
+        description="Time gloo's collectives at message sizes from 1 KB to 64 MB, and cadence's "
+        "own ring collectives (ring_*, which ZeRO runs) at the small ones, and fit the "
         "alpha-beta model (`cadence simulate --calibration FILE`). Under torchrun it times the "
         "cluster's own links; otherwise --workers processes on the loopback, or on emulated "
         "hosts with --emulate-bandwidth (needs root).",
@@ -216,7 +217,8 @@ def add_calibrate(sub: Any) -> None:
         p, models=None, caps=None, batch_size=None, steps=None, repeats=5,
         out="calibration.json", options=("warmup", "sizes", "collectives"),
         defaults={"sizes": "1KB,4KB,16KB,64KB,256KB,1MB,4MB,16MB,64MB",
-                  "collectives": "all_reduce,all_gather,broadcast"},
+                  "collectives": "all_reduce,all_gather,broadcast,ring_all_reduce,"
+                                 "ring_reduce_scatter,ring_all_gather"},
         tables=[("cluster", ("emulate_bandwidth",))],
     )  # fmt: skip
     p.set_defaults(func=_cmd_calibrate)

@@ -131,6 +131,7 @@ def make_setup(
 
         link = calibrated_link(calibration, calibration_latency)
         own = "".join(f", {c} alpha {a * 1e6:.0f} us" for c, a in link.collective_alphas)
+        own += "".join(f", cadence {c} alpha {a * 1e6:.0f} us" for c, a in link.p2p_alphas)
         sized = ", all-reduce latency by size" if link.allreduce_alphas else ""
         net = f"calibrated link ({calibration}{own}{sized})"
     else:

@@ -150,7 +150,8 @@ class _Worker:
         self, graph: TaskGraph, link: AlphaBeta, world_size: int, codec: CodecCost | None
     ) -> None:
         rate = 1.0 / link.beta_s_per_byte if link.beta_s_per_byte > 0 else float("inf")
-        self.graph, self.link, self.p, self.codec_cost = graph, link, world_size, codec
+        # The executor runs cadence's own collectives: their calibrated fixed costs, if any.
+        self.graph, self.link, self.p, self.codec_cost = graph, link.p2p(), world_size, codec
         self.thread: int | None = None  # the communication thread, made for its first codec
         self.compute = graph.resource("w0.compute", STREAM)
         self.nic = graph.resource("w0.nic", LINK, bytes_per_s=min(rate, 1e30))
