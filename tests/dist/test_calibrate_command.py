@@ -36,7 +36,7 @@ def _check(path: Path, world_size: int) -> Calibration:
 
 def test_loopback_calibration_feeds_simulate(tmp_path: Path) -> None:
     proc = run_cadence(
-        "calibrate", "--sizes", SIZES, "--repeats", "2", "--warmup", "1", "--out", "cal/c.json",
+        "calibrate", "--sizes", SIZES, "--repeats", "1", "--warmup", "1", "--out", "cal/c.json",
         cwd=tmp_path, timeout=180,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr

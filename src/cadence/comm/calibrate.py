@@ -53,7 +53,9 @@ class CalibrationRow:
     """One (collective, size) point of the calibration table."""
 
     collective: str
-    """torch.distributed collective: "all_reduce", "broadcast" or "all_gather"."""
+    """A collective `calibrate_plan.MODEL_OF` names: gloo's "all_reduce", "broadcast" or
+    "all_gather", or cadence's own "ring_all_reduce", "ring_reduce_scatter" or
+    "ring_all_gather"."""
     nbytes: int
     """Message size in bytes (for all_gather: the gathered output, n / p per rank)."""
     measured_s: float
@@ -107,11 +109,11 @@ class Calibration:
                 f"; {c} alpha {a * 1e6:.2f} us" for c, a in self.model.collective_alphas
             )
             + "".join(f"; cadence {c} alpha {a * 1e6:.2f} us" for c, a in self.model.p2p_alphas),
-            f"{'collective':<11}{'bytes':>10}{'measured ms':>13}{'predicted ms':>14}{'error':>8}",
+            f"{'collective':<20}{'bytes':>10}{'measured ms':>13}{'predicted ms':>14}{'error':>8}",
         ]
         for r in self.rows:
             lines.append(
-                f"{r.collective:<11}{r.nbytes:>10}{r.measured_s * 1e3:>13.4f}"
+                f"{r.collective:<20}{r.nbytes:>10}{r.measured_s * 1e3:>13.4f}"
                 f"{r.predicted_s * 1e3:>14.4f}{r.rel_error * 100:>7.1f}%"
             )
         return "\n".join(lines)
