@@ -1,5 +1,6 @@
 """Calibration: the fit recovers known parameters, and a live gloo fit predicts a held-out size."""
 
+import json
 import math
 
 import pytest
@@ -11,7 +12,9 @@ from cadence.comm.calibrate import (
     calibrated_link,
     fit,
     with_collective_alphas,
+    with_host_costs,
 )
+from cadence.comm.calibrate_plan import MODEL_OF
 from cadence.comm.cost import AlphaBeta
 from cadence.errors import UserError
 from cadence.testing import run_ranks
@@ -140,6 +143,32 @@ def test_cadences_own_collectives_get_p2p_alphas_and_are_timed_at_small_sizes():
     assert sizes_for("ring_all_reduce", [1 << 22, 1 << 20, 1 << 24]) == [1 << 20, 1 << 22]
 
 
+def test_host_costs_take_each_calls_fixed_time_and_all_reduces_time_per_byte_sent():
+    # Processor time: 0.4 ms a gloo all-reduce call, 0.3 ms an all-gather, 0.6 ms a cadence
+    # reduce-scatter, and 1 ns per byte a call sends along its critical path.
+    link = AlphaBeta(50e-6, 20e-9)
+    truth = AlphaBeta(
+        0.0, 0.0, host_s_per_call=(("allreduce", 4e-4), ("allgather", 3e-4)),
+        p2p_host_s_per_call=(("reduce_scatter", 6e-4),), host_s_per_wire_byte=1e-9,
+    )  # fmt: skip
+    every, small = [1 << 10, 1 << 16, 1 << 20, 16 << 20], [1 << 10, 1 << 14]
+
+    def busy(collective, sizes, priced=truth):
+        name, algorithm = MODEL_OF[collective]
+        return [(n, priced.host_s(name, algorithm, n, 4)) for n in sizes]
+
+    measured = {"all_reduce": busy("all_reduce", every), "all_gather": busy("all_gather", every),
+                "ring_reduce_scatter": busy("ring_reduce_scatter", small, truth.p2p())}  # fmt: skip
+    got = with_host_costs(link, measured, 4)
+    assert got.host_s_per_wire_byte == pytest.approx(1e-9)
+    assert dict(got.host_s_per_call) == {
+        "allreduce": pytest.approx(4e-4), "allgather": pytest.approx(3e-4)
+    }  # fmt: skip
+    assert dict(got.p2p_host_s_per_call) == {"reduce_scatter": pytest.approx(6e-4)}
+    assert (got.alpha_s, got.beta_s_per_byte) == (link.alpha_s, link.beta_s_per_byte)
+    assert with_host_costs(link, {"all_gather": measured["all_gather"]}, 4) == link
+
+
 def _calibrate_ring(rank, world_size, sizes):
     timed = ("all_reduce", "ring_all_reduce")
     return calibrate(sizes=sizes, repeats=1, warmup=0, collectives=timed)
@@ -156,6 +185,16 @@ def test_live_ring_collectives_are_timed_and_priced_with_their_own_alphas():
         if row.collective == "ring_all_reduce":
             assert row.predicted_s == own.time("allreduce", "ring", row.nbytes, 2)
     assert "cadence allreduce alpha" in cal.table().splitlines()[0]
+    # Every call's processor time is measured, and the model keeps each collective's.
+    assert all(r.cpu_s is not None and r.cpu_s > 0 for r in cal.rows)
+    assert dict(cal.model.host_s_per_call).keys() == {"allreduce"}
+    assert dict(cal.model.p2p_host_s_per_call).keys() == {"allreduce"}
+    assert "processor" in cal.table().splitlines()[0]
+    # Its alphas are gloo's calls' (`AlphaBeta.outside_gloo`), in files from before the flag too.
+    assert cal.model.calibrated
+    data = json.loads(cal.to_json())
+    del data["model"]["calibrated"]
+    assert Calibration.from_json(json.dumps(data)).model.calibrated
 
 
 def _calibrate(rank, world_size, sizes):

@@ -203,7 +203,7 @@ def test_collective_alphas_come_back_from_json_lists_and_are_checked():
     hash(loaded)
     with pytest.raises(ValueError, match="accepted: .*allgather"):
         AlphaBeta(A, B, collective_alphas=(("all_gather", 2e-4),))
-    with pytest.raises(ValueError, match="alpha of allgather"):
+    with pytest.raises(ValueError, match="collective_alphas: allgather"):
         AlphaBeta(A, B, collective_alphas=(("allgather", -1.0),))
 
 

@@ -1,6 +1,7 @@
 """Per-block profiler: structure, exact parameter bytes, JSON round trip, sanity of times."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -33,6 +34,8 @@ def test_one_entry_per_block(profiled):
     assert [b.name for b in profile.blocks] == model.block_names()
     assert profile.batch_size == 128 and profile.input_shape == (1, 8, 8)
     assert profile.threads == 1 and profile.peak_memory_kind == "cpu_accounted"
+    # The host's cores, so a prediction knows whether training's workers leave one spare.
+    assert profile.host_cores == len(os.sched_getaffinity(0))
 
 
 def test_param_bytes_exact(profiled):

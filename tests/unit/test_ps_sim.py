@@ -176,3 +176,19 @@ def test_a_servers_measured_serving_delays_each_answer_by_its_slice() -> None:
     arithmetic = ps_adapter.serving_s(None, update_s_per_byte=0.01, workers=2)
     assert arithmetic(100) == pytest.approx(1.0)
     assert ps_adapter.serving_s(serving, update_s_per_byte=0.01, workers=2)(100) == 1.0
+
+
+def test_a_calibrations_gloo_alphas_do_not_price_the_servers_zeromq_messages() -> None:
+    from cadence.comm.cost import AlphaBeta
+
+    rate = AlphaBeta(0.0, 1e-12)  # a fast link: 3 s of transfers a step only with a latency
+    latency = AlphaBeta(1.0, 1e-12)  # a network's latency, given by hand: every message pays
+    calibrated = AlphaBeta(1.0, 1e-12, collective_alphas=(("p2p", 1.0),), calibrated=True)
+
+    def step(link: AlphaBeta) -> float:
+        return simulate_ps(_profile(), workers=2, link=link, colocated=False).iteration_s
+
+    assert step(rate) == pytest.approx(6.0, rel=1e-6)
+    assert step(latency) > 6.5
+    assert step(calibrated) == pytest.approx(step(rate))
+    assert calibrated.outside_gloo() == rate and latency.outside_gloo() == latency

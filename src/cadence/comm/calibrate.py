@@ -10,7 +10,8 @@ over all sizes ("minimax" or "relative_ls" relative error, also offered) lets a 
 small sizes, or an emulated link's token bucket passing small transfers faster than its cap,
 pull beta far from the link's rate (on 2 emulated hosts at 400mbit the minimax line put a
 50 MB/s link at 99 MB/s). Gloo's reduction cost is linear in bytes like the transfer, so it
-is folded into beta (gamma = 0). Every rank returns the same `Calibration`.
+is folded into beta (gamma = 0). The processor time of the same calls is measured beside
+their wall time (`measure`, `with_host_costs`). Every rank returns the same `Calibration`.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ LATENCIES = ("by-size", "fitted")
 message's own size (`Calibration.sized_model`) or with the one fitted alpha."""
 # torch 2.13 deprecates all_gather_into_tensor for all_gather_single and warns on every call.
 _gloo_all_gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+HOST_BYTE_FROM = 1 << 20
+"""All-reduce calls from this size up give the processor time per byte (`with_host_costs`):
+there the bytes' copies, reduction and socket work outweigh the call's fixed cost."""
 # A size whose time is this many times the smallest's counts as bandwidth-bound (as "regimes").
 _BANDWIDTH_BOUND = 8.0
 
@@ -62,6 +66,9 @@ class CalibrationRow:
     """Median seconds per call on the slowest rank."""
     predicted_s: float
     """Seconds the fitted model predicts."""
+    cpu_s: float | None = None
+    """Median processor seconds per call on the busiest rank, all of its process's threads
+    (`measure`); None in calibrations made before it was measured."""
 
     @property
     def rel_error(self) -> float:
@@ -108,7 +115,8 @@ class Calibration:
             + "".join(
                 f"; {c} alpha {a * 1e6:.2f} us" for c, a in self.model.collective_alphas
             )
-            + "".join(f"; cadence {c} alpha {a * 1e6:.2f} us" for c, a in self.model.p2p_alphas),
+            + "".join(f"; cadence {c} alpha {a * 1e6:.2f} us" for c, a in self.model.p2p_alphas)
+            + _host_line(self.model),
             f"{'collective':<20}{'bytes':>10}{'measured ms':>13}{'predicted ms':>14}{'error':>8}",
         ]
         for r in self.rows:
@@ -154,7 +162,8 @@ class Calibration:
     def from_json(cls, text: str) -> Calibration:
         data = json.loads(text)
         return cls(
-            model=AlphaBeta(**data["model"]),
+            # Files from before the flag are calibrations all the same.
+            model=AlphaBeta(**{"calibrated": True, **data["model"]}),
             world_size=int(data["world_size"]),
             backend=str(data["backend"]),
             repeats=int(data["repeats"]),
@@ -173,6 +182,16 @@ class Calibration:
             return cls.from_json(Path(path).read_text())
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise UserError(f"cannot read calibration {path}: {exc}") from None
+
+
+def _host_line(model: AlphaBeta) -> str:
+    """The processor time of the calls, for `Calibration.table` (empty where not measured)."""
+    if not model.measures_host:
+        return ""
+    calls = [f"{c} {s * 1e6:.0f} us" for c, s in model.host_s_per_call]
+    calls += [f"cadence {c} {s * 1e6:.0f} us" for c, s in model.p2p_host_s_per_call]
+    rate = model.host_s_per_wire_byte * 1e9
+    return f"; processor time per call: {', '.join(calls)}, {rate:.3f} ns per byte sent"
 
 
 def _op(collective: str, buf: torch.Tensor, world_size: int):  # noqa: ANN202 - returns a thunk
@@ -211,24 +230,38 @@ def measure_s(
 
     `drain_bytes` > 0: an untimed all-reduce of that many bytes before each timed block (see
     `calibrate`)."""
+    return [wall for wall, _ in measure(collective, sizes, repeats, warmup, drain_bytes)]
+
+
+def measure(
+    collective: str, sizes: Sequence[int], repeats: int = 7, warmup: int = 2, drain_bytes: int = 0
+) -> list[tuple[float, float]]:
+    """(wall, processor) seconds per `collective` call at each size: the median of each, the
+    slowest rank's, on every rank. The processor time is this process's, all its threads
+    together (gloo's I/O threads, the caller's Python and copies, the kernel's socket work on
+    their behalf): what a call takes from a host whose cores are all busy computing
+    (`CalibrationRow.cpu_s`). `measure_s` says what the arguments mean."""
     world_size = dist.get_world_size()
     drain = bucket_drain(drain_bytes)
     # Sizes are interleaved round by round, so load from elsewhere on the machine lands on
     # every size alike instead of bending one part of the curve.
     runs = [_op(collective, torch.zeros(max(world_size, n // 4)), world_size) for n in sizes]
     bursts = [calls_per_round(n) for n in sizes]
-    samples: list[list[float]] = [[] for _ in sizes]
+    walls: list[list[float]] = [[] for _ in sizes]
+    cpus: list[list[float]] = [[] for _ in sizes]
     for i in range(warmup + repeats):
-        for run, burst, out in zip(runs, bursts, samples, strict=True):
+        for run, burst, wall, cpu in zip(runs, bursts, walls, cpus, strict=True):
             drain()
             dist.barrier()
             for _ in range(burst):
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 run()
                 if i >= warmup:
-                    out.append(time.perf_counter() - start)
-    # The slowest rank's median: the same table (hence the same fit) on every rank.
-    return slowest([statistics.median(s) for s in samples])
+                    wall.append(time.perf_counter() - start)
+                    cpu.append(time.process_time() - start_cpu)
+    # The slowest rank's medians: the same table (hence the same fit) on every rank.
+    agreed = slowest([statistics.median(s) for s in walls + cpus])
+    return list(zip(agreed[: len(sizes)], agreed[len(sizes) :], strict=True))
 
 
 def slowest(seconds: Sequence[float]) -> list[float]:
@@ -432,6 +465,44 @@ def with_collective_alphas(
     return replace(model, collective_alphas=tuple(pairs[False]), p2p_alphas=tuple(pairs[True]))
 
 
+def with_host_costs(
+    model: AlphaBeta, busy: Mapping[str, Sequence[tuple[int, float]]], world_size: int
+) -> AlphaBeta:
+    """`model` with the processor time of each collective's calls (`AlphaBeta.
+    host_s_per_call`, `p2p_host_s_per_call`, `host_s_per_wire_byte`), from `busy`: name as
+    `MODEL_OF` -> (bytes, processor seconds) of its calls (`measure`).
+
+    The time per byte sent is all-reduce's: its calls from `HOST_BYTE_FROM` up, less its
+    fixed cost (the median of its smaller calls less their bytes' share), over their wire
+    bytes (0 without such calls). Each collective's fixed cost is
+    the median over its sizes of a call's time less its bytes' share (at least 0); cadence's
+    own are timed at small sizes only, where the bytes hardly count, and share all-reduce's
+    rate per byte (their bytes go through the same gloo transport)."""
+    if FITTED not in busy or world_size < 2:
+        return model
+
+    def wire(collective: str, nbytes: int) -> float:
+        return model.terms(*MODEL_OF[collective], nbytes, world_size).wire_bytes
+
+    points = busy[FITTED]
+    small = [(n, t) for n, t in points if n < HOST_BYTE_FROM] or points
+    large = [(n, t) for n, t in points if n >= HOST_BYTE_FROM]
+    fixed = per_byte = 0.0
+    for _ in range(20):  # each part taken off the other's calls settles both (exact data: exact)
+        fixed = max(0.0, statistics.median(t - per_byte * wire(FITTED, n) for n, t in small))
+        if large:
+            spent = sum(t for _, t in large) - fixed * len(large)
+            per_byte = max(0.0, spent / sum(wire(FITTED, n) for n, _ in large))
+    pairs: dict[bool, list[tuple[str, float]]] = {False: [], True: []}
+    for collective, calls in busy.items():
+        own = statistics.median(max(0.0, t - per_byte * wire(collective, n)) for n, t in calls)
+        pairs[collective in P2P_MODEL_OF].append((MODEL_OF[collective][0], own))
+    return replace(
+        model, host_s_per_call=tuple(pairs[False]), p2p_host_s_per_call=tuple(pairs[True]),
+        host_s_per_wire_byte=per_byte,
+    )  # fmt: skip
+
+
 def predicted_s(model: AlphaBeta, collective: str, nbytes: int, world_size: int) -> float:
     """What `model` predicts for one call of `collective` (name as `MODEL_OF`): cadence's own
     collectives priced by `AlphaBeta.p2p`."""
@@ -457,7 +528,9 @@ def calibrate(
     the simulator then uses for that collective; a collective with no latency-bound size keeps
     all-reduce's. Without it, rows of other collectives show how far all-reduce's fit carries.
     cadence's own collectives ("ring_*" in `MODEL_OF`) are timed at the small sizes only
-    (`calibrate_plan.sizes_for`) and their alphas go to `AlphaBeta.p2p_alphas`.
+    (`calibrate_plan.sizes_for`) and their alphas go to `AlphaBeta.p2p_alphas`. Every call's
+    processor time is measured with it (`measure`) and kept per collective and per byte sent
+    (`with_host_costs`), for the simulator to charge to compute on hosts without a spare core.
 
     `drain_bytes`: on links shaped by a token bucket (the emulated cluster's tbf), run an
     untimed all-reduce of this many bytes (twice the bucket: every rank sends at least the
@@ -476,15 +549,18 @@ def calibrate(
         )
     world_size = dist.get_world_size()
     order = [FITTED] + [c for c in collectives if c != FITTED]
-    timed = {c: list(zip(sizes_for(c, sizes),
-                         measure_s(c, sizes_for(c, sizes), repeats, warmup, drain_bytes),
-                         strict=True))
-             for c in order}  # fmt: skip
+    measured = {c: list(zip(sizes_for(c, sizes),
+                            measure(c, sizes_for(c, sizes), repeats, warmup, drain_bytes),
+                            strict=True))
+                for c in order}  # fmt: skip
+    timed = {c: [(n, wall) for n, (wall, _) in points] for c, points in measured.items()}
     model = fit(sizes, [t for _, t in timed[FITTED]], world_size, objective)
     if alpha_per_collective:
         model = with_collective_alphas(model, timed, world_size)
-    rows = [CalibrationRow(c, n, t, predicted_s(model, c, n, world_size))
-            for c in order for n, t in timed[c]]  # fmt: skip
+    busy = {c: [(n, cpu) for n, (_, cpu) in points] for c, points in measured.items()}
+    model = replace(with_host_costs(model, busy, world_size), calibrated=True)
+    rows = [CalibrationRow(c, n, wall, predicted_s(model, c, n, world_size), cpu)
+            for c in order for n, (wall, cpu) in measured[c]]  # fmt: skip
     return Calibration(
         model=model,
         world_size=world_size,

@@ -150,9 +150,28 @@ class AlphaBeta:
     all-reduce costs 23-37 us a message from 64 KB up). `calibrate()` fits them when it times
     the "ring_*" collectives; `p2p()` prices with them. Empty: cadence's collectives are
     priced as gloo's."""
+    host_s_per_call: tuple[tuple[str, float], ...] = ()
+    """(collective, seconds) pairs: processor time one gloo call of that collective takes on
+    each rank's host, all of the process's threads together (gloo's I/O threads, the caller,
+    the kernel's socket work on their behalf), whatever its size; `calibrate()` measures it
+    (`calibrate.measure`). A collective without an entry takes all-reduce's. The simulator
+    charges it to a worker's compute where the host has no spare core
+    (`cadence.sim.host_cpu`). Empty: not measured, charged nothing."""
+    p2p_host_s_per_call: tuple[tuple[str, float], ...] = ()
+    """The same for cadence's own collectives (ring steps driven from Python, which the ZeRO
+    executor runs); `p2p()` puts them in place of gloo's."""
+    host_s_per_wire_byte: float = 0.0
+    """Processor seconds per byte a call sends along its critical path (`Terms.wire_bytes`):
+    the copies, the reduction and the socket work, fitted on all-reduce's large calls."""
+    calibrated: bool = False
+    """Fitted by `cadence calibrate` on gloo's calls (and cadence's own, over gloo): its alphas
+    are those calls' fixed costs per message (software as much as network), which price
+    messages sent through gloo, not the parameter server's ZeroMQ ones (`outside_gloo`). False:
+    a model given by hand, whose `alpha_s` is the network's latency for every message."""
 
     def __post_init__(self) -> None:
-        fields = ("alpha_s", "beta_s_per_byte", "gamma_s_per_byte", "burst_bytes", "cpu_s_per_byte")
+        fields = ("alpha_s", "beta_s_per_byte", "gamma_s_per_byte", "burst_bytes", "cpu_s_per_byte",
+                  "host_s_per_wire_byte")  # fmt: skip
         for name in fields:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
@@ -162,7 +181,7 @@ class AlphaBeta:
         if self.cpu_s_per_byte and not self.overlap:
             raise ValueError("cpu_s_per_byte needs overlap=True: a serialising beta holds it")
         # Saved models come back from JSON as lists: keep the field hashable either way.
-        for field in ("collective_alphas", "p2p_alphas"):
+        for field in ("collective_alphas", "p2p_alphas", "host_s_per_call", "p2p_host_s_per_call"):
             pairs = tuple((str(c), float(a)) for c, a in getattr(self, field))
             object.__setattr__(self, field, pairs)
             for collective, alpha in pairs:
@@ -170,7 +189,7 @@ class AlphaBeta:
                     accepted = ", ".join(ALGORITHMS)
                     raise ValueError(f"unknown collective {collective!r}; accepted: {accepted}")
                 if not (math.isfinite(alpha) and alpha >= 0):
-                    raise ValueError(f"alpha of {collective} must be finite and >= 0, got {alpha}")
+                    raise ValueError(f"{field}: {collective} must be finite and >= 0, got {alpha}")
         points = tuple((float(n), float(a)) for n, a in self.allreduce_alphas)
         object.__setattr__(self, "allreduce_alphas", points)
         sizes = [n for n, _ in points]
@@ -191,12 +210,43 @@ class AlphaBeta:
         """This link as cadence's own collectives see it: their `p2p_alphas` in place of gloo's
         alphas for those collectives (an all-reduce one also replaces `allreduce_alphas`);
         itself when it has none."""
-        if not self.p2p_alphas:
+        if not (self.p2p_alphas or self.p2p_host_s_per_call):
             return self
         own = dict(self.p2p_alphas)
         sized = () if "allreduce" in own else self.allreduce_alphas
         merged = tuple((dict(self.collective_alphas) | own).items())
-        return replace(self, collective_alphas=merged, allreduce_alphas=sized, p2p_alphas=())
+        host = tuple((dict(self.host_s_per_call) | dict(self.p2p_host_s_per_call)).items())
+        return replace(
+            self, collective_alphas=merged, allreduce_alphas=sized, p2p_alphas=(),
+            host_s_per_call=host, p2p_host_s_per_call=(),
+        )  # fmt: skip
+
+    def outside_gloo(self) -> AlphaBeta:
+        """This link for messages that do not go through gloo (the parameter server's
+        ZeroMQ messages): a calibrated model's rate without its alphas, which are gloo's
+        calls' own; itself otherwise."""
+        if not self.calibrated:
+            return self
+        return replace(
+            self, alpha_s=0.0, collective_alphas=(), allreduce_alphas=(), p2p_alphas=(),
+            calibrated=False,
+        )  # fmt: skip
+
+    @property
+    def measures_host(self) -> bool:
+        """Whether the processor time of its calls was measured (`host_s_per_call`)."""
+        return bool(self.host_s_per_call or self.p2p_host_s_per_call)
+
+    def host_s(self, collective: str, algorithm: str, nbytes: int, world_size: int) -> float:
+        """Processor seconds one call of `collective` takes on each rank's host
+        (`host_s_per_call`, all-reduce's for one without an entry, plus
+        `host_s_per_wire_byte` per byte it sends); 0 on one rank or where not measured."""
+        if world_size < 2 or not self.host_s_per_call:
+            return 0.0
+        per_call = dict(self.host_s_per_call)
+        fixed = per_call.get(collective, per_call.get("allreduce", 0.0))
+        wire = self.terms(collective, algorithm, nbytes, world_size).wire_bytes
+        return fixed + self.host_s_per_wire_byte * wire
 
     def for_collective(self, collective: str) -> AlphaBeta:
         """This model with `collective`'s alpha as `alpha_s` (itself when it has none)."""

@@ -9,6 +9,7 @@ the upstream gradient of the block before it, exactly as in a real backward pass
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from collections.abc import Sequence
 
@@ -27,6 +28,13 @@ from cadence.zero.codec_cost import time_codec
 
 MIN_SETTLED_ITERATIONS = 3
 """Timed iterations `profile_model` runs at least before a `tolerance` may stop it."""
+
+
+def host_cores() -> int:
+    """Cores this process may run on (its affinity; all of the machine's where that is
+    unknown)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
 def median_settled(samples: Sequence[float], tolerance: float) -> bool:
@@ -300,6 +308,7 @@ def profile_model(
         warmup=warmup,
         device=str(device),
         threads=torch.get_num_threads(),
+        host_cores=host_cores(),
         torch_version=torch.__version__,
         peak_memory_bytes=peak,
         peak_memory_kind=peak_kind,

@@ -135,6 +135,10 @@ class Profile:
     """Processes that trained the same model on the same host while it was timed
     (`cadence.profile.neighbours`): a training run's workers per host minus one, so the
     times include the contention for the host's cores that training sees."""
+    host_cores: int | None = None
+    """Cores the profiled process could run on (its affinity) on the host it was taken on:
+    with `threads` and `neighbours`, whether training's workers leave a core to spare for
+    communication (`cadence.sim.host_cpu`); None in profiles made before it was recorded."""
     pace_factor: float = 1.0
     """What the times were multiplied by to put them at the pace of training's steps: with
     neighbours, the slowest process's iteration when all start together, over this

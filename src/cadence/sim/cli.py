@@ -207,7 +207,8 @@ def add_calibrate(sub: Any) -> None:
         help="time collectives on real or emulated links; save alpha-beta for simulate",
         description="Time gloo's collectives at message sizes from 1 KB to 64 MB, and cadence's "
         "own ring collectives (ring_*, which ZeRO runs) at the small ones, and fit the "
-        "alpha-beta model (`cadence simulate --calibration FILE`). Under torchrun it times the "
+        "alpha-beta model and each call's processor time (`cadence simulate --calibration "
+        "FILE`). Under torchrun it times the "
         "cluster's own links; otherwise --workers processes on the loopback, or on emulated "
         "hosts with --emulate-bandwidth (needs root).",
     )

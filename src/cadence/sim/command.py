@@ -26,6 +26,7 @@ from cadence.profile import Profile
 from cadence.profile.facts import zoo_facts
 from cadence.sim.api import DDP_BUCKET_BYTES, plan_dp, simulate_ddp, simulate_dp
 from cadence.sim.compute import block_costs
+from cadence.sim.host_cpu import compute_share, describe
 from cadence.sim.metrics import SimResult
 from cadence.sim.options import SimOptions, ddp_bucket_caps
 from cadence.sim.stepcost import (
@@ -176,7 +177,7 @@ def make_setup(
         params=params,
         world_size=workers,
         link=link,
-        assumed=assumptions(net, profile, profile_path, threads),
+        assumed=f"{assumptions(net, profile, profile_path, threads)}; {describe(profile, link)}",
         description=description,
         update_s_per_byte=update,
         buffer_bytes=facts.buffer_bytes,
@@ -226,6 +227,17 @@ DEFAULT_PLANS = ("choose", "one chunk", "chunked")
 """How `run_strategy` settles cadence-dp's default plan (see there)."""
 
 
+def with_setup(options: SimOptions, setup: Setup) -> SimOptions:
+    """`options` with what the setup decides: the optimizer step's cost, and the share of
+    communication's processor time the compute pays on the profiled host
+    (`cadence.sim.host_cpu.compute_share`)."""
+    return dataclasses.replace(
+        options,
+        update_s_per_byte=setup.update_s_per_byte,
+        host_cpu_share=compute_share(setup.profile),
+    )
+
+
 def run_strategy(
     setup: Setup,
     strategy: str,
@@ -246,7 +258,7 @@ def run_strategy(
     after its one-chunk iterations, or take a run's recorded choice, "one chunk" or "chunked"."""
     if default_plan not in DEFAULT_PLANS:
         raise ValueError(f"default_plan must be one of {DEFAULT_PLANS}, got {default_plan!r}")
-    options = dataclasses.replace(options, update_s_per_byte=setup.update_s_per_byte)
+    options = with_setup(options, setup)
     if strategy == "zero":
         zero = zero or ZeroSimPlan(stage=2)
         zero_result = simulate_zero(
@@ -261,6 +273,7 @@ def run_strategy(
             options.clip,
             setup.buffer_bytes,
             setup.buffer_broadcasts,
+            options.host_cpu_share,
         )
         return zero_result, None
     if strategy == "ddp":

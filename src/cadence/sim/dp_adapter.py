@@ -54,6 +54,7 @@ from cadence.sim.compute import (
 )
 from cadence.sim.grad_ready import ready_points
 from cadence.sim.graph import LINK, STREAM, TaskGraph
+from cadence.sim.host_cpu import charged as host_charged
 from cadence.sim.options import DDP_FIRST_BUCKET_BYTES, SimOptions
 
 
@@ -309,6 +310,7 @@ def build_dp(
 ) -> Built:
     """Graph of `options.warmup_iterations + iterations` iterations of cadence-dp
     (`buffer_bytes`, `buffer_broadcasts`: as for `build_ddp`)."""
+    options = host_charged(options, link, world_size)
     graph = TaskGraph()
     blocks = param_blocks(costs, plan.params)
     points = ready_points(plan.params, blocks, len(costs.forward_s))
@@ -576,6 +578,7 @@ def build_ddp(
     """Graph of `options.warmup_iterations + iterations` iterations of DDP (`buffer_bytes`: the
     model's buffers, broadcast before every forward in `buffer_broadcasts` calls;
     `arrival_order`: see `ddp_buckets`)."""
+    options = host_charged(options, link, world_size)
     graph = TaskGraph()
     blocks = param_blocks(costs, params)
     points = ready_points(params, blocks, len(costs.forward_s))

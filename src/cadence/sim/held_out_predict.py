@@ -34,6 +34,7 @@ from cadence.models.refs import is_ref
 from cadence.profile import Profile
 from cadence.profile.facts import ModelFacts, zoo_facts
 from cadence.sim.compute import cap_link
+from cadence.sim.host_cpu import compute_share
 from cadence.sim.options import SimOptions, ddp_bucket_caps
 from cadence.sim.stepcost import TCP_PAYLOAD_FRACTION, chosen_step_s
 
@@ -167,6 +168,9 @@ def _data_parallel(config: TrainConfig, profile: Profile, link: AlphaBeta) -> tu
     )  # fmt: skip
     if c.job.strategy == "ddp":
         note += f", bucket {c.dp.bucket_mb:g} MB" if c.dp.bucket_mb else ", torch's buckets"
+    share = compute_share(profile) if link.measures_host else 0.0
+    if share:
+        note += f", calls' processor time on compute x{share:g}"
     return result.iteration_s, note
 
 

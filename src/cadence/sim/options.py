@@ -46,6 +46,11 @@ class SimOptions:
     worker has spare cores for communication."""
     comm_cpu_s_per_byte: float = 0.0
     """Processor seconds per all-reduced byte taken from the worker's compute (as above)."""
+    host_cpu_share: float = 0.0
+    """Share of each collective call's measured processor time (`AlphaBeta.host_s`, from a
+    calibration) charged to its worker's compute, time-sliced with it: the host's busy threads
+    over its cores when they fill them (`cadence.sim.host_cpu.compute_share`, which the
+    simulator commands take from the profile); 0: a spare core runs it."""
     comm_rate_while_computing: float = 1.0
     """Share of its link's rate a worker's transfers keep while its compute runs: where the
     transfers' processor work (the kernel's TCP and shaping, gloo's copies) shares the cores
@@ -88,6 +93,8 @@ class SimOptions:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be >= 0, got {value}")
+        if not (math.isfinite(self.host_cpu_share) and self.host_cpu_share >= 0):
+            raise ValueError(f"host_cpu_share must be >= 0, got {self.host_cpu_share}")
         rate = self.comm_rate_while_computing
         if not (math.isfinite(rate) and 0 < rate <= 1):
             raise ValueError(f"comm_rate_while_computing must be in (0, 1], got {rate}")

@@ -27,6 +27,10 @@ With `colocated`, the last worker shares a host with the servers: its transfers 
 (loopback), as in `cadence train --strategy ps` with one server, which worker 0 starts.
 Simulated worker 0 is always a remote one, so the figures read off it include the wire.
 
+The runtime's messages travel over ZeroMQ, not gloo: a `cadence calibrate` link prices them at
+its rate without its alphas, which are gloo's calls' fixed costs (`AlphaBeta.outside_gloo`);
+what a message costs the server to handle is the serving cost measured on the runtime.
+
 With `shared_hosts`, the servers run on the workers' hosts as `cadence train --strategy ps`
 starts them (server s with worker s % W, the workers numbered from the last so that worker 0
 hosts a server only when every worker does), and each host's resources are shared:
@@ -485,9 +489,11 @@ def simulate_ps(
             f"the simulator models bsp parameter servers only (the plan keeps {plan.consistency})"
         )
     built = build_ps(
-        profile, workers=workers, plan=plan, link=link_model(link), iterations=iterations,
-        colocated=colocated, options=options, name=f"ps-{order}", shared_hosts=shared_hosts,
-        fold=fold, arrival_order=arrival_order, serving=serving,
+        # ZeroMQ messages: a calibration's alphas are gloo's calls' (the serving cost measured
+        # on the runtime prices each message's processing).
+        profile, workers=workers, plan=plan, link=link_model(link).outside_gloo(),
+        iterations=iterations, colocated=colocated, options=options, name=f"ps-{order}",
+        shared_hosts=shared_hosts, fold=fold, arrival_order=arrival_order, serving=serving,
     )  # fmt: skip
     return analyse(built, run(built.graph), sum(costs.param_bytes))
 

@@ -25,7 +25,7 @@ from typing import Any
 from cadence.dp.plan import default_credit
 from cadence.errors import UserError
 from cadence.sim.api import DDP_BUCKET_BYTES, plan_dp, simulate_ddp, simulate_dp
-from cadence.sim.command import Setup
+from cadence.sim.command import Setup, with_setup
 from cadence.sim.compute import BlockCosts, block_costs
 from cadence.sim.estimates import (
     Estimate,
@@ -112,9 +112,7 @@ REPLICATED_FRONT = 0.3
 parameters, whose gathers the next forward waits for first."""
 
 
-def _zero(
-    setup: Setup, costs: BlockCosts, grad_accum: int = 1, clip: bool = False
-) -> list[Candidate]:
+def _zero(setup: Setup, costs: BlockCosts, options: SimOptions) -> list[Candidate]:
     n, p = setup.world_size, sum(costs.param_bytes)
     rows = []
     largest = max(costs.param_bytes)
@@ -130,8 +128,8 @@ def _zero(
         plan = knobs.zero_plan(costs, n)  # what the executor would do, unit by unit
         # (the adapter prices the codec only where a plan has one: onebit)
         result = simulate_zero(
-            costs, plan, n, setup.link, 3, setup.update_s_per_byte, codec, grad_accum, clip,
-            setup.buffer_bytes, setup.buffer_broadcasts,
+            costs, plan, n, setup.link, 3, setup.update_s_per_byte, codec, options.grad_accum,
+            options.clip, setup.buffer_bytes, setup.buffer_broadcasts, options.host_cpu_share,
         )  # fmt: skip
         memory = state_bytes(p, 2, f"zero{stage}", n) + _activations(costs)
         if stage == 3:
@@ -270,14 +268,12 @@ def rank_strategies(
 ) -> list[Candidate]:
     """Every candidate for `setup`, fastest first; `memory_limit` (bytes per worker) makes the
     pipeline planner pick the fastest schedule that fits."""
-    options = dataclasses.replace(
-        options or SimOptions(), update_s_per_byte=setup.update_s_per_byte
-    )
+    options = with_setup(options or SimOptions(), setup)
     costs = block_costs(setup.profile, options.calibrate_compute)
     update_s = setup.update_s_per_byte * sum(costs.param_bytes)
     rows = _data_parallel(setup, costs, options)
     if setup.world_size > 1:
-        rows += _zero(setup, costs, options.grad_accum, options.clip)
+        rows += _zero(setup, costs, options)
         if options.grad_accum == 1:
             rows += _ps(setup, costs, options)
             rows += _tensor(setup, costs, update_s, model_name)

@@ -31,6 +31,9 @@ runs the same program; collectives are priced for `world_size` ranks):
   piece of the front blocks within `replicated_share` of the parameters (all of them by
   default) instead, and those are not gathered, and stage 2's momentum exchange of those
   blocks is an all-gather of what every rank sent;
+- with a `host_cpu_share` (`cadence.sim.host_cpu`: the host has no spare core), each
+  collective's measured processor time (`AlphaBeta.host_s`, cadence's own collectives') runs
+  on the compute beside the transfer, time-sliced with forward and backward;
 - stage 3 gathers a block before its forward (the next one is submitted as a forward starts)
   and again before its backward (submitted as the block after it starts its backward), except
   the last block, which stays gathered; a block's gathered parameters are freed after use.
@@ -147,13 +150,22 @@ class _Worker:
     for 1-bit Adam's parameter gathers) and link."""
 
     def __init__(
-        self, graph: TaskGraph, link: AlphaBeta, world_size: int, codec: CodecCost | None
+        self,
+        graph: TaskGraph,
+        link: AlphaBeta,
+        world_size: int,
+        codec: CodecCost | None,
+        host_cpu_share: float = 0.0,
     ) -> None:
         rate = 1.0 / link.beta_s_per_byte if link.beta_s_per_byte > 0 else float("inf")
         # The executor runs cadence's own collectives: their calibrated fixed costs, if any.
         self.graph, self.link, self.p, self.codec_cost = graph, link.p2p(), world_size, codec
         self.thread: int | None = None  # the communication thread, made for its first codec
-        self.compute = graph.resource("w0.compute", STREAM)
+        self.host_share = host_cpu_share if self.link.host_s_per_call and world_size > 1 else 0.0
+        if self.host_share:  # time-sliced with the collectives' processor time
+            self.compute = graph.resource("w0.compute", LINK, bytes_per_s=1.0)
+        else:
+            self.compute = graph.resource("w0.compute", STREAM)
         self.nic = graph.resource("w0.nic", LINK, bytes_per_s=min(rate, 1e30))
         self.last: dict[str, int | None] = {"comm": None, "gather": None}
         self.last_compute: int | None = None
@@ -177,6 +189,12 @@ class _Worker:
             self.link.gamma_s_per_byte * terms.reduce_bytes
         )
         wire = terms.wire_bytes if self.link.beta_s_per_byte > 0 else 0.0
+        if self.host_share:  # its processor time, taken from the compute as it starts
+            seconds = self.host_share * self.link.host_s(collective, algorithm, nbytes, self.p)
+            self.graph.add_work(
+                f"cpu {name}", "comm-cpu", self.compute, seconds, deps=[self.last[lane], *deps],
+                iteration=it,
+            )  # fmt: skip
         self.last[lane] = self.graph.add(
             name,
             "collective",
@@ -227,11 +245,11 @@ class _Worker:
         mem: int = 0,
     ) -> int:
         """Compute in program order after the previous compute task."""
-        self.last_compute = self.graph.add(
+        self.last_compute = self.graph.add_work(
             name,
             kind,
-            resources=(self.compute,),
-            duration_s=seconds,
+            self.compute,
+            seconds,
             deps=[self.last_compute, *deps],
             iteration=it,
             mem_end=mem,
@@ -288,6 +306,7 @@ def build_zero(
     clip: bool = False,
     buffer_bytes: int = 0,
     buffer_broadcasts: int = 1,
+    host_cpu_share: float = 0.0,
 ) -> Built:
     """Graph of `warmup_iterations + iterations` ZeRO iterations on worker 0; `codec` prices
     1-bit Adam's encoding and decoding (None: free); `grad_accum` micro-batches per
@@ -296,9 +315,11 @@ def build_zero(
     sharded optimizers do it: each rank's norm over its shard of the gradients (a memory-bound
     pass, `CLIP_SHARE_OF_STEP` of its step), one scalar all-reduce of the squared norms, then
     the step (early updates, onebit at stages 1-2, are not held back for it). The model's
-    `buffer_bytes` travel in `buffer_broadcasts` messages (one per dtype) before each step."""
+    `buffer_bytes` travel in `buffer_broadcasts` messages (one per dtype) before each step;
+    `host_cpu_share` of each collective's processor time is taken from the compute
+    (`SimOptions.host_cpu_share`)."""
     graph = TaskGraph()
-    w = _Worker(graph, link, world_size, codec)
+    w = _Worker(graph, link, world_size, codec, host_cpu_share)
     nb = len(costs.forward_s)
     units = _block_units(plan, nb)
     pb = [u.nbytes if u is not None else 0 for u in units]
@@ -414,6 +435,7 @@ def simulate_zero(
     clip: bool = False,
     buffer_bytes: int = 0,
     buffer_broadcasts: int = 1,
+    host_cpu_share: float = 0.0,
 ) -> SimResult:
     """Predict ZeRO `plan` (the executor's `ZeroPlan` over the profile's blocks, or the
     `ZeroSimPlan` to make it from) on `world_size` ranks joined by `link` (an `AlphaBeta`, or
@@ -421,7 +443,8 @@ def simulate_zero(
     `codec` 1-bit Adam's encoding and decoding (None: free), `grad_accum` the micro-batches
     of gradient accumulation per step, `clip` a global-norm clip before the step,
     `buffer_bytes` the model's buffers broadcast before each step in `buffer_broadcasts`
-    messages."""
+    messages, `host_cpu_share` the share of each collective's processor time taken from
+    the compute (`SimOptions.host_cpu_share`)."""
     if world_size < 1:
         raise UserError(f"workers must be >= 1, got {world_size}")
     if isinstance(costs, Profile):
@@ -435,7 +458,7 @@ def simulate_zero(
     built = build_zero(
         costs, plan, world_size, link_model(link), iterations, update_s_per_byte, codec=codec,
         grad_accum=grad_accum, clip=clip, buffer_bytes=buffer_bytes,
-        buffer_broadcasts=buffer_broadcasts,
+        buffer_broadcasts=buffer_broadcasts, host_cpu_share=host_cpu_share,
     )  # fmt: skip
     base = state_bytes(sum(costs.param_bytes), 2, f"zero{plan.stage}", world_size)
     return analyse(built, run(built.graph), base)
