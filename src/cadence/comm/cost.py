@@ -146,8 +146,8 @@ class AlphaBeta:
     """(collective, alpha in seconds) pairs for cadence's own collectives
     (`cadence.comm.collectives`, which the ZeRO executor runs): ring steps of gloo sends and
     receives driven from Python, whose fixed cost per message is not a gloo built-in call's
-    (on 2 emulated hosts at 150mbit, 0.79 ms a reduce-scatter message, where gloo's
-    all-reduce costs 23-37 us a message from 64 KB up). `calibrate()` fits them when it times
+    (on 2 emulated hosts at 150mbit, 0.72 ms a reduce-scatter message, where gloo's
+    all-reduce costs 4-32 us a message from 64 KB up). `calibrate()` fits them when it times
     the "ring_*" collectives; `p2p()` prices with them. Empty: cadence's collectives are
     priced as gloo's."""
     host_s_per_call: tuple[tuple[str, float], ...] = ()
