@@ -92,11 +92,9 @@ print("torch" in sys.modules, code)
 """
 
 
-@pytest.mark.parametrize("command", PREDICTIONS, ids=lambda c: "-".join(c[:4]))
-def test_a_prediction_from_a_saved_profile_does_not_import_torch(
-    profiles: tuple[Path, Path], command: list[str]
-) -> None:
-    argv = [*command, "--model", MODEL, "--workers", "64", "--profile", str(profiles[0])]
+def _runs_without_torch(argv: list[str]) -> str:
+    """Run `cadence ARGV` in a fresh interpreter; check it succeeds without importing torch
+    and return what it printed."""
     proc = subprocess.run(
         [sys.executable, "-c", TORCH_PROBE.format(argv=argv)], capture_output=True, text=True,
         timeout=120,
@@ -104,6 +102,26 @@ def test_a_prediction_from_a_saved_profile_does_not_import_torch(
     loaded, code = proc.stdout.split()[-2:]
     assert code == "0", proc.stderr
     assert loaded == "False", proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.parametrize("command", PREDICTIONS, ids=lambda c: "-".join(c[:4]))
+def test_a_prediction_from_a_saved_profile_does_not_import_torch(
+    profiles: tuple[Path, Path], command: list[str]
+) -> None:
+    argv = [*command, "--model", MODEL, "--workers", "64", "--profile", str(profiles[0])]
+    _runs_without_torch(argv)
+
+
+def test_a_prediction_on_a_calibrated_link_does_not_import_torch(
+    profiles: tuple[Path, Path],
+) -> None:
+    # The saved calibration is read by `cadence.comm.calibration`, free of torch.
+    calibration = Path(__file__).parents[2] / "benchmarks/baselines"
+    calibration /= "bench-sim-rankings.150mbit.2w.calibration.json"
+    argv = ["simulate", "--strategy", "zero", "--model", MODEL, "--workers", "64",
+            "--profile", str(profiles[0]), "--calibration", str(calibration)]  # fmt: skip
+    assert "calibrated link" in _runs_without_torch(argv)
 
 
 def test_the_zoo_transformers_are_its_next_token_models() -> None:

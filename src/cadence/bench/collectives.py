@@ -33,7 +33,7 @@ LATENCY_SIZES: tuple[int, ...] = (2048, 8192)
 """Sizes at which the calibration times all-gather and broadcast for their own alpha
 (`CollectivesBenchConfig.alpha_per_collective`), between the default sizes, so no benchmark
 row is a fitted point. A size whose wire term is over half its time is left out of the fit
-(`cadence.comm.calibrate.fit_latency`): on 2 hosts at 400mbit, broadcast's 8 KB."""
+(`cadence.comm.calibration.fit_latency`): on 2 hosts at 400mbit, broadcast's 8 KB."""
 # gloo collectives whose latency the calibration fits on their own calls (`GLOO_ALGORITHMS` has
 # their cost-model names); the others take all-reduce's.
 LATENCY_FITTED = ("all_gather", "broadcast")

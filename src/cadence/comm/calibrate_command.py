@@ -36,7 +36,7 @@ class CalibrateConfig:
     """What `cadence calibrate` times and where it writes the result."""
 
     out: str = "calibration.json"
-    """The calibration JSON (`cadence.comm.calibrate.Calibration`), written by rank 0."""
+    """The calibration JSON (`cadence.comm.calibration.Calibration`), written by rank 0."""
     workers: int = 2
     """Ranks on this machine (loopback or emulated hosts); under torchrun, its world size."""
     bandwidth: str = "none"

@@ -260,7 +260,7 @@ def bench_sim_command(args: Any) -> int:
             profiles[model] = profile_command(
                 model, batch_size=per_worker, iterations=5, echo=lambda _: None
             )
-    from cadence.comm.calibrate import calibrated_link
+    from cadence.comm.calibration import calibrated_link
 
     # The runs' DDP was built with bucket_cap_mb, so no separate first bucket.
     options = SimOptions(ddp_first_bucket_bytes=None)

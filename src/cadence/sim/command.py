@@ -128,7 +128,7 @@ def make_setup(
     check_step(optimizer, optimizer_step_s)  # before any profiling
     get_model_spec(model)  # unknown names: a UserError listing the zoo
     if calibration is not None:
-        from cadence.comm.calibrate import calibrated_link
+        from cadence.comm.calibration import calibrated_link
 
         link = calibrated_link(calibration, calibration_latency)
         own = "".join(f", {c} alpha {a * 1e6:.0f} us" for c, a in link.collective_alphas)

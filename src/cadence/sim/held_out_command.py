@@ -124,8 +124,8 @@ def cluster_links(
     """Each row cluster's calibration file and link: `calibration` for all of them where given, else
     `cadence calibrate` on each cluster now, before any run (as a user calibrates before
     planning), kept beside `out` (`calibration_path`) and reused from there."""
-    from cadence.comm.calibrate import calibrated_link
     from cadence.comm.calibrate_command import calibrate_cluster
+    from cadence.comm.calibration import calibrated_link
 
     clusters = sorted({c for c in map(cluster_of, rows) if c is not None})
     links: dict[Cluster, tuple[str, AlphaBeta]] = {}
