@@ -105,7 +105,9 @@ def test_zero_charges_each_collectives_time_to_the_compute(share: float, expecte
 def test_predictions_take_the_share_from_the_profiles_conditions() -> None:
     setup = _setup(2, 100e9)  # compute-bound: 0.12 s of compute, the wire hides nothing
     link = dataclasses.replace(setup.link, host_s_per_call=(("allreduce", 0.02),))
-    spare = dataclasses.replace(setup, link=link)
+    spare = dataclasses.replace(
+        setup, link=link, profile=dataclasses.replace(setup.profile, host_cores=4)
+    )
     busy = dataclasses.replace(
         spare, profile=dataclasses.replace(setup.profile, neighbours=1, host_cores=2)
     )
@@ -116,3 +118,6 @@ def test_predictions_take_the_share_from_the_profiles_conditions() -> None:
     assert "not charged (the profiled host has a spare core)" in describe(spare.profile, link)
     assert "charged to compute x1 (2 busy threads on 2 cores)" in describe(busy.profile, link)
     assert "no calibration" in describe(busy.profile, setup.link)
+    assert "did not record its cores" in describe(setup.profile, link)
+    gpu = dataclasses.replace(busy.profile, device="cuda:0")
+    assert "the compute is the device's" in describe(gpu, link)

@@ -243,10 +243,15 @@ class AlphaBeta:
         `host_s_per_wire_byte` per byte it sends); 0 on one rank or where not measured."""
         if world_size < 2 or not self.host_s_per_call:
             return 0.0
+        wire = self.terms(collective, algorithm, nbytes, world_size).wire_bytes
+        return self.host_s_sending(collective, wire)
+
+    def host_s_sending(self, collective: str, wire_bytes: float) -> float:
+        """`host_s` of a call whose critical path sends `wire_bytes` (`Terms.wire_bytes`),
+        for a caller that has its terms already."""
         per_call = dict(self.host_s_per_call)
         fixed = per_call.get(collective, per_call.get("allreduce", 0.0))
-        wire = self.terms(collective, algorithm, nbytes, world_size).wire_bytes
-        return fixed + self.host_s_per_wire_byte * wire
+        return fixed + self.host_s_per_wire_byte * wire_bytes if per_call else 0.0
 
     def for_collective(self, collective: str) -> AlphaBeta:
         """This model with `collective`'s alpha as `alpha_s` (itself when it has none)."""

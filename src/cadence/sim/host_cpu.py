@@ -40,6 +40,10 @@ def describe(profile: Profile, link: AlphaBeta) -> str:
     share = compute_share(profile)
     if not link.measures_host:
         return "communication's processor time not charged (not measured: no calibration)"
+    if profile.device != "cpu":
+        return "communication's processor time not charged (the compute is the device's)"
+    if not profile.host_cores:
+        return "communication's processor time not charged (the profile did not record its cores)"
     if share == 0:
         return "communication's processor time not charged (the profiled host has a spare core)"
     busy = profile.threads * (1 + profile.neighbours)

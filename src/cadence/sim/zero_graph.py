@@ -190,7 +190,7 @@ class _Worker:
         )
         wire = terms.wire_bytes if self.link.beta_s_per_byte > 0 else 0.0
         if self.host_share:  # its processor time, taken from the compute as it starts
-            seconds = self.host_share * self.link.host_s(collective, algorithm, nbytes, self.p)
+            seconds = self.host_share * self.link.host_s_sending(collective, terms.wire_bytes)
             self.graph.add_work(
                 f"cpu {name}", "comm-cpu", self.compute, seconds, deps=[self.last[lane], *deps],
                 iteration=it,
